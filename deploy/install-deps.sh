@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package Omnigate needs to build, test, benchmark and run.
+# Idempotent: when all packages are already installed it returns at once; otherwise it runs
+# `apt-get update` first and then installs what is listed. Called by deploy/run.sh,
+# deploy/test.sh and .ci/run.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential meson ninja-build pkg-config
+  libuv1-dev node-llhttp libpq-dev libcurl4-openssl-dev libjansson-dev libssl-dev
+  libcmocka-dev python3-pytest
+  postgresql-15 postgresql-client-15
+  wrk nginx-light clang-format
+  curl ca-certificates procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  if [[ "$status" != ii* ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  SUDO=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${PACKAGES[@]}"
+echo "install-deps: done"

@@ -1,0 +1,56 @@
+/*
+ * API conventions of API.md §0: the JSON envelope {"success","message","data"[,"error"]}
+ * and the error answers. Responsible for shaping and sending JSON answers; not for
+ * deciding them (handlers) or for HTTP framing (http.h).
+ */
+#ifndef OMNIGATE_API_H
+#define OMNIGATE_API_H
+
+#include <jansson.h>
+
+#include "omnigate/http.h"
+
+/* An error answer being prepared: filled by validators, sent by og_api_send_error. */
+typedef struct og_api_err {
+    int status;        /* 0 while there is no error */
+    const char *code;  /* snake_case code of API.md §0, static string */
+    char field[128];   /* field at fault, "" when none */
+    char message[256]; /* human-readable message */
+} og_api_err_t;
+
+/* Records an error (printf-style message); returns false so validators can `return og_api_fail(...)`. */
+bool og_api_fail(og_api_err_t *err, int status, const char *code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Sends {"success": status < 400, "message": message, "data": data or null}.
+ * Steals the reference to `data` (may be NULL). `extra` headers are added as given. */
+void og_api_reply(og_http_req_t *req, int status, const char *message, json_t *data,
+                  const og_http_header_t *extra, size_t nextra);
+
+/* Sends the failure envelope for `err`, with "error": {"code", "field"?, "details"?}.
+ * Steals `details` and `data` (either may be NULL). Adds the headers the status needs:
+ * 401 -> WWW-Authenticate: Bearer; 503 -> Retry-After: 1 unless `extra` has one. */
+void og_api_send_error(og_http_req_t *req, const og_api_err_t *err, json_t *details, json_t *data,
+                       const og_http_header_t *extra, size_t nextra);
+
+/* Shorthand: og_api_fail + og_api_send_error with no details, data or extra headers. */
+void og_api_error(og_http_req_t *req, int status, const char *code, const char *field, const char *message);
+
+/* Most headers og_api_reply / og_api_send_error send besides the ones og_http_respond adds;
+ * extra headers beyond this are dropped. */
+#define OG_API_MAX_HEADERS 8
+
+/* Builds the envelope text the two senders send (for tests and non-HTTP callers): with `err`
+ * NULL the success/reply shape, else the failure shape with "error". Steals `data` and
+ * `details` (either may be NULL). Returns malloc'd compact JSON (free with free()) and its
+ * length in `*len`, or NULL when out of memory. */
+char *og_api_envelope(int status, const char *message, json_t *data, const og_api_err_t *err, json_t *details,
+                      size_t *len);
+
+/* Fills `out` (room for `outcap`) with `extra` plus the headers an error `status` needs
+ * (401: WWW-Authenticate: Bearer; 503: Retry-After: 1 unless `extra` has a Retry-After, in
+ * any case). Returns the number written. */
+size_t og_api_error_headers(int status, const og_http_header_t *extra, size_t nextra, og_http_header_t *out,
+                            size_t outcap);
+
+#endif

@@ -1,0 +1,63 @@
+/*
+ * Configuration: one table of typed settings (env var, --flag, default, validator) from
+ * which parsing, `omnigate --help` and the README table all come. Responsible for turning
+ * the environment and argv into an og_config_t or one line naming the bad setting; not for
+ * acting on any of it.
+ */
+#ifndef OMNIGATE_CONFIG_H
+#define OMNIGATE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct og_config {
+    /* Listening address, split from OMNIGATE_LISTEN ("host:port", "[v6]:port" or ":port"). */
+    char *listen;
+    char listen_host[64];
+    int listen_port;
+    int workers;             /* OMNIGATE_WORKERS, default: CPU count */
+    char *database_url;      /* OMNIGATE_DATABASE_URL, NULL when unset */
+    int db_pool;             /* OMNIGATE_DB_POOL, connections per worker, default 2 */
+    char *admin_token;       /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
+    char *secret;            /* OMNIGATE_SECRET, NULL when unset */
+    int attempt_timeout_ms;  /* OMNIGATE_ATTEMPT_TIMEOUT_MS, default 10000 */
+    size_t max_body_bytes;   /* OMNIGATE_MAX_BODY_BYTES, default 65536 */
+    size_t max_header_bytes; /* OMNIGATE_MAX_HEADER_BYTES, default 16384 */
+    int header_timeout_ms;   /* OMNIGATE_HEADER_TIMEOUT_MS, default 10000 */
+    int body_timeout_ms;     /* OMNIGATE_BODY_TIMEOUT_MS, default 30000 */
+    int idle_timeout_ms;     /* OMNIGATE_IDLE_TIMEOUT_MS, default 60000 */
+    int drain_timeout_ms;    /* OMNIGATE_DRAIN_TIMEOUT_MS, default 30000 */
+    bool access_log;         /* OMNIGATE_ACCESS_LOG, default true */
+    char *log_level;         /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
+    /* Providers (API.md §8); used from the unified-send issue on. */
+    char *meta_base_url;    /* OMNIGATE_META_BASE_URL, default https://graph.facebook.com */
+    char *meta_api_version; /* OMNIGATE_META_API_VERSION, default v21.0 */
+    char *qr_base_url;      /* OMNIGATE_QR_BASE_URL, NULL when unset */
+    char *qr_api_key;       /* OMNIGATE_QR_API_KEY */
+    char *sms_base_url;     /* OMNIGATE_SMS_BASE_URL, default https://api.twilio.com */
+    char *sms_account_sid;  /* OMNIGATE_SMS_ACCOUNT_SID */
+    char *sms_auth_token;   /* OMNIGATE_SMS_AUTH_TOKEN */
+} og_config_t;
+
+/* Fills `cfg` with defaults, then the environment (`envp`, NULL-terminated "K=V" strings;
+ * pass `environ`), then `--flag value` / `--flag=value` pairs from argv[0..argc). Unknown
+ * flags and invalid values are errors. On error returns false and writes one line naming the
+ * setting (e.g. "OMNIGATE_WORKERS: must be an integer between 1 and 256, got \"x\"") into
+ * `err`. Non-flag arguments are left alone and reported through `rest`/`nrest` (the command
+ * and its arguments), in order: `*nrest` is the capacity of `rest` on entry and the count on
+ * return; more is an error. "--help", "-h" and "--version" count as non-flag arguments, and
+ * so does everything after "--". `cfg` may be passed to og_config_free even after an error. */
+bool og_config_load(og_config_t *cfg, char *const *envp, int argc, char **argv, char **rest, int *nrest,
+                    char *err, size_t errlen);
+
+/* Frees the strings og_config_load allocated. */
+void og_config_free(og_config_t *cfg);
+
+/* Writes the settings table (flag, env var, default, description) for --help. */
+void og_config_usage(FILE *out);
+
+/* Writes the settings table as a Markdown table (for the README and docs). */
+void og_config_markdown(FILE *out);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * omnigate: command-line entry. Parses the configuration and hands over to the command.
+ * Everything of substance lives in the og_core library so tests link the same code.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "og_build.h"
+#include "omnigate/config.h"
+#include "omnigate/supervisor.h"
+
+extern char **environ;
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: omnigate <command> [--flag value ...]\n"
+                 "\n"
+                 "Commands:\n"
+                 "  serve      run the gateway (a supervisor and OMNIGATE_WORKERS worker processes)\n"
+                 "  version    print the version\n"
+                 "  help       print this help\n"
+                 "\n"
+                 "Settings (environment variable or flag; the flag wins):\n");
+    og_config_usage(out);
+}
+
+/* Sockets scale with connections: take the hard limit on open files. */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    og_config_t cfg;
+    char err[512];
+    char *rest[16];
+    int nrest = 16;
+    if (!og_config_load(&cfg, environ, argc - 1, argv + 1, rest, &nrest, err, sizeof(err))) {
+        fprintf(stderr, "omnigate: %s\n", err);
+        og_config_free(&cfg);
+        return 2;
+    }
+    const char *cmd = nrest > 0 ? rest[0] : NULL;
+    int rc = 0;
+    if (cmd == NULL) {
+        usage(stderr);
+        rc = 2;
+    } else if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+    } else if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("omnigate %s\n", OG_VERSION);
+    } else if (strcmp(cmd, "config-markdown") == 0) {
+        og_config_markdown(stdout);
+    } else if (strcmp(cmd, "serve") == 0) {
+        signal(SIGPIPE, SIG_IGN);
+        raise_nofile();
+        rc = og_supervisor_run(&cfg);
+    } else {
+        fprintf(stderr, "omnigate: unknown command \"%s\" (try omnigate --help)\n", cmd);
+        rc = 2;
+    }
+    og_config_free(&cfg);
+    return rc;
+}
