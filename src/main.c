@@ -10,6 +10,7 @@
 
 #include "og_build.h"
 #include "omnigate/config.h"
+#include "omnigate/gateway.h"
 #include "omnigate/supervisor.h"
 
 extern char **environ;
@@ -62,7 +63,7 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "serve") == 0) {
         signal(SIGPIPE, SIG_IGN);
         raise_nofile();
-        rc = og_supervisor_run(&cfg);
+        rc = og_supervisor_run(&cfg, &og_gateway_app);
     } else {
         fprintf(stderr, "omnigate: unknown command \"%s\" (try omnigate --help)\n", cmd);
         rc = 2;

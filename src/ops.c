@@ -1,7 +1,7 @@
 /*
  * Operational endpoints: /healthz, /readyz, and (compiled in only with -Dtest_routes=true)
- * the /__test/... routes the end-to-end tests drive. Responsible for answering them; the
- * route table of the whole gateway lives here until other modules bring their own routes.
+ * the /__test/... routes the end-to-end tests drive. Responsible for answering them; apps
+ * put them into their route tables with OG_OPS_ROUTES (worker.h).
  */
 #include <stdlib.h>
 
@@ -10,16 +10,21 @@
 #include "omnigate/json.h"
 #include "omnigate/worker.h"
 
-static void healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+void og_ops_healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_api_reply(req, 200, "ok", json_pack("{s:s}", "status", "ok"), NULL, 0);
 }
 
-static void readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_worker_t *w = ctx;
     if (w->draining) {
         og_api_error(req, 503, "unavailable", NULL, "instance is draining");
+        return;
+    }
+    const char *why = w->app->not_ready ? w->app->not_ready(w) : NULL;
+    if (why != NULL) {
+        og_api_error(req, 503, "unavailable", NULL, why);
         return;
     }
     og_api_reply(req, 200, "ready", json_pack("{s:s}", "status", "ready"), NULL, 0);
@@ -44,7 +49,7 @@ static void sleep_fired(uv_timer_t *t)
 }
 
 /* GET /__test/sleep?ms=N: answers after N ms without blocking the loop. */
-static void test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_worker_t *w = ctx;
     char buf[16];
@@ -67,7 +72,7 @@ static void test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 }
 
 /* POST /__test/echo: decodes the JSON body and returns it with its size. */
-static void test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_api_err_t err = {0};
     json_t *body = og_json_decode_body(req, NULL, &err);
@@ -79,13 +84,3 @@ static void test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
                  NULL, 0);
 }
 #endif
-
-const og_route_t og_ops_routes[] = {
-    {"GET", "/healthz", healthz},
-    {"GET", "/readyz", readyz},
-#if OG_TEST_ROUTES
-    {"GET", "/__test/sleep", test_sleep},
-    {"POST", "/__test/echo", test_echo},
-#endif
-};
-const size_t og_ops_nroutes = sizeof(og_ops_routes) / sizeof(og_ops_routes[0]);

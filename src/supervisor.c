@@ -30,6 +30,7 @@ typedef struct slot {
 
 typedef struct supervisor {
     const og_config_t *cfg;
+    const og_app_t *app;
     og_log_t log;
     slot_t *slots;
     int nslots;
@@ -60,7 +61,7 @@ static void spawn(supervisor_t *s, int i)
             _exit(1);
         /* Signals stay blocked until og_worker_run has its handlers in place: a SIGTERM that
          * arrives while the worker starts is then a drain, not a death by default action. */
-        _exit(og_worker_run(s->cfg, i));
+        _exit(og_worker_run(s->cfg, s->app, i));
     }
     s->slots[i].pid = pid;
     s->slots[i].started_ms = mono_ms();
@@ -117,9 +118,9 @@ static void reap(supervisor_t *s)
     }
 }
 
-int og_supervisor_run(const og_config_t *cfg)
+int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
 {
-    supervisor_t s = {.cfg = cfg, .nslots = cfg->workers};
+    supervisor_t s = {.cfg = cfg, .app = app, .nslots = cfg->workers};
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
     og_log_init(&s.log, level, false);

@@ -58,6 +58,10 @@ static void on_flush_check(uv_check_t *h)
 static void stop_loop_handles(og_worker_t *w)
 {
     og_server_stop_listening(w);
+    if (w->app->stop != NULL && !w->app_stopped) {
+        w->app_stopped = true;
+        w->app->stop(w);
+    }
     uv_close((uv_handle_t *)&w->sig_term, NULL);
     uv_close((uv_handle_t *)&w->sig_int, NULL);
     uv_close((uv_handle_t *)&w->drain_timer, NULL);
@@ -115,12 +119,13 @@ static void make_rid_prefix(og_worker_t *w)
              r[3], r[4], r[5]);
 }
 
-int og_worker_run(const og_config_t *cfg, int index)
+int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index)
 {
     og_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return 1;
     w->cfg = cfg;
+    w->app = app;
     w->index = index;
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
@@ -141,7 +146,7 @@ int og_worker_run(const og_config_t *cfg, int index)
     w->http.now_us = now_us;
     w->http.date = http_date;
     make_rid_prefix(w);
-    w->router = (og_router_t){og_ops_routes, og_ops_nroutes};
+    w->router = (og_router_t){app->routes, app->nroutes};
 
     int rc = uv_loop_init(&w->loop);
     if (rc != 0) {
@@ -171,8 +176,11 @@ int og_worker_run(const og_config_t *cfg, int index)
     uv_check_start(&w->flush_check, on_flush_check);
     uv_unref((uv_handle_t *)&w->flush_check);
 
-    rc = og_server_listen(w);
-    if (rc != 0) {
+    if (app->start != NULL && app->start(w) != 0) {
+        og_log(&w->log, OG_LOG_ERROR, "app start failed", "\"worker\":%d", index);
+        w->exit_code = 1;
+        stop_loop_handles(w);
+    } else if ((rc = og_server_listen(w)) != 0) {
         og_log(&w->log, OG_LOG_ERROR, "listen failed", "\"listen\":\"%s\",\"error\":\"%s\"", cfg->listen,
                uv_strerror(rc));
         w->exit_code = 3;

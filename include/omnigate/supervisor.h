@@ -8,8 +8,10 @@
 #define OMNIGATE_SUPERVISOR_H
 
 #include "omnigate/config.h"
+#include "omnigate/worker.h"
 
-/* Returns the process exit code: 0 after a clean drain. */
-int og_supervisor_run(const og_config_t *cfg);
+/* Runs `app` in cfg->workers supervised worker processes. Returns the process exit code:
+ * 0 after a clean drain. */
+int og_supervisor_run(const og_config_t *cfg, const og_app_t *app);
 
 #endif
