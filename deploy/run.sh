@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The README's run command: installs the dependencies, builds a release build in ./build,
-# starts `omnigate serve` (on 127.0.0.1:8080 unless OMNIGATE_LISTEN says otherwise), shows a
-# sample request and its answer, then keeps the gateway in the foreground until Ctrl-C (which
-# drains it gracefully). Any OMNIGATE_* variable in the environment configures it (see
-# `build/src/omnigate --help`).
+# The README's run command. On a fresh Debian machine it installs the packages it needs,
+# builds a release binary, starts a private PostgreSQL cluster under .omnigate/pg (unless
+# OMNIGATE_DATABASE_URL points at one), migrates it, starts the provider simulator, creates a
+# demo tenant with the unified API enabled and a token, starts `omnigate serve`, and shows a
+# sample send whose WhatsApp attempts fail and fall back to SMS, with its unified log entry.
+# Then it keeps the gateway in the foreground until Ctrl-C (a graceful drain).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)
 BUILD=${OMNIGATE_BUILD_DIR:-build}
+STATE=$ROOT/.omnigate
 export OMNIGATE_LISTEN=${OMNIGATE_LISTEN:-127.0.0.1:8080}
+PY=/usr/bin/python3
 
 bash deploy/install-deps.sh
 
@@ -19,14 +23,59 @@ else
 fi
 ninja -C "$BUILD"
 BIN="$BUILD/src/omnigate"
+SIM="$BUILD/test/sim/omnigate-sim"
+mkdir -p "$STATE"
 
-# --- Later issues: PostgreSQL -------------------------------------------------------------
-# Start (or reuse) a local PostgreSQL cluster, export OMNIGATE_DATABASE_URL, and run
-# `"$BIN" migrate` here before the gateway starts.
+# --- PostgreSQL: the embedded default is a private cluster under .omnigate/pg ----------------
+if [[ -z "${OMNIGATE_DATABASE_URL:-}" ]]; then
+  OMNIGATE_DATABASE_URL=$(bash deploy/pg.sh start "$STATE/pg")
+fi
+export OMNIGATE_DATABASE_URL
+# Secrets of this local setup: made once, kept in .omnigate so tokens stay valid across runs.
+if [[ -z "${OMNIGATE_SECRET:-}" ]]; then
+  [[ -f "$STATE/secret" ]] || (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/secret")
+  OMNIGATE_SECRET=$(cat "$STATE/secret")
+fi
+if [[ -z "${OMNIGATE_ADMIN_TOKEN:-}" ]]; then
+  [[ -f "$STATE/admin-token" ]] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$STATE/admin-token")
+  OMNIGATE_ADMIN_TOKEN=$(cat "$STATE/admin-token")
+fi
+export OMNIGATE_SECRET OMNIGATE_ADMIN_TOKEN
+"$BIN" migrate
 
-# --- Later issues: provider simulator -------------------------------------------------------
-# Start test/sim on loopback and point OMNIGATE_META_BASE_URL, OMNIGATE_QR_BASE_URL and
-# OMNIGATE_SMS_BASE_URL at it so the quickstart sends without real provider accounts.
+# --- The provider simulator stands in for Meta, WAHA and Twilio -------------------------------
+SIM_PORT=${OMNIGATE_SIM_PORT:-18080}
+export OMNIGATE_QR_API_KEY=${OMNIGATE_QR_API_KEY:-demo-waha-key}
+export OMNIGATE_SMS_ACCOUNT_SID=${OMNIGATE_SMS_ACCOUNT_SID:-AC00000000000000000000000000demo}
+export OMNIGATE_SMS_AUTH_TOKEN=${OMNIGATE_SMS_AUTH_TOKEN:-demo-sms-auth-token}
+SIM_URL="http://127.0.0.1:$SIM_PORT"
+export OMNIGATE_META_BASE_URL=${OMNIGATE_META_BASE_URL:-$SIM_URL}
+export OMNIGATE_QR_BASE_URL=${OMNIGATE_QR_BASE_URL:-$SIM_URL}
+export OMNIGATE_SMS_BASE_URL=${OMNIGATE_SMS_BASE_URL:-$SIM_URL}
+set -m
+sim_pid=""
+if [[ -x "$SIM" ]]; then
+  OMNIGATE_ACCESS_LOG=false "$SIM" serve --listen "127.0.0.1:$SIM_PORT" --workers 1 2>"$STATE/sim.log" &
+  sim_pid=$!
+fi
+"$BIN" serve &
+pid=$!
+set +m
+
+stop() {
+  trap - INT TERM EXIT
+  echo
+  echo "run.sh: stopping omnigate (graceful drain) and the simulator"
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null
+  rc=$?
+  if [[ -n "$sim_pid" ]]; then
+    kill -TERM "$sim_pid" 2>/dev/null || true
+    wait "$sim_pid" 2>/dev/null || true
+  fi
+  exit $rc
+}
+trap stop INT TERM EXIT
 
 host=${OMNIGATE_LISTEN%:*}
 port=${OMNIGATE_LISTEN##*:}
@@ -37,50 +86,50 @@ host=${host%]}
 if [[ "$host" == *:* ]]; then url_host="[$host]"; else url_host=$host; fi
 BASE="http://$url_host:$port"
 
-echo "run.sh: starting omnigate on $OMNIGATE_LISTEN (Ctrl-C to stop)"
-# Own process group: Ctrl-C reaches only this script, which forwards one SIGTERM so the
-# supervisor drains once (a second signal would mean "stop at once").
-set -m
-"$BIN" serve &
-pid=$!
-set +m
-
-stop() {
-  trap - INT TERM
-  echo
-  echo "run.sh: stopping omnigate (graceful drain)"
-  kill -TERM "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null
-  exit $?
-}
-trap stop INT TERM
-
 for _ in $(seq 1 100); do
-  if curl -fsS -o /dev/null "$BASE/healthz" 2>/dev/null; then
-    break
-  fi
-  if ! kill -0 "$pid" 2>/dev/null; then
-    wait "$pid"
-    echo "run.sh: omnigate exited during start" >&2
-    exit 1
-  fi
+  if curl -fsS -o /dev/null "$BASE/readyz" 2>/dev/null; then break; fi
+  if ! kill -0 "$pid" 2>/dev/null; then echo "run.sh: omnigate exited during start" >&2; exit 1; fi
   sleep 0.1
 done
 
+# --- A demo tenant (unified API enabled) and its token -----------------------------------------
+SETTINGS='{"defaultChannels":["whatsapp_qr","whatsapp_meta","sms"],"defaultWhatsappFrom":"6281234567890",
+ "channels":{"whatsapp_qr":{"enabled":true,"numbers":{"6281234567890":{"session":"default"}}},
+ "whatsapp_meta":{"enabled":true,"numbers":{"6281234567890":{"phoneNumberId":"109876543210","accessToken":"EAAGdemo0000000000000000"}}},
+ "sms":{"enabled":true,"senders":["ACME"],"defaultSender":"ACME"}}}'
+TENANT=$(curl -fsS -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
+  -d "{\"name\":\"demo\",\"unifiedApiEnabled\":true,\"settings\":$SETTINGS}" "$BASE/admin/tenants" |
+  "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["id"])')
+TOKEN=$(curl -fsS -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
+  -d '{"name":"quickstart"}' "$BASE/admin/tenants/$TENANT/tokens" |
+  "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["token"])')
 echo
-echo "\$ curl -si $BASE/healthz"
-curl -si "$BASE/healthz" || true
-echo
-echo
+echo "run.sh: demo tenant $TENANT"
+echo "run.sh: its API token (shown once): $TOKEN"
+echo "run.sh: admin token: $OMNIGATE_ADMIN_TOKEN (in .omnigate/admin-token)"
 
-# --- Later issues: tenant, token and a sample send ------------------------------------------
-# Create a tenant with the unified API enabled and a token (`"$BIN" admin ...`), then show
-#   curl -si -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-#        -d '{"to":"+6281234567890","text":"hello"}' "$BASE/api/omni/send"
-
+# --- A sample send: +19991100000 makes both WhatsApp channels fail in the simulator ----------
+if [[ $(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/api/omni/send") == 404 ]]; then
+  echo
+  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?limit=5'"
+  curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?limit=5" | "$PY" -m json.tool
+  echo
+  echo "run.sh: omnigate is running on $BASE (pid $pid); press Ctrl-C to stop"
+  set +e
+  wait "$pid"
+  exit $?
+fi
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+echo "    -d '{\"to\":\"+19991100000\",\"text\":\"Your order has shipped\"}' $BASE/api/omni/send"
+SEND=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+  -d '{"to":"+19991100000","text":"Your order has shipped"}' "$BASE/api/omni/send")
+echo "$SEND" | "$PY" -m json.tool
+REF=$(echo "$SEND" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?reference=$REF'"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | "$PY" -m json.tool
+echo
 echo "run.sh: omnigate is running on $BASE (pid $pid); press Ctrl-C to stop"
 set +e
 wait "$pid"
-rc=$?
-# `wait` returns early when a trapped signal arrives; the trap handles that case.
-exit $rc

@@ -4,11 +4,115 @@
  */
 #include "omnigate/gateway.h"
 
+#include <stdlib.h>
+
+#include "omnigate/store.h"
+
+/* TODO(this session): drop once token/settings/ids/phone have landed. */
+#if __has_include("omnigate/provider.h") && __has_include("omnigate/http_client.h") /* TODO(this session) */
+#define OG_GW_SEND 1
+#include "omnigate/http_client.h"
+#else
+#define OG_GW_SEND 0
+#endif
+
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
+    {"POST", "/admin/tenants", og_admin_tenant_create},
+    {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
+    {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
+    {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
+    {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
+    {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+#if OG_GW_SEND
+    {"POST", "/api/omni/send", og_send_omni},
+    {"POST", "/api/sms/send", og_sms_send},
+    {"POST", "/api/sms/otp/send", og_otp_send},
+    {"POST", "/api/sms/otp/verify", og_otp_verify},
+#endif
+    {"GET", "/api/omni/logs", og_logs_omni},
+    {"GET", "/api/sms/logs", og_logs_sms},
+    {"GET", "/api/sms/otp/logs", og_logs_otp},
 };
+
+static int gw_start(og_worker_t *w)
+{
+    og_gw_t *gw = calloc(1, sizeof(*gw));
+    if (gw == NULL)
+        return -1;
+    gw->w = w;
+    w->app_data = gw;
+    if (w->cfg->database_url != NULL) {
+        gw->db =
+            og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, og_store_stmts, OG_Q__COUNT);
+        if (gw->db == NULL)
+            return -1;
+    }
+#if OG_GW_SEND
+    gw->hc = og_hc_new(&w->loop, &w->log);
+    if (gw->hc == NULL)
+        return -1;
+#endif
+    gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret);
+    return gw->auth == NULL ? -1 : 0;
+}
+
+static void gw_piece_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    if (--gw->closing == 0) {
+        gw->w->app_data = NULL;
+        free(gw);
+    }
+}
+
+static void auth_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+#if OG_GW_SEND
+    if (gw->hc != NULL) {
+        gw->closing++;
+        og_hc_close(gw->hc, gw_piece_closed, gw);
+        gw->hc = NULL;
+    }
+#endif
+    /* The pool goes last: the auth module's final last_used_at batch rides on it. */
+    if (gw->db != NULL) {
+        gw->closing++;
+        og_db_close(gw->db, gw_piece_closed, gw);
+        gw->db = NULL;
+    }
+    gw_piece_closed(gw);
+}
+
+static void gw_stop(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw == NULL)
+        return;
+    gw->closing = 1;
+    if (gw->auth != NULL) {
+        og_auth_close(gw->auth, auth_closed, gw);
+        gw->auth = NULL;
+        return;
+    }
+    auth_closed(gw);
+}
+
+static const char *gw_not_ready(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw->db == NULL)
+        return "no database configured";
+    if (!og_db_ready(gw->db))
+        return "database unreachable";
+    return NULL;
+}
 
 const og_app_t og_gateway_app = {
     .routes = routes,
     .nroutes = sizeof(routes) / sizeof(routes[0]),
+    .start = gw_start,
+    .stop = gw_stop,
+    .not_ready = gw_not_ready,
 };

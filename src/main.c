@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "og_build.h"
+#include "omnigate/cli.h"
 #include "omnigate/config.h"
 #include "omnigate/gateway.h"
 #include "omnigate/supervisor.h"
@@ -21,10 +22,11 @@ static void usage(FILE *out)
                  "\n"
                  "Commands:\n"
                  "  serve      run the gateway (a supervisor and OMNIGATE_WORKERS worker processes)\n"
+                 "  migrate    apply pending schema migrations (safe while other instances run it)\n"
                  "  version    print the version\n"
-                 "  help       print this help\n"
-                 "\n"
-                 "Settings (environment variable or flag; the flag wins):\n");
+                 "  help       print this help\n");
+    og_cli_admin_usage(out);
+    fprintf(out, "\nSettings (environment variable or flag; the flag wins):\n");
     og_config_usage(out);
 }
 
@@ -63,7 +65,13 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "serve") == 0) {
         signal(SIGPIPE, SIG_IGN);
         raise_nofile();
-        rc = og_supervisor_run(&cfg, &og_gateway_app);
+        rc = og_cli_serve_check(&cfg);
+        if (rc == 0)
+            rc = og_supervisor_run(&cfg, &og_gateway_app);
+    } else if (strcmp(cmd, "migrate") == 0) {
+        rc = og_cli_migrate(&cfg);
+    } else if (strcmp(cmd, "admin") == 0) {
+        rc = og_cli_admin(&cfg, nrest - 1, rest + 1);
     } else {
         fprintf(stderr, "omnigate: unknown command \"%s\" (try omnigate --help)\n", cmd);
         rc = 2;

@@ -9,7 +9,7 @@ crashed or timed out without its cases showing a failure counts as one more fail
 test that wrote no JUnit file counts as one case (passed or failed by its meson result).
 
 Prints one line per suite, then as its LAST line exactly `N passed, N failed` (plus
-`, N skipped` when something was skipped). Exit status: 1 when anything failed or nothing ran,
+a line before it says how many were skipped). Exit status: 1 when anything failed or nothing ran,
 else 0.
 """
 
@@ -179,10 +179,10 @@ def main(argv):
     if total_p + total_f == 0:
         # Nothing ran: that is a failure of the test run itself, not a success.
         total_f = max(total_f, 1)
-    line = "%d passed, %d failed" % (total_p, total_f)
+    # The last line is the plain `N passed, N failed` CI reads; skipped cases are told above it.
     if total_s:
-        line += ", %d skipped" % total_s
-    print(line)
+        print("(%d skipped)" % total_s)
+    print("%d passed, %d failed" % (total_p, total_f))
     return 1 if total_f else 0
 
 

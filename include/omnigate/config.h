@@ -18,6 +18,7 @@ typedef struct og_config {
     int listen_port;
     int workers;             /* OMNIGATE_WORKERS, default: CPU count */
     char *database_url;      /* OMNIGATE_DATABASE_URL, NULL when unset */
+    bool auto_migrate;       /* OMNIGATE_AUTO_MIGRATE: serve migrates first, default false */
     int db_pool;             /* OMNIGATE_DB_POOL, connections per worker, default 2 */
     char *admin_token;       /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
     char *secret;            /* OMNIGATE_SECRET, NULL when unset */

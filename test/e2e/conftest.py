@@ -44,6 +44,17 @@ def have_test_routes():
     return os.environ.get("OMNIGATE_TEST_ROUTES", "1") == "1"
 
 
+def wait_for(pred, timeout, interval=0.05):
+    """Polls pred() until it is truthy or `timeout` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(interval)
+    return pred()
+
+
 def free_port():
     """A loopback port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -562,3 +573,10 @@ def assert_error(resp, status, code, field=None):
     if field is not None:
         assert j["error"].get("field") == field, j
     return j
+
+
+# --------------------------------------------------------------------------------------------
+# PostgreSQL and gateway fixtures (a real cluster, never a mock)
+
+from pgfix import fresh_db, pg_private, pg_session  # noqa: E402,F401
+from gwlib import make_gateway, sim  # noqa: E402,F401

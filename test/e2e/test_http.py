@@ -27,11 +27,13 @@ def test_healthz_envelope_and_standard_headers(server):
     assert r.header("Connection", "keep-alive").lower() != "close"
 
 
-def test_readyz_ready(server):
-    """GET /readyz answers 200 while the instance is not draining."""
+def test_readyz_without_database_is_not_ready(server):
+    """GET /readyz answers 503 unavailable when no database is configured (the instance can
+    serve nothing but /healthz), while /healthz stays 200."""
     r = server.request("GET", "/readyz")
-    j = assert_ok(r)
-    assert r.status == 200
+    assert_error(r, 503, "unavailable")
+    assert r.header("Retry-After") == "1"
+    assert_ok(server.request("GET", "/healthz"))
 
 
 def test_keep_alive_reuses_connection(server):

@@ -9,18 +9,8 @@ import time
 
 import pytest
 
-from conftest import (ROOT, Closed, assert_clean_exit, assert_ok, child_pids, free_port, needs_test_routes,
+from conftest import (ROOT, wait_for, Closed, assert_clean_exit, assert_ok, child_pids, free_port, needs_test_routes,
                       pid_alive, request_bytes, run_cli)
-
-
-def wait_for(pred, timeout, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(interval)
-    return pred()
 
 
 def test_supervisor_forks_the_configured_number_of_workers(make_server):

@@ -1,0 +1,102 @@
+/*
+ * Asynchronous PostgreSQL for one worker: a small pool of libpq connections driven by the
+ * worker's loop (PQconnectStart/PQconnectPoll, nonblocking, pipeline mode, prepared
+ * statements, one uv_poll_t per socket). Responsible for getting operations to the server
+ * and their results back, batching writes, reconnecting; not for what the SQL means (store.c).
+ *
+ * An operation is one to OG_DB_MAX_STMTS prepared statements that must commit together.
+ * Write operations submitted during one loop turn are sent as one pipelined implicit
+ * transaction (one Sync) on a connection that has no write batch in flight, so one commit
+ * serves them all; every caller is called back after the Sync, i.e. after COMMIT. A batch
+ * that fails is retried operation by operation so one bad row cannot fail its neighbours.
+ * Reads are sent at once, each as its own transaction.
+ *
+ * While no connection is up, submissions complete with OG_DB_UNAVAILABLE in the same loop
+ * turn (never hang), and each submission nudges a reconnect (at most one attempt per
+ * 200 ms) so the worker recovers within moments of the database coming back, despite the
+ * 100 ms..5 s backoff of idle reconnects.
+ */
+#ifndef OMNIGATE_DB_H
+#define OMNIGATE_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <libpq-fe.h>
+#include <uv.h>
+
+#include "omnigate/log.h"
+
+#define OG_DB_MAX_STMTS  8
+#define OG_DB_MAX_PARAMS 16
+#define OG_DB_MAX_BATCH  256
+
+typedef struct og_db og_db_t;
+typedef struct og_db_op og_db_op_t;
+
+/* A prepared statement of the statement table given to og_db_new. */
+typedef struct og_db_stmt {
+    const char *name;
+    const char *sql;
+    int nparams;
+} og_db_stmt_t;
+
+typedef enum og_db_status {
+    OG_DB_OK = 0,
+    OG_DB_ERROR,       /* the server refused a statement: error and sqlstate say why */
+    OG_DB_UNAVAILABLE, /* no connection, or it broke before the outcome was known */
+} og_db_status_t;
+
+typedef void (*og_db_done_fn)(og_db_op_t *op, og_db_status_t status);
+
+struct og_db_op {
+    /* Filled by the caller; values must stay valid until done is called. NULL = SQL NULL. */
+    int nstmts;
+    struct {
+        int stmt; /* index into the statement table */
+        const char *values[OG_DB_MAX_PARAMS];
+    } stmts[OG_DB_MAX_STMTS];
+    bool write; /* joins this loop turn's write batch */
+    og_db_done_fn done;
+    void *arg;
+
+    /* Filled before done is called; the results belong to the op: og_db_op_clear frees them. */
+    PGresult *res[OG_DB_MAX_STMTS];
+    char sqlstate[6];
+    char error[256]; /* JSON-escaped, for log lines */
+
+    /* private */
+    og_db_op_t *next;
+    bool solo; /* being retried alone after its batch failed */
+};
+
+typedef struct og_db_stats {
+    uint64_t batches;   /* write transactions committed */
+    uint64_t batch_ops; /* write operations in them */
+    uint64_t commit_us; /* sum of send-to-Sync latency of write batches */
+    uint64_t retries;   /* batches retried op by op */
+    size_t queued;      /* operations waiting for a connection right now */
+    int connected;      /* connections ready right now */
+} og_db_stats_t;
+
+/* Creates the pool and starts connecting. `stmts` must outlive the pool. */
+og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, const og_db_stmt_t *stmts,
+                   int nstmts);
+
+/* Submits `op`; `op->done` is always called later, from the loop, never from inside this call. */
+void og_db_submit(og_db_t *db, og_db_op_t *op);
+
+/* True while at least one connection is ready. Also nudges a reconnect when none is. */
+bool og_db_ready(og_db_t *db);
+
+void og_db_stats(const og_db_t *db, og_db_stats_t *out);
+
+/* Frees the results of a completed op so it can be reused. */
+void og_db_op_clear(og_db_op_t *op);
+
+/* Fails what is queued with OG_DB_UNAVAILABLE, closes the connections (async); `closed` is
+ * called once every handle is closed and the pool is freed. */
+void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg);
+
+#endif

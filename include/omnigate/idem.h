@@ -1,0 +1,51 @@
+/*
+ * Idempotency-Key (API.md §6) for the POST send and OTP routes. A request with a key first
+ * claims it: one committed row in idempotency_keys, whose primary key (tenant, key) is the
+ * guarantee across instances. A repeat finds the row: the same body gets the first answer
+ * again (Idempotency-Replayed: true), a different body 422 idempotency_key_reused, and a
+ * repeat while the first is in flight 409 idempotency_in_progress. The route stores its answer
+ * in the same transaction as its final rows (og_idem_complete_stmt). Keys expire after 24 h.
+ */
+#ifndef OMNIGATE_IDEM_H
+#define OMNIGATE_IDEM_H
+
+#include <stdbool.h>
+
+#include "omnigate/api.h"
+#include "omnigate/db.h"
+#include "omnigate/http.h"
+
+typedef struct og_idem og_idem_t;
+
+struct og_idem {
+    /* in */
+    og_http_req_t *req;
+    og_db_t *db;
+    const char *tenant_id;
+    const char *route; /* "omni", "sms", "otp_send", "otp_verify" */
+    void (*done)(og_idem_t *i);
+    void *arg;
+    /* out: after og_idem_read, has_key; after done, exactly one of claimed / answered (or
+     * neither when there is no key) */
+    bool has_key;
+    bool claimed;  /* the route goes on and must store its answer */
+    bool answered; /* the request was answered (replay, 409, 422, 503): the route stops */
+    char key[256];
+    char hash[65]; /* SHA-256 of the body, hex */
+    /* private */
+    og_db_op_t op;
+};
+
+/* Reads the Idempotency-Key header (1-255 printable ASCII) and hashes the body. False with
+ * 422 validation_failed in `err` when the header is malformed. */
+bool og_idem_read(og_idem_t *i, og_api_err_t *err);
+
+/* Claims the key; i->done is called once, possibly before this returns. Without a key it
+ * completes at once with neither claimed nor answered. */
+void og_idem_claim(og_idem_t *i);
+
+/* Adds to `op` the statement that stores the answer (when a key was claimed); returns the
+ * number of statements added (0 or 1). `status` and `body` must outlive the op. */
+int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *status, const char *body);
+
+#endif

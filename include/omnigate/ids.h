@@ -1,0 +1,35 @@
+/*
+ * Identifiers: message references ("kf_" + 26 Crockford base32 characters, ULID layout) and
+ * raw bytes from the kernel CSPRNG. Responsible for generating references and checking their
+ * format; not for storing them, nor for tokens and OTP codes (token.h builds on og_ids_random).
+ */
+#ifndef OMNIGATE_IDS_H
+#define OMNIGATE_IDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OG_IDS_REFERENCE_PREFIX "kf_"
+#define OG_IDS_REFERENCE_LEN    29 /* "kf_" + 26 characters */
+#define OG_IDS_REFERENCE_SIZE   30 /* with the terminating NUL */
+
+/* Fills `buf` with `n` bytes from getrandom(2), retrying on EINTR and short reads. Aborts the
+ * process when the kernel CSPRNG fails: every caller turns these bytes into a secret or an
+ * identifier, and there is no safe degraded mode (see ids.c). */
+void og_ids_random(void *buf, size_t n);
+
+/* Writes a new reference into `out`: "kf_", then 10 characters of the 48-bit millisecond time
+ * `now_ms` (taken modulo 2^48) and 16 characters of 80 random bits, in Crockford base32
+ * (0123456789ABCDEFGHJKMNPQRSTVWXYZ). References of different milliseconds sort by time, as
+ * strings and as bytes; within one millisecond their order is random. */
+void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms);
+
+/* True when `s` is a reference in canonical form: "kf_" + 26 upper-case Crockford characters,
+ * the first one 0-7 (26 characters carry 130 bits; the top two are always zero). */
+bool og_ids_reference_valid(const char *s);
+
+/* The millisecond time a valid reference was made at; false when `s` is not valid. */
+bool og_ids_reference_time(const char *s, uint64_t *ms);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * Address formats: E.164 recipient numbers, WhatsApp sender numbers and SMS sender ids.
+ * Responsible for the syntax of API.md §2 only; not for whether a number exists, is
+ * registered for a tenant (settings.h) or is on its approved sender list.
+ */
+#ifndef OMNIGATE_PHONE_H
+#define OMNIGATE_PHONE_H
+
+#include <stdbool.h>
+
+#define OG_PHONE_MAX_DIGITS  15 /* E.164 */
+#define OG_PHONE_SENDER_SIZE 17 /* longest sender id ("+" and 15 digits) with its NUL */
+
+/* "+", then 8-15 ASCII digits, the first one 1-9. */
+bool og_phone_e164_valid(const char *s);
+
+/* A WhatsApp sender number: 8-15 ASCII digits, the first one 1-9, no "+". */
+bool og_phone_wa_from_valid(const char *s);
+
+/* An SMS sender id, one of:
+ *   alphanumeric: 1-11 characters of A-Z a-z 0-9 and space, at least one of them a letter
+ *                 (so never only spaces or only digits);
+ *   numeric:      1-15 ASCII digits (short codes and national long codes; a leading 0 allowed);
+ *   E.164:        "+" then 8-15 digits, first 1-9, as og_phone_e164_valid (Twilio's From).
+ * A NULL `s` is not valid. */
+bool og_phone_sender_valid(const char *s);
+
+#endif

@@ -1,0 +1,91 @@
+/*
+ * References in the ULID layout and CSPRNG bytes. A reference is 130 bits written as 26
+ * Crockford base32 characters: 2 zero bits, 48 bits of milliseconds, 80 random bits. Because
+ * the time comes first and the alphabet is in ASCII order, string order is time order.
+ */
+#include "omnigate/ids.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/* getrandom(2) without GRND_NONBLOCK blocks only until the kernel pool is first seeded (early
+ * boot), and it returns short reads only for large requests interrupted by a signal. Its
+ * remaining failures (ENOSYS on a pre-3.17 kernel, EFAULT on a bad pointer) leave nothing to
+ * fall back on: a weaker source would silently make guessable tokens and OTP codes, and
+ * giving every caller an error path for a condition that cannot occur on a supported kernel
+ * would only add untested code. So the process stops, loudly, with a core dump. */
+void og_ids_random(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            abort();
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)
+{
+    unsigned char rnd[10];
+    og_ids_random(rnd, sizeof(rnd));
+
+    /* The 130-bit value as two halves: hi holds the 2 zero bits and the 48-bit time (50 bits,
+     * 10 characters), lo the 80 random bits (16 characters). */
+    uint64_t t = now_ms & ((UINT64_C(1) << 48) - 1);
+    char *o = out;
+    memcpy(o, OG_IDS_REFERENCE_PREFIX, 3);
+    o += 3;
+    for (int i = 9; i >= 0; i--)
+        o[9 - i] = crockford[(t >> (5 * i)) & 31];
+    o += 10;
+    /* 80 bits = 16 groups of 5, read from the bytes big-endian. */
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < sizeof(rnd); i++) {
+        acc = (acc << 8) | rnd[i];
+        bits += 8;
+        while (bits >= 5) {
+            bits -= 5;
+            *o++ = crockford[(acc >> bits) & 31];
+        }
+    }
+    *o = '\0';
+}
+
+/* Value of a canonical (upper-case) Crockford character, or -1. */
+static int crockford_value(char c)
+{
+    const char *p = c != '\0' ? strchr(crockford, c) : NULL;
+    return p != NULL ? (int)(p - crockford) : -1;
+}
+
+bool og_ids_reference_valid(const char *s)
+{
+    if (s == NULL || strncmp(s, OG_IDS_REFERENCE_PREFIX, 3) != 0)
+        return false;
+    s += 3;
+    for (int i = 0; i < 26; i++)
+        if (crockford_value(s[i]) < 0)
+            return false;
+    return s[26] == '\0' && s[0] <= '7';
+}
+
+bool og_ids_reference_time(const char *s, uint64_t *ms)
+{
+    if (!og_ids_reference_valid(s))
+        return false;
+    uint64_t t = 0;
+    for (int i = 0; i < 10; i++)
+        t = (t << 5) | (uint64_t)crockford_value(s[3 + i]);
+    *ms = t;
+    return true;
+}

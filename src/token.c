@@ -1,0 +1,168 @@
+/*
+ * Tokens, OTP codes and their keyed hashes. Random characters come from og_ids_random by
+ * rejection sampling: a byte is kept only when it falls below the largest multiple of the
+ * alphabet size that fits in a byte (248 for base62, 250 for digits), so `byte % size` is
+ * exactly uniform. Hashes are HMAC-SHA256 through OpenSSL's EVP_MAC.
+ */
+#include "omnigate/token.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "omnigate/ids.h"
+
+static const char base62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+static const char hexdigits[] = "0123456789abcdef";
+
+/* Fills out[0..n) with characters of alphabet[0..size) drawn uniformly. */
+static void random_chars(char *out, size_t n, const char *alphabet, unsigned size)
+{
+    unsigned limit = 256 - 256 % size; /* bytes >= limit would favour the first 256 % size */
+    unsigned char buf[64];
+    size_t have = 0, used = 0;
+    while (n > 0) {
+        if (used == have) {
+            og_ids_random(buf, sizeof(buf));
+            have = sizeof(buf);
+            used = 0;
+        }
+        unsigned b = buf[used++];
+        if (b < limit) {
+            *out++ = alphabet[b % size];
+            n--;
+        }
+    }
+    OPENSSL_cleanse(buf, sizeof(buf));
+}
+
+void og_token_generate(char out[OG_TOKEN_SIZE])
+{
+    memcpy(out, OG_TOKEN_TAG, 4);
+    random_chars(out + 4, OG_TOKEN_RANDOM_LEN, base62, 62);
+    out[OG_TOKEN_LEN] = '\0';
+}
+
+/* 1 when c is in [0-9A-Za-z], else 0, without branching on c. */
+static unsigned is_base62(unsigned char c)
+{
+    unsigned d = (unsigned)(c - '0') < 10;
+    unsigned up = (unsigned)(c - 'A') < 26;
+    unsigned low = (unsigned)(c - 'a') < 26;
+    return d | up | low;
+}
+
+bool og_token_format_valid(const char *s, size_t len)
+{
+    if (s == NULL || len != OG_TOKEN_LEN)
+        return false;
+    /* The whole string is always read: a probe's timing tells nothing about where it went
+     * wrong (the hash lookup after this is keyed, but the check is cheap to make uniform). */
+    unsigned ok = (unsigned)(CRYPTO_memcmp(s, OG_TOKEN_TAG, 4) == 0);
+    for (size_t i = 4; i < len; i++)
+        ok &= is_base62((unsigned char)s[i]);
+    return ok == 1;
+}
+
+/* HMAC-SHA256 keyed by `secret` over the concatenation of parts[0..n), as lower-case hex. */
+static bool hmac_hex(const char *secret, const void *const *parts, const size_t *lens, size_t n,
+                     char out_hex[OG_HASH_HEX_SIZE])
+{
+    bool ok = false;
+    unsigned char md[32];
+    size_t mdlen = 0;
+    out_hex[0] = '\0';
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    if (ctx == NULL)
+        goto out;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+        OSSL_PARAM_construct_end(),
+    };
+    /* OpenSSL refuses a NULL key even with length 0; an empty key is still a valid HMAC key. */
+    static const unsigned char empty_key[1];
+    const unsigned char *key =
+        secret != NULL && secret[0] != '\0' ? (const unsigned char *)secret : empty_key;
+    size_t keylen = secret != NULL ? strlen(secret) : 0;
+    if (EVP_MAC_init(ctx, key, keylen, params) != 1)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        if (lens[i] > 0 && EVP_MAC_update(ctx, parts[i], lens[i]) != 1)
+            goto out;
+    if (EVP_MAC_final(ctx, md, &mdlen, sizeof(md)) != 1 || mdlen != sizeof(md))
+        goto out;
+    for (size_t i = 0; i < sizeof(md); i++) {
+        out_hex[2 * i] = hexdigits[md[i] >> 4];
+        out_hex[2 * i + 1] = hexdigits[md[i] & 15];
+    }
+    out_hex[64] = '\0';
+    ok = true;
+out:
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    OPENSSL_cleanse(md, sizeof(md));
+    return ok;
+}
+
+bool og_token_hash(const char *secret, const char *token, size_t len, char out_hex[OG_HASH_HEX_SIZE])
+{
+    const void *parts[1] = {token};
+    size_t lens[1] = {len};
+    return hmac_hex(secret, parts, lens, 1, out_hex);
+}
+
+void og_token_prefix(const char *token, char out[OG_TOKEN_DISPLAY_SIZE])
+{
+    size_t n = strnlen(token, OG_TOKEN_DISPLAY_LEN);
+    memcpy(out, token, n);
+    out[n] = '\0';
+}
+
+bool og_ct_equal(const void *a, const void *b, size_t n)
+{
+    return CRYPTO_memcmp(a, b, n) == 0;
+}
+
+bool og_otp_generate(char *out, int length)
+{
+    if (length < OG_OTP_MIN_LEN || length > OG_OTP_MAX_LEN)
+        return false;
+    random_chars(out, (size_t)length, "0123456789", 10);
+    out[length] = '\0';
+    return true;
+}
+
+/* Domain label: an OTP hash can never equal a token hash made with the same secret, and a
+ * later scheme can change the label. */
+static const char otp_label[] = "omnigate-otp-v1";
+
+bool og_otp_hash(const char *secret, const char *tenant_id, const char *otp_reference, const char *code,
+                 char out_hex[OG_HASH_HEX_SIZE])
+{
+    const char *fields[4] = {otp_label, tenant_id ? tenant_id : "", otp_reference ? otp_reference : "",
+                             code ? code : ""};
+    unsigned char lenbuf[4][4];
+    const void *parts[8];
+    size_t lens[8];
+    for (int f = 0; f < 4; f++) {
+        size_t l = strlen(fields[f]);
+        if ((uint64_t)l > UINT32_MAX) {
+            out_hex[0] = '\0';
+            return false;
+        }
+        lenbuf[f][0] = (unsigned char)(l >> 24);
+        lenbuf[f][1] = (unsigned char)(l >> 16);
+        lenbuf[f][2] = (unsigned char)(l >> 8);
+        lenbuf[f][3] = (unsigned char)l;
+        parts[2 * f] = lenbuf[f];
+        lens[2 * f] = 4;
+        parts[2 * f + 1] = fields[f];
+        lens[2 * f + 1] = l;
+    }
+    return hmac_hex(secret, parts, lens, 8, out_hex);
+}

@@ -1,0 +1,188 @@
+/*
+ * Unit tests of message references and CSPRNG bytes (src/ids.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "omnigate/ids.h"
+
+static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/* A reference is "kf_" + 26 Crockford characters, 29 in all, and passes its own check. */
+static void test_reference_format(void **state)
+{
+    char ref[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference(ref, UINT64_C(1764000000123));
+    assert_int_equal(strlen(ref), 29);
+    assert_memory_equal(ref, "kf_", 3);
+    for (int i = 3; i < 29; i++)
+        assert_non_null(strchr(crockford, ref[i]));
+    assert_true(og_ids_reference_valid(ref));
+}
+
+/* The time part is the ULID encoding: the ULID spec's example time 1469918176385 is
+ * "01ARYZ6S41"; 0 and 2^48-1 are the extremes. */
+static void test_reference_time_known_answers(void **state)
+{
+    char ref[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference(ref, UINT64_C(1469918176385));
+    assert_memory_equal(ref, "kf_01ARYZ6S41", 13);
+    og_ids_reference(ref, 0);
+    assert_memory_equal(ref, "kf_0000000000", 13);
+    og_ids_reference(ref, (UINT64_C(1) << 48) - 1);
+    assert_memory_equal(ref, "kf_7ZZZZZZZZZ", 13);
+}
+
+/* Times beyond 48 bits wrap (modulo 2^48) instead of spilling into the random part. */
+static void test_reference_time_wraps_at_48_bits(void **state)
+{
+    char ref[OG_IDS_REFERENCE_SIZE];
+    uint64_t ms = 0;
+    og_ids_reference(ref, (UINT64_C(1) << 48) + 5);
+    assert_memory_equal(ref, "kf_0000000005", 13);
+    assert_true(og_ids_reference_time(ref, &ms));
+    assert_int_equal(ms, 5);
+}
+
+/* og_ids_reference_time reads back the time a reference was made at. */
+static void test_reference_time_round_trip(void **state)
+{
+    const uint64_t times[] = {0, 1, 31, 32, 1764000000123, (UINT64_C(1) << 48) - 1};
+    for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+        char ref[OG_IDS_REFERENCE_SIZE];
+        uint64_t ms = 42;
+        og_ids_reference(ref, times[i]);
+        assert_true(og_ids_reference_time(ref, &ms));
+        assert_int_equal(ms, times[i]);
+    }
+    uint64_t ms = 42;
+    assert_false(og_ids_reference_time("kf_bad", &ms));
+    assert_int_equal(ms, 42);
+}
+
+/* A reference of a later millisecond sorts after one of an earlier millisecond, whatever the
+ * random parts, including across a character boundary (31 -> 32 ms) and a year's span. */
+static void test_reference_orders_by_time(void **state)
+{
+    const uint64_t base[] = {0, 31, 1764000000123, (UINT64_C(1) << 48) - 2};
+    for (size_t b = 0; b < sizeof(base) / sizeof(base[0]); b++) {
+        for (int i = 0; i < 1000; i++) {
+            char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
+            og_ids_reference(a, base[b]);
+            og_ids_reference(z, base[b] + 1);
+            assert_true(strcmp(a, z) < 0);
+        }
+    }
+    char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference(a, UINT64_C(1764000000123));
+    og_ids_reference(z, UINT64_C(1764000000123) + UINT64_C(365) * 86400000);
+    assert_true(strcmp(a, z) < 0);
+}
+
+static int cmp_ref(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/* 100 000 references made in the same millisecond are all distinct (80 random bits). */
+static void test_reference_unique(void **state)
+{
+    enum { N = 100000 };
+    char(*refs)[OG_IDS_REFERENCE_SIZE] = malloc(N * sizeof(*refs));
+    assert_non_null(refs);
+    for (int i = 0; i < N; i++)
+        og_ids_reference(refs[i], UINT64_C(1764000000123));
+    qsort(refs, N, sizeof(*refs), cmp_ref);
+    for (int i = 1; i < N; i++)
+        assert_true(strcmp(refs[i - 1], refs[i]) < 0);
+    free(refs);
+}
+
+/* The random part uses exactly the 32 Crockford characters: all of them appear over many
+ * draws, and I, L, O, U and lower case never do. */
+static void test_reference_crockford_alphabet(void **state)
+{
+    int seen[256] = {0};
+    for (int i = 0; i < 2000; i++) {
+        char ref[OG_IDS_REFERENCE_SIZE];
+        og_ids_reference(ref, UINT64_C(1764000000123));
+        for (int k = 13; k < 29; k++)
+            seen[(unsigned char)ref[k]]++;
+    }
+    for (int c = 0; c < 256; c++) {
+        if (c != 0 && strchr(crockford, c) != NULL)
+            assert_true(seen[c] > 0);
+        else
+            assert_int_equal(seen[c], 0);
+    }
+}
+
+/* The check accepts only the canonical form. */
+static void test_reference_valid_rejects(void **state)
+{
+    assert_true(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAV"));
+    assert_true(og_ids_reference_valid("kf_7ZZZZZZZZZZZZZZZZZZZZZZZZZ"));
+    assert_false(og_ids_reference_valid(NULL));
+    assert_false(og_ids_reference_valid(""));
+    assert_false(og_ids_reference_valid("kf_"));
+    assert_false(og_ids_reference_valid("01ARYZ6S41TSV4RRFFQ69G5FAV"));     /* no prefix */
+    assert_false(og_ids_reference_valid("KF_01ARYZ6S41TSV4RRFFQ69G5FAV"));  /* prefix case */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FA"));   /* 25 characters */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAVV")); /* 27 characters */
+    assert_false(og_ids_reference_valid("kf_01aryz6s41tsv4rrffq69g5fav"));  /* lower case */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAI"));  /* I */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAL"));  /* L */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAO"));  /* O */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FAU"));  /* U */
+    assert_false(og_ids_reference_valid("kf_81ARYZ6S41TSV4RRFFQ69G5FAV"));  /* > 130 bits */
+    assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FA-"));
+}
+
+/* og_ids_random fills exactly the bytes asked for (the guard bytes stay), large requests
+ * included, and two draws differ. */
+static void test_random_fills(void **state)
+{
+    enum { N = 1 << 20 };
+    unsigned char *buf = malloc(N + 2);
+    assert_non_null(buf);
+    buf[0] = 0xAA;
+    buf[N + 1] = 0x55;
+    memset(buf + 1, 0, N);
+    og_ids_random(buf + 1, N);
+    assert_int_equal(buf[0], 0xAA);
+    assert_int_equal(buf[N + 1], 0x55);
+    size_t zeros = 0;
+    for (size_t i = 1; i <= N; i++)
+        zeros += buf[i] == 0;
+    assert_true(zeros < N / 128); /* about N/256 expected */
+    og_ids_random(buf, 0);
+    assert_int_equal(buf[0], 0xAA);
+    unsigned char a[32], b[32];
+    og_ids_random(a, sizeof(a));
+    og_ids_random(b, sizeof(b));
+    assert_memory_not_equal(a, b, sizeof(a));
+    free(buf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reference_format),
+        cmocka_unit_test(test_reference_time_known_answers),
+        cmocka_unit_test(test_reference_time_wraps_at_48_bits),
+        cmocka_unit_test(test_reference_time_round_trip),
+        cmocka_unit_test(test_reference_orders_by_time),
+        cmocka_unit_test(test_reference_unique),
+        cmocka_unit_test(test_reference_crockford_alphabet),
+        cmocka_unit_test(test_reference_valid_rejects),
+        cmocka_unit_test(test_random_fills),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
