@@ -1,90 +1,229 @@
 #!/usr/bin/env bash
-# A private PostgreSQL cluster for the quickstart and the benchmarks.
-#   bash deploy/pg.sh start [DIR] [PORT]   initdb DIR if needed, start it, create role and
-#                                           database "omnigate", print its connection URI
-#   bash deploy/pg.sh stop [DIR]
-#   bash deploy/pg.sh status [DIR]
-# DIR defaults to .omnigate/pg under the repository, PORT to 55432. As root, the server runs as
-# the `postgres` user (PostgreSQL refuses root); DIR is then made that user's, and when DIR's
-# parents are not traversable by it (a clone under /root), the data lives under
-# /var/tmp/omnigate-pg-<hash> with DIR a symlink to it.
+# A private PostgreSQL cluster for the README quickstart and the benchmarks.
+#
+#   bash deploy/pg.sh start  [DIR] [PORT]  initdb DIR if it holds no cluster, start the server
+#                                          unless it already runs, create role and database
+#                                          "omnigate", then print ONE line on stdout: the
+#                                          OMNIGATE_DATABASE_URL (TCP on 127.0.0.1:PORT).
+#   bash deploy/pg.sh stop   [DIR]         fast shutdown; no-op when it is not running.
+#   bash deploy/pg.sh status [DIR]         "running: <url>" (exit 0) or "stopped" (exit 3).
+#
+# DIR defaults to .omnigate/pg under the repository root; a relative DIR is taken relative to
+# the caller's working directory. PORT defaults to the port DIR was created with, else 55432.
+# Layout: DIR/data (the cluster), DIR/run (its unix socket), DIR/port, DIR/log (server log).
+# Durable settings: fsync=on, synchronous_commit=on (the benchmarks measure real commits).
+# Everything but the URL goes to stderr.
+#
+# As root: PostgreSQL refuses to run as root, so the server runs as the `postgres` user
+# (created by the postgresql package; a system user `omnigate-pg` is created if it is
+# missing) and DIR is owned by it. If that user cannot reach DIR (a clone under /root, whose
+# mode is 0700), no permission is loosened: the cluster lives in /var/lib/omnigate/pg-<hash
+# of DIR> and DIR becomes a symlink to it (`rm -rf` of the symlink does not remove the data;
+# `bash deploy/pg.sh stop DIR && rm -rf "$(readlink -f DIR)" DIR` does).
+#
+# Authentication is `trust` for local connections (unix socket and 127.0.0.1 only): a
+# development cluster, not a production setup.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
-cmd=${1:-start}
-DIR=${2:-$PWD/.omnigate/pg}
-PORT=${3:-55432}
-BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
-[[ -n "$BIN" ]] || { echo "pg.sh: no PostgreSQL server found (apt-get install postgresql-15)" >&2; exit 1; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-}
+DIR=${2:-$ROOT/.omnigate/pg}
+PORT_ARG=${3:-}
+DEFAULT_PORT=55432
+[[ "$DIR" = /* ]] || DIR=$PWD/$DIR
 
+log() { echo "pg.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+usage() {
+  echo "usage: bash deploy/pg.sh start [DIR] [PORT] | stop [DIR] | status [DIR]" >&2
+  exit 2
+}
+
+# The newest installed server, unless DIR already holds a cluster of another major version.
+bindir_for() {
+  local want=${1:-} d
+  if [[ -n "$want" ]]; then
+    d=/usr/lib/postgresql/$want/bin
+    [[ -x "$d/postgres" ]] || die "the cluster in $DIR is PostgreSQL $want, but $d/postgres is not installed"
+    echo "$d"
+    return
+  fi
+  local best=-1 v
+  d=
+  for v in /usr/lib/postgresql/*/bin/postgres; do
+    v=${v#/usr/lib/postgresql/}
+    v=${v%%/*}
+    if [[ "$v" =~ ^[0-9]+$ && "$v" -gt "$best" ]]; then
+      best=$v
+      d=/usr/lib/postgresql/$v/bin
+    fi
+  done
+  [[ -n "$d" && -x "$d/postgres" ]] ||
+    die "no PostgreSQL server under /usr/lib/postgresql (run: bash deploy/install-deps.sh)"
+  echo "$d"
+}
+
+# --- who runs the server -------------------------------------------------------------------
+SERVER_USER=
 AS=()
 if [[ $(id -u) -eq 0 ]]; then
-  AS=(runuser -u postgres --)
-fi
-
-as_pg() { (cd /tmp && "${AS[@]}" "$@"); }
-
-resolve_dir() {
-  mkdir -p "$(dirname "$DIR")"
-  if [[ ${#AS[@]} -gt 0 && ! -e "$DIR" ]]; then
-    # Can the postgres user reach DIR's parent? If not, keep the data where it can.
-    if ! runuser -u postgres -- test -x "$(dirname "$DIR")" 2>/dev/null; then
-      local real
-      real=/var/tmp/omnigate-pg-$(echo -n "$DIR" | sha256sum | cut -c1-12)
-      mkdir -p "$real"
-      ln -sfn "$real" "$DIR"
+  SERVER_USER=postgres
+  if ! id -u "$SERVER_USER" >/dev/null 2>&1; then
+    SERVER_USER=omnigate-pg
+    if ! id -u "$SERVER_USER" >/dev/null 2>&1; then
+      log "creating system user $SERVER_USER to run PostgreSQL (it refuses to run as root)"
+      useradd -r -M -d /nonexistent -s /usr/sbin/nologin "$SERVER_USER"
     fi
   fi
-  mkdir -p "$DIR"
-  DIR=$(readlink -f "$DIR")
-  [[ ${#AS[@]} -gt 0 ]] && chown postgres "$DIR"
+  AS=(runuser -u "$SERVER_USER" --)
+fi
+
+# Runs a command as the server's user from a directory that user can enter.
+as_pg() { (cd / && "${AS[@]}" "$@"); }
+
+# Clean client environment: no PG* variable of the caller may redirect our commands.
+for v in $(compgen -e | grep '^PG' || true); do unset "$v"; done
+export PGCLIENTENCODING=UTF8
+
+# --- locating DIR -----------------------------------------------------------------------------
+# start: creates DIR (or the symlinked relocation) and makes it the server user's.
+prepare_dir() {
+  if [[ -L "$DIR" || -d "$DIR" ]]; then
+    DIR=$(readlink -f "$DIR")
+  else
+    mkdir -p "$DIR"
+    DIR=$(readlink -f "$DIR")
+    if [[ -n "$SERVER_USER" ]] && ! runuser -u "$SERVER_USER" -- test -x "$DIR" 2>/dev/null; then
+      # A parent of DIR is not traversable by the server user (e.g. /root is 0700).
+      local real
+      real=/var/lib/omnigate/pg-$(printf '%s' "$DIR" | sha256sum | cut -c1-12)
+      log "$SERVER_USER cannot reach $DIR (a parent directory is private);" \
+          "keeping the cluster in $real with $DIR a symlink to it"
+      rmdir "$DIR"
+      mkdir -p "$real"
+      chmod 0755 /var/lib/omnigate
+      ln -s "$real" "$DIR"
+      DIR=$real
+    fi
+  fi
+  if [[ -n "$SERVER_USER" ]]; then
+    runuser -u "$SERVER_USER" -- test -x "$DIR" 2>/dev/null ||
+      die "$SERVER_USER cannot reach $DIR; move it or remove it so it can be relocated"
+    chown "$SERVER_USER" "$DIR"
+  fi
   chmod 0700 "$DIR"
 }
 
-url() { echo "postgresql://omnigate@127.0.0.1:$(cat "$DIR/port")/omnigate"; }
+# stop/status: never create anything.
+locate_dir() {
+  if [[ -L "$DIR" || -d "$DIR" ]]; then
+    DIR=$(readlink -f "$DIR")
+  fi
+}
 
-running() { [[ -f "$DIR/data/postmaster.pid" ]] && as_pg "$BIN/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1; }
+stored_port() { if [[ -f "$DIR/port" ]]; then tr -dc 0-9 <"$DIR/port"; fi; }
+
+url() { echo "postgresql://omnigate@127.0.0.1:$1/omnigate"; }
+
+running() {
+  [[ -f "$DIR/data/PG_VERSION" && -f "$DIR/data/postmaster.pid" ]] || return 1
+  local bin
+  bin=$(bindir_for "$(cat "$DIR/data/PG_VERSION")")
+  as_pg "$bin/pg_ctl" -D "$DIR/data" status >/dev/null 2>&1
+}
+
+# The port the running server really listens on (line 4 of postmaster.pid).
+live_port() { sed -n 4p "$DIR/data/postmaster.pid" 2>/dev/null | tr -dc 0-9; }
+
+# --- commands -------------------------------------------------------------------------------
+do_start() {
+  prepare_dir
+  local bin port
+  if [[ ! -f "$DIR/data/PG_VERSION" ]]; then
+    bin=$(bindir_for)
+    [[ ! -e "$DIR/data" || -z "$(ls -A "$DIR/data" 2>/dev/null)" ]] ||
+      die "$DIR/data exists but holds no cluster; remove it first"
+    log "creating a PostgreSQL $("$bin/postgres" --version | awk '{print $3}') cluster in $DIR"
+    local locale=C.UTF-8
+    locale -a 2>/dev/null | grep -qix 'c.utf-\?8' || locale=C
+    local quiet=()
+    "$bin/initdb" --help | grep -q -- --no-instructions && quiet=(--no-instructions)
+    as_pg "$bin/initdb" -D "$DIR/data" --auth=trust -U postgres -E UTF8 --locale="$locale" "${quiet[@]}" >&2
+  else
+    bin=$(bindir_for "$(cat "$DIR/data/PG_VERSION")")
+  fi
+  as_pg mkdir -p "$DIR/run"
+
+  if running; then
+    port=$(live_port)
+    [[ -z "$PORT_ARG" || "$PORT_ARG" == "$port" ]] ||
+      log "warning: already running on port $port; PORT $PORT_ARG ignored (stop it first)"
+    log "already running (port $port, data $DIR/data)"
+  else
+    port=${PORT_ARG:-$(stored_port)}
+    port=${port:-$DEFAULT_PORT}
+    [[ "$port" =~ ^[0-9]+$ && "$port" -ge 1 && "$port" -le 65535 ]] || die "bad PORT '$port'"
+    # Our settings live in omnigate.conf, included last, rewritten at every start.
+    local conf="$DIR/data/postgresql.conf"
+    grep -qx "include_if_exists = 'omnigate.conf'" "$conf" ||
+      echo "include_if_exists = 'omnigate.conf'" | as_pg tee -a "$conf" >/dev/null
+    as_pg tee "$DIR/data/omnigate.conf" >/dev/null <<CONF
+# Written by deploy/pg.sh at every start; edit postgresql.conf above it for other settings.
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$DIR/run'
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+max_connections = 200
+shared_buffers = 128MB
+log_min_messages = warning
+timezone = 'UTC'
+log_timezone = 'UTC'
+CONF
+    echo "$port" | as_pg tee "$DIR/port" >/dev/null
+    log "starting on 127.0.0.1:$port (log: $DIR/log)"
+    if ! as_pg "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 start >&2; then
+      log "the server did not start; last lines of $DIR/log:"
+      tail -n 20 "$DIR/log" >&2 || true
+      exit 1
+    fi
+  fi
+
+  "$bin/psql" -XAtq -v ON_ERROR_STOP=1 -d "host=$DIR/run port=$port dbname=postgres user=postgres" >&2 <<'SQL'
+SELECT 'CREATE ROLE omnigate LOGIN'
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'omnigate') \gexec
+SELECT 'CREATE DATABASE omnigate OWNER omnigate'
+ WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'omnigate') \gexec
+SQL
+  url "$port"
+}
+
+do_stop() {
+  locate_dir
+  if running; then
+    local bin
+    bin=$(bindir_for "$(cat "$DIR/data/PG_VERSION")")
+    as_pg "$bin/pg_ctl" -D "$DIR/data" -m fast -w -t 60 stop >&2
+  else
+    log "not running ($DIR)"
+  fi
+}
+
+do_status() {
+  locate_dir
+  if running; then
+    echo "running: $(url "$(live_port)")"
+  else
+    echo "stopped"
+    exit 3
+  fi
+}
 
 case "$cmd" in
-start)
-  resolve_dir
-  if [[ ! -f "$DIR/data/PG_VERSION" ]]; then
-    echo "pg.sh: creating a cluster in $DIR" >&2
-    as_pg "$BIN/initdb" -D "$DIR/data" --auth=trust -U postgres -E UTF8 --locale=C >/dev/null
-    as_pg mkdir -p "$DIR/run"
-    cat >> "$DIR/data/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PORT
-unix_socket_directories = '$DIR/run'
-max_connections = 300
-shared_buffers = 256MB
-synchronous_commit = on
-fsync = on
-CONF
-    echo "$PORT" | as_pg tee "$DIR/port" >/dev/null
-  fi
-  if ! running; then
-    as_pg "$BIN/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 start >/dev/null
-  else
-    echo "pg.sh: already running" >&2
-  fi
-  P=$(cat "$DIR/port")
-  if ! psql -XAtq -h 127.0.0.1 -p "$P" -U postgres -d postgres -c "SELECT 1 FROM pg_roles WHERE rolname = 'omnigate'" | grep -q 1; then
-    psql -XAtq -h 127.0.0.1 -p "$P" -U postgres -d postgres -c "CREATE ROLE omnigate LOGIN" >/dev/null
-    psql -XAtq -h 127.0.0.1 -p "$P" -U postgres -d postgres -c "CREATE DATABASE omnigate OWNER omnigate" >/dev/null
-  fi
-  url
-  ;;
-stop)
-  DIR=$(readlink -f "$DIR" 2>/dev/null || echo "$DIR")
-  if running; then as_pg "$BIN/pg_ctl" -D "$DIR/data" -m fast -w stop >/dev/null; fi
-  ;;
-status)
-  DIR=$(readlink -f "$DIR" 2>/dev/null || echo "$DIR")
-  if running; then echo "running: $(url)"; else echo "stopped"; exit 3; fi
-  ;;
-*)
-  echo "usage: bash deploy/pg.sh start|stop|status [DIR] [PORT]" >&2
-  exit 2
-  ;;
+start) do_start ;;
+stop) do_stop ;;
+status) do_status ;;
+*) usage ;;
 esac

@@ -590,6 +590,11 @@ static void run_queues(og_db_t *db)
     if (ready_count(db) == 0) {
         if (db->reads.len || db->writes.len)
             nudge(db);
+        /* A connection on its way up (start-up, or a reconnect the nudge just began) will
+         * take the queue when ready; only with none coming do requests fail at once. */
+        for (int i = 0; i < db->nconns; i++)
+            if (db->conns[i].state == C_CONNECTING || db->conns[i].state == C_PREPARING)
+                return;
         while ((op = q_pop(&db->reads)) != NULL)
             complete(op, OG_DB_UNAVAILABLE);
         while ((op = q_pop(&db->writes)) != NULL)

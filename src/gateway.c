@@ -9,12 +9,7 @@
 #include "omnigate/store.h"
 
 /* TODO(this session): drop once token/settings/ids/phone have landed. */
-#if __has_include("omnigate/provider.h") && __has_include("omnigate/http_client.h") /* TODO(this session) */
-#define OG_GW_SEND 1
 #include "omnigate/http_client.h"
-#else
-#define OG_GW_SEND 0
-#endif
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
@@ -24,12 +19,6 @@ static const og_route_t routes[] = {
     {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
     {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
     {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
-#if OG_GW_SEND
-    {"POST", "/api/omni/send", og_send_omni},
-    {"POST", "/api/sms/send", og_sms_send},
-    {"POST", "/api/sms/otp/send", og_otp_send},
-    {"POST", "/api/sms/otp/verify", og_otp_verify},
-#endif
     {"GET", "/api/omni/logs", og_logs_omni},
     {"GET", "/api/sms/logs", og_logs_sms},
     {"GET", "/api/sms/otp/logs", og_logs_otp},
@@ -48,11 +37,9 @@ static int gw_start(og_worker_t *w)
         if (gw->db == NULL)
             return -1;
     }
-#if OG_GW_SEND
     gw->hc = og_hc_new(&w->loop, &w->log);
     if (gw->hc == NULL)
         return -1;
-#endif
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret);
     return gw->auth == NULL ? -1 : 0;
 }
@@ -69,13 +56,11 @@ static void gw_piece_closed(void *arg)
 static void auth_closed(void *arg)
 {
     og_gw_t *gw = arg;
-#if OG_GW_SEND
     if (gw->hc != NULL) {
         gw->closing++;
         og_hc_close(gw->hc, gw_piece_closed, gw);
         gw->hc = NULL;
     }
-#endif
     /* The pool goes last: the auth module's final last_used_at batch rides on it. */
     if (gw->db != NULL) {
         gw->closing++;

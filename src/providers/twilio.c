@@ -1,0 +1,117 @@
+/*
+ * sms: a Twilio-compatible Messages API, API.md §8.
+ *   POST {sms_base_url}/2010-04-01/Accounts/{sms_account_sid}/Messages.json
+ *   HTTP Basic auth: account sid, auth token
+ *   To=<+E164>&From=<sender>&Body=<text>   (application/x-www-form-urlencoded, RFC 3986 %XX)
+ * Success is a 2xx with a string `sid`; errors are {"code","message","more_info","status"},
+ * classified by `code` first and the HTTP status second (docs/providers.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "omnigate/provider.h"
+
+#define LABEL "Twilio API"
+
+static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
+                         size_t whylen)
+{
+    if (cfg->sms_base_url == NULL || cfg->sms_base_url[0] == '\0') {
+        snprintf(why, whylen, "OMNIGATE_SMS_BASE_URL is not set");
+        return false;
+    }
+    if (cfg->sms_account_sid == NULL || cfg->sms_account_sid[0] == '\0') {
+        snprintf(why, whylen, "OMNIGATE_SMS_ACCOUNT_SID is not set");
+        return false;
+    }
+    if (cfg->sms_auth_token == NULL || cfg->sms_auth_token[0] == '\0') {
+        snprintf(why, whylen, "OMNIGATE_SMS_AUTH_TOKEN is not set");
+        return false;
+    }
+    if (p->from == NULL || p->from[0] == '\0') {
+        snprintf(why, whylen, "no SMS sender");
+        return false;
+    }
+    if (p->to == NULL || p->text == NULL) {
+        snprintf(why, whylen, "no recipient or text");
+        return false;
+    }
+    char *sid = og_provider_pct_encode(cfg->sms_account_sid, strlen(cfg->sms_account_sid));
+    char *to = og_provider_pct_encode(p->to, strlen(p->to));
+    char *from = og_provider_pct_encode(p->from, strlen(p->from));
+    char *text = og_provider_pct_encode(p->text, strlen(p->text));
+    if (sid != NULL)
+        req->url = og_provider_url(cfg->sms_base_url, "/2010-04-01/Accounts/%s/Messages.json", sid);
+    if (to != NULL && from != NULL && text != NULL) {
+        int n = asprintf(&req->body, "To=%s&From=%s&Body=%s", to, from, text);
+        if (n < 0)
+            req->body = NULL;
+        else
+            req->body_len = (size_t)n;
+    }
+    free(sid);
+    free(to);
+    free(from);
+    if (text != NULL) { /* OTP codes travel in the text */
+        explicit_bzero(text, strlen(text));
+        free(text);
+    }
+    req->method = "POST";
+    req->user = strdup(cfg->sms_account_sid);
+    req->password = strdup(cfg->sms_auth_token);
+    bool ok = req->url != NULL && req->body != NULL && req->user != NULL && req->password != NULL &&
+              og_hc_req_add_header(req, "Content-Type: application/x-www-form-urlencoded") &&
+              og_hc_req_add_header(req, "Accept: application/json");
+    if (!ok)
+        snprintf(why, whylen, "out of memory");
+    return ok;
+}
+
+static void twilio_classify(long status, const char *body, size_t len, og_attempt_result_t *out)
+{
+    out->http_status = (int)status;
+    json_t *root = len > 0 ? json_loadb(body, len, 0, NULL) : NULL;
+    if (status >= 200 && status < 300) {
+        json_t *sid = json_object_get(root, "sid");
+        if (!json_is_string(sid) || !og_provider_sent(out, json_string_value(sid)))
+            og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered %ld without a message sid", status);
+        json_decref(root);
+        return;
+    }
+
+    long long code = og_provider_code(out, json_object_get(root, "code"));
+    const char *msg = json_string_value(json_object_get(root, "message"));
+    if (msg == NULL)
+        msg = root == NULL && len > 0 ? "unparseable error body" : "no details";
+    char codes[48] = "";
+    if (out->provider_code[0])
+        snprintf(codes, sizeof(codes), ", code %s", out->provider_code);
+
+    if (status == 429 || code == 20429 || code == 14107) {
+        og_provider_fail(out, OG_ERR_PROVIDER_RATE_LIMITED, LABEL " is throttling (HTTP %ld%s): %s", status,
+                         codes, msg);
+    } else if (status == 401 || code == 20003) {
+        out->bad_credential = true;
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED,
+                         LABEL " refused the account credentials (HTTP %ld%s): %s", status, codes, msg);
+    } else if (status >= 400 && status < 500) {
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the message (HTTP %ld%s): %s", status,
+                         codes, msg);
+    } else if (status >= 500 && status < 600) {
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " failed (HTTP %ld%s): %s", status, codes, msg);
+    } else {
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered an unexpected HTTP %ld", status);
+    }
+    json_decref(root);
+}
+
+const og_provider_t og_provider_twilio = {
+    .name = "twilio",
+    .label = LABEL,
+    .channel = OG_CH_SMS,
+    .build = twilio_build,
+    .classify = twilio_classify,
+};

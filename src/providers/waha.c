@@ -1,0 +1,135 @@
+/*
+ * whatsapp_qr: a QR-linked WhatsApp Web session behind the WAHA HTTP API, API.md §8.
+ *   POST {qr_base_url}/api/sendText
+ *   X-Api-Key: {qr_api_key}            (only when configured)
+ *   {"session":"<session>","chatId":"<digits>@c.us","text":"..."}
+ * Success is a 2xx whose body is the sent message. Where its id lives depends on WAHA's engine:
+ * a string `id` (GOWS), an object whose `_serialized` is the full id (WEBJS), or `key.id`
+ * (NOWEB); all are accepted. Errors are NestJS-style {"message","statusCode"[,"error"]}, or
+ * {"error","session","status","expected"} when the session is not WORKING (docs/providers.md).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "omnigate/provider.h"
+
+#define LABEL "WAHA"
+
+static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
+                       size_t whylen)
+{
+    if (cfg->qr_base_url == NULL || cfg->qr_base_url[0] == '\0') {
+        snprintf(why, whylen, "OMNIGATE_QR_BASE_URL is not set");
+        return false;
+    }
+    bool with_key = cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0';
+    if (with_key && !og_provider_header_safe(cfg->qr_api_key)) {
+        snprintf(why, whylen, "OMNIGATE_QR_API_KEY has characters a key cannot have");
+        return false;
+    }
+    if (p->to == NULL || p->text == NULL) {
+        snprintf(why, whylen, "no recipient or text");
+        return false;
+    }
+    const char *session = p->session != NULL && p->session[0] != '\0' ? p->session : "default";
+    char chat_id[40];
+    snprintf(chat_id, sizeof(chat_id), "%s@c.us", p->to[0] == '+' ? p->to + 1 : p->to);
+
+    req->url = og_provider_url(cfg->qr_base_url, "/api/sendText");
+    json_t *body = json_pack("{s:s, s:s, s:s}", "session", session, "chatId", chat_id, "text", p->text);
+    if (body == NULL) {
+        snprintf(why, whylen, "the text or session name is not valid UTF-8");
+        return false;
+    }
+    req->body = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    req->body_len = req->body ? strlen(req->body) : 0;
+    req->method = "POST";
+    bool ok = req->url != NULL && req->body != NULL &&
+              og_hc_req_add_header(req, "Content-Type: application/json") &&
+              og_hc_req_add_header(req, "Accept: application/json") &&
+              (!with_key || og_hc_req_add_header(req, "X-Api-Key: %s", cfg->qr_api_key));
+    if (!ok)
+        snprintf(why, whylen, "out of memory");
+    return ok;
+}
+
+/* The provider message id in a sent-message body, or NULL. */
+static const char *message_id(json_t *root)
+{
+    json_t *id = json_object_get(root, "id");
+    if (json_is_string(id))
+        return json_string_value(id);
+    if (json_is_object(id)) {
+        json_t *s = json_object_get(id, "_serialized");
+        if (json_is_string(s))
+            return json_string_value(s);
+        s = json_object_get(id, "id");
+        if (json_is_string(s))
+            return json_string_value(s);
+    }
+    id = json_object_get(json_object_get(root, "key"), "id");
+    return json_is_string(id) ? json_string_value(id) : NULL;
+}
+
+static void waha_classify(long status, const char *body, size_t len, og_attempt_result_t *out)
+{
+    out->http_status = (int)status;
+    json_t *root = len > 0 ? json_loadb(body, len, 0, NULL) : NULL;
+    if (status >= 200 && status < 300) {
+        const char *id = message_id(root);
+        if (id == NULL || !og_provider_sent(out, id))
+            og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered %ld without a message id", status);
+        json_decref(root);
+        return;
+    }
+
+    /* "message" is a string, or an array of strings for validation errors. */
+    json_t *m = json_object_get(root, "message");
+    if (json_is_array(m))
+        m = json_array_get(m, 0);
+    const char *msg = json_string_value(m);
+    if (msg == NULL)
+        msg = json_string_value(json_object_get(root, "error"));
+    if (msg == NULL)
+        msg = root == NULL && len > 0 ? "unparseable error body" : "no details";
+    const char *session_status = json_string_value(json_object_get(root, "status"));
+    char text[400];
+    if (session_status != NULL)
+        snprintf(text, sizeof(text), "%s (session status %s)", msg, session_status);
+    else
+        snprintf(text, sizeof(text), "%s", msg);
+
+    if (status == 429) {
+        og_provider_fail(out, OG_ERR_PROVIDER_RATE_LIMITED, LABEL " is throttling (HTTP 429): %s", text);
+    } else if (status == 401 || status == 403) {
+        out->bad_credential = true;
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the API key (HTTP %ld): %s", status,
+                         text);
+    } else if (status == 404 || status == 422) {
+        /* No such session, or it is not WORKING (logged out, needs a QR scan, failed, stopped):
+         * nothing goes through until an operator fixes the session. STARTING passes by itself. */
+        out->bad_credential = session_status == NULL || strcmp(session_status, "STARTING") != 0;
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " session cannot send (HTTP %ld): %s", status,
+                         text);
+    } else if (status >= 400 && status < 500) {
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the message (HTTP %ld): %s", status,
+                         text);
+    } else if (status >= 500 && status < 600) {
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " failed (HTTP %ld): %s", status, text);
+    } else {
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered an unexpected HTTP %ld", status);
+    }
+    json_decref(root);
+}
+
+const og_provider_t og_provider_waha = {
+    .name = "waha",
+    .label = LABEL,
+    .channel = OG_CH_WHATSAPP_QR,
+    .build = waha_build,
+    .classify = waha_classify,
+};

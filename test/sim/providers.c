@@ -1,0 +1,594 @@
+/*
+ * The three provider endpoints of omnigate-sim, in each provider's own wire format (API.md §8,
+ * README.md). Each endpoint finds the recipient, records the request, asks for the plan and
+ * prepares the answer in order: transport failures first (they ignore the request), then the
+ * provider's credential check, then its body validation, then the planned behaviour.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "sim.h"
+#include "omnigate/smsenc.h"
+
+#define JSON_CTYPE "application/json"
+#define CTYPE_UTF8 "application/json; charset=utf-8"
+
+/* The WhatsApp number the simulated WAHA session is linked to. */
+#define WAHA_SESSION_NUMBER "15550100000"
+
+static const char B62[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+/* Sets a JSON answer, taking the reference to `v` (NULL gives an empty body). */
+static void answer_json(sim_answer_t *a, int status, const char *ctype, json_t *v)
+{
+    char *body = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    sim_answer_set(a, status, ctype, body, body != NULL ? strlen(body) : 0);
+}
+
+/* A printf-formatted, malloc'd string; its length in *len. NULL when out of memory. */
+static char *format(size_t *len, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static char *format(size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *out = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (out == NULL)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(out, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    *len = (size_t)n;
+    return out;
+}
+
+/* 200 with a body no JSON parser accepts, under a Content-Type that claims JSON: a proxy's
+ * default page. A client must not trust the header. */
+static int garbage_answer(sim_answer_t *a)
+{
+    static const char page[] =
+        "<html><body><h1>It works!</h1><p>upstream: default backend</p></body></html>\n";
+    char *b = malloc(sizeof(page));
+    if (b != NULL)
+        memcpy(b, page, sizeof(page));
+    sim_answer_set(a, 200, JSON_CTYPE, b, sizeof(page) - 1);
+    return SIM_GARBAGE;
+}
+
+/* `s` is digits after an optional '+', 1 to 20 of them: the digits into out. */
+static bool phone_digits(const char *s, size_t len, char out[24])
+{
+    size_t skip = len > 0 && s[0] == '+' ? 1 : 0;
+    size_t n = len - skip;
+    if (n == 0 || n > 20)
+        return false;
+    for (size_t k = 0; k < n; k++) {
+        char c = s[skip + k];
+        if (c < '0' || c > '9')
+            return false;
+        out[k] = c;
+    }
+    out[n] = '\0';
+    return true;
+}
+
+static size_t utf8_chars(const char *s, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xc0) != 0x80;
+    return n;
+}
+
+static void base64_encode(const unsigned char *in, size_t len, char *out)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < len)
+            v |= in[i + 2];
+        out[o++] = tbl[(v >> 18) & 63];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? tbl[v & 63] : '=';
+    }
+    out[o] = '\0';
+}
+
+static int b64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Strict base64 (padding required) into out (NUL-terminated); -1 when malformed or too long. */
+static int base64_decode(const char *in, size_t len, char *out, size_t outcap)
+{
+    if (len % 4 != 0)
+        return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 4) {
+        int v[4];
+        for (int k = 0; k < 4; k++) {
+            bool pad = in[i + k] == '=' && i + 4 == len && k >= 2 && (k == 3 || in[i + 3] == '=');
+            v[k] = pad ? 0 : b64_value(in[i + k]);
+            if (v[k] < 0)
+                return -1;
+        }
+        uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+        int n = in[i + 2] == '=' ? 1 : in[i + 3] == '=' ? 2 : 3;
+        if (o + (size_t)n >= outcap)
+            return -1;
+        out[o++] = (char)(w >> 16);
+        if (n > 1)
+            out[o++] = (char)(w >> 8);
+        if (n > 2)
+            out[o++] = (char)w;
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
+static bool header_equals(const og_http_req_t *req, const char *name, const char *want)
+{
+    size_t len;
+    const char *v = og_http_req_header(req, name, &len);
+    return v != NULL && len == strlen(want) && memcmp(v, want, len) == 0;
+}
+
+/* ---- Meta WhatsApp Cloud API -------------------------------------------------------------- */
+
+#define META_TOKEN_PREFIX "EAAG"
+#define META_EXPIRED                                                                                         \
+    "Error validating access token: Session has expired on Friday, 01-Nov-24 04:00:00 PDT. The current "     \
+    "time is later."
+
+/* {"error":{"message","type","code"[,"error_data"][,"error_subcode"],"fbtrace_id"}} */
+static void meta_error(sim_t *s, sim_answer_t *a, int status, int code, int subcode, const char *message,
+                       const char *details)
+{
+    char trace[24];
+    sim_rand_chars(s, trace, 23, B62);
+    json_t *err = json_pack("{s:s, s:s, s:i}", "message", message, "type", "OAuthException", "code", code);
+    if (err != NULL && details != NULL)
+        json_object_set_new(err, "error_data",
+                            json_pack("{s:s, s:s}", "messaging_product", "whatsapp", "details", details));
+    if (err != NULL && subcode != 0)
+        json_object_set_new(err, "error_subcode", json_integer(subcode));
+    if (err != NULL)
+        json_object_set_new(err, "fbtrace_id", json_string(trace));
+    answer_json(a, status, CTYPE_UTF8, err != NULL ? json_pack("{s:o}", "error", err) : NULL);
+    if (status == 401)
+        sim_answer_header(a, "WWW-Authenticate",
+                          "OAuth \"Facebook Platform\" \"invalid_token\" \"" META_EXPIRED "\"");
+}
+
+static bool meta_token_ok(const og_http_req_t *req)
+{
+    size_t len;
+    const char *v = og_http_req_header(req, "authorization", &len);
+    size_t plen = sizeof("Bearer ") - 1, tlen = sizeof(META_TOKEN_PREFIX) - 1;
+    return v != NULL && len > plen + tlen && strncasecmp(v, "Bearer ", plen) == 0 &&
+           memcmp(v + plen, META_TOKEN_PREFIX, tlen) == 0;
+}
+
+/* What is wrong with a send body, in Meta's words, or NULL. */
+static const char *meta_invalid(json_t *root, bool to_ok)
+{
+    if (!json_is_object(root))
+        return "The request body must be a JSON object.";
+    const char *product = json_string_value(json_object_get(root, "messaging_product"));
+    if (product == NULL)
+        return "The parameter messaging_product is required.";
+    if (strcmp(product, "whatsapp") != 0)
+        return "Param messaging_product must be 'whatsapp'.";
+    json_t *rtype = json_object_get(root, "recipient_type");
+    if (rtype != NULL && (!json_is_string(rtype) || strcmp(json_string_value(rtype), "individual") != 0))
+        return "Param recipient_type must be 'individual'.";
+    if (json_object_get(root, "to") == NULL)
+        return "The parameter to is required.";
+    if (!to_ok)
+        return "Param to must be a phone number: digits, optionally after '+'.";
+    json_t *type = json_object_get(root, "type");
+    if (type != NULL && (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0))
+        return "Param type must be 'text' (the simulator sends text messages only).";
+    json_t *text = json_object_get(root, "text");
+    if (!json_is_object(text))
+        return "The parameter text is required.";
+    json_t *body = json_object_get(text, "body");
+    if (!json_is_string(body) || json_string_length(body) == 0)
+        return "The parameter text['body'] is required.";
+    if (utf8_chars(json_string_value(body), json_string_length(body)) > 4096)
+        return "Param text['body'] must be at most 4096 characters long.";
+    json_t *preview = json_object_get(text, "preview_url");
+    if (preview != NULL && !json_is_boolean(preview))
+        return "Param text['preview_url'] must be a boolean.";
+    return NULL;
+}
+
+/* "wamid." and base64 of what Meta's ids carry (a length-prefixed number and a random hex id),
+ * so they look and decode like the real ones. */
+static void meta_wamid(sim_t *s, const char *digits, char out[128])
+{
+    unsigned char raw[64];
+    size_t n = strlen(digits), o = 0;
+    raw[o++] = 0x1c;
+    raw[o++] = 0x18;
+    raw[o++] = (unsigned char)n;
+    memcpy(raw + o, digits, n);
+    o += n;
+    static const unsigned char mid[] = {0x15, 0x02, 0x00, 0x11, 0x18, 0x12};
+    memcpy(raw + o, mid, sizeof(mid));
+    o += sizeof(mid);
+    char hex[19];
+    sim_rand_chars(s, hex, 18, "0123456789ABCDEF");
+    memcpy(raw + o, hex, 18);
+    o += 18;
+    raw[o++] = 0x00;
+    memcpy(out, "wamid.", 6);
+    base64_encode(raw, o, out + 6);
+}
+
+static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, json_t *root, const char *to,
+                       const char *digits, const sim_plan_t *plan, sim_answer_t *a)
+{
+    if (sim_behaviour_is_transport(plan->behaviour))
+        return plan->behaviour == SIM_GARBAGE ? garbage_answer(a) : (int)plan->behaviour;
+    if (!meta_token_ok(req)) {
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        return SIM_STAT_UNAUTHORIZED;
+    }
+    char version[64], phone_id[64];
+    bool version_ok = og_route_param(m, "version", version, sizeof(version));
+    if (!version_ok || strcmp(version, s->w->cfg->meta_api_version) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Unknown path components: /%s/messages", version_ok ? version : "?");
+        meta_error(s, a, 400, 2500, 0, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    bool id_ok = og_route_param(m, "phoneNumberId", phone_id, sizeof(phone_id));
+    if (!id_ok || phone_id[strspn(phone_id, "0123456789")] != '\0') {
+        char msg[400];
+        snprintf(msg, sizeof(msg),
+                 "Unsupported post request. Object with ID '%s' does not exist, cannot be loaded due to "
+                 "missing permissions, or does not support this operation. Please read the Graph API "
+                 "documentation at https://developers.facebook.com/docs/graph-api",
+                 id_ok ? phone_id : "?");
+        meta_error(s, a, 400, 100, 33, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    const char *why = meta_invalid(root, digits != NULL);
+    if (why != NULL) {
+        meta_error(s, a, 400, 100, 0, "(#100) Invalid parameter", why);
+        return SIM_STAT_INVALID;
+    }
+    switch (plan->behaviour) {
+    case SIM_REJECT:
+        meta_error(s, a, 400, 131026, 0, "(#131026) Message undeliverable",
+                   "Message Undeliverable: the recipient cannot receive this message.");
+        break;
+    case SIM_ERROR:
+        meta_error(s, a, 500, 131000, 0, "(#131000) Something went wrong",
+                   "Something went wrong. Please retry later.");
+        break;
+    case SIM_THROTTLE:
+        meta_error(s, a, 429, 130429, 0, "(#130429) Rate limit hit",
+                   "Cloud API message throughput has been reached.");
+        break;
+    case SIM_AUTH:
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        break;
+    default: {
+        char wamid[128];
+        meta_wamid(s, digits, wamid);
+        size_t len = 0;
+        /* `to` and the id are digits, '+' and base64: nothing to escape. */
+        char *body =
+            format(&len,
+                   "{\"messaging_product\":\"whatsapp\",\"contacts\":[{\"input\":\"%s\",\"wa_id\":\"%s\"}],"
+                   "\"messages\":[{\"id\":\"%s\"}]}",
+                   to, digits, wamid);
+        sim_answer_set(a, 200, CTYPE_UTF8, body, len);
+        return SIM_OK;
+    }
+    }
+    return (int)plan->behaviour;
+}
+
+/* POST /{version}/{phoneNumberId}/messages */
+void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    json_t *root = json_loadb(req->body, req->body_len, 0, NULL);
+    const char *to = json_string_value(json_object_get(root, "to"));
+    char digits[24] = "";
+    bool to_ok = to != NULL && phone_digits(to, strlen(to), digits);
+    sim_record(s, SIM_CH_META, req, digits);
+    sim_plan_t plan = sim_plan(s, SIM_CH_META, digits);
+    sim_answer_t ans = {0};
+    int stat = meta_answer(s, req, m, root, to, to_ok ? digits : NULL, &plan, &ans);
+    json_decref(root);
+    sim_finish(s, SIM_CH_META, req, &plan, stat, &ans);
+}
+
+/* ---- WAHA session bridge ------------------------------------------------------------------ */
+
+/* NestJS's error shape: {"statusCode","message"[,"error"]}; `message` may be an array. */
+static void waha_error(sim_answer_t *a, int status, json_t *message, const char *error)
+{
+    json_t *v = json_pack("{s:i, s:o}", "statusCode", status, "message", message);
+    if (v != NULL && error != NULL)
+        json_object_set_new(v, "error", json_string(error));
+    answer_json(a, status, CTYPE_UTF8, v);
+}
+
+static void waha_unauthorized(sim_answer_t *a)
+{
+    answer_json(a, 401, CTYPE_UTF8, json_pack("{s:s, s:i}", "message", "Unauthorized", "statusCode", 401));
+}
+
+/* "<digits>@c.us" -> digits */
+static bool waha_chat_digits(const char *chat, char out[24])
+{
+    const char *at = strchr(chat, '@');
+    return at != NULL && chat[0] != '+' && strcmp(at, "@c.us") == 0 &&
+           phone_digits(chat, (size_t)(at - chat), out);
+}
+
+static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_error_t *jerr,
+                       const char *digits, const sim_plan_t *plan, sim_answer_t *a)
+{
+    if (sim_behaviour_is_transport(plan->behaviour))
+        return plan->behaviour == SIM_GARBAGE ? garbage_answer(a) : (int)plan->behaviour;
+    const char *key = s->w->cfg->qr_api_key;
+    if (key != NULL && key[0] != '\0' && !header_equals(req, "x-api-key", key)) {
+        waha_unauthorized(a);
+        return SIM_STAT_UNAUTHORIZED;
+    }
+    if (root == NULL) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Unexpected token in JSON at position %d", jerr->position);
+        waha_error(a, 400, json_string(msg), "Bad Request");
+        return SIM_STAT_INVALID;
+    }
+    /* class-validator lists every failed constraint. */
+    json_t *problems = json_array();
+    json_t *session = json_object_get(root, "session");
+    json_t *chat = json_object_get(root, "chatId");
+    json_t *text = json_object_get(root, "text");
+    if (!json_is_object(root))
+        json_array_append_new(problems, json_string("body must be an object"));
+    if (session != NULL && !json_is_string(session))
+        json_array_append_new(problems, json_string("session must be a string"));
+    if (!json_is_string(chat))
+        json_array_append_new(problems, json_string("chatId must be a string"));
+    else if (digits == NULL)
+        json_array_append_new(problems, json_string("chatId must be a phone number followed by @c.us"));
+    if (!json_is_string(text))
+        json_array_append_new(problems, json_string("text must be a string"));
+    else if (json_string_length(text) == 0)
+        json_array_append_new(problems, json_string("text should not be empty"));
+    if (json_array_size(problems) > 0) {
+        waha_error(a, 400, problems, "Bad Request");
+        return SIM_STAT_INVALID;
+    }
+    json_decref(problems);
+    switch (plan->behaviour) {
+    case SIM_REJECT: {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "The number %s is not registered on WhatsApp", digits);
+        waha_error(a, 400, json_string(msg), "Bad Request");
+        break;
+    }
+    case SIM_ERROR:
+        answer_json(a, 500, CTYPE_UTF8,
+                    json_pack("{s:i, s:s, s:{s:s, s:s}}", "statusCode", 500, "message",
+                              "Internal server error", "exception", "message",
+                              "Evaluation failed: Error: WhatsApp Web did not answer", "name", "Error"));
+        break;
+    case SIM_THROTTLE:
+        waha_error(a, 429, json_string("ThrottlerException: Too Many Requests"), NULL);
+        break;
+    case SIM_AUTH:
+        waha_unauthorized(a);
+        break;
+    default: {
+        char hex[17], id[96];
+        sim_rand_chars(s, hex, 16, "0123456789ABCDEF");
+        snprintf(id, sizeof(id), "true_%s@c.us_3EB0%s", digits, hex);
+        answer_json(a, 201, CTYPE_UTF8,
+                    json_pack("{s:s, s:I, s:s, s:O, s:O, s:b, s:i, s:b}", "id", id, "timestamp",
+                              (json_int_t)time(NULL), "from", WAHA_SESSION_NUMBER "@c.us", "to", chat, "body",
+                              text, "fromMe", 1, "ack", 1, "hasMedia", 0));
+        return SIM_OK;
+    }
+    }
+    return (int)plan->behaviour;
+}
+
+/* POST /api/sendText */
+void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    json_error_t jerr;
+    json_t *root = json_loadb(req->body, req->body_len, 0, &jerr);
+    const char *chat = json_string_value(json_object_get(root, "chatId"));
+    char digits[24] = "";
+    bool chat_ok = chat != NULL && waha_chat_digits(chat, digits);
+    if (!chat_ok)
+        digits[0] = '\0';
+    sim_record(s, SIM_CH_QR, req, digits);
+    sim_plan_t plan = sim_plan(s, SIM_CH_QR, digits);
+    sim_answer_t ans = {0};
+    int stat = waha_answer(s, req, root, &jerr, chat_ok ? digits : NULL, &plan, &ans);
+    json_decref(root);
+    sim_finish(s, SIM_CH_QR, req, &plan, stat, &ans);
+}
+
+/* ---- Twilio Messages API ------------------------------------------------------------------ */
+
+#define TWILIO_MAX_CHARS 1600
+
+/* {"code","message","more_info","status"} */
+static void twilio_error(sim_answer_t *a, int status, int code, const char *message)
+{
+    char more[64];
+    snprintf(more, sizeof(more), "https://www.twilio.com/docs/errors/%d", code);
+    answer_json(a, status, JSON_CTYPE,
+                json_pack("{s:i, s:s, s:s, s:i}", "code", code, "message", message, "more_info", more,
+                          "status", status));
+    if (status == 401)
+        sim_answer_header(a, "WWW-Authenticate", "Basic realm=\"Twilio API\"");
+}
+
+/* Basic auth as (path sid, configured token); the path sid must be the configured one. Unset
+ * settings accept anything (README.md). */
+static bool twilio_auth_ok(const sim_t *s, const og_http_req_t *req, const char *path_sid)
+{
+    const og_config_t *cfg = s->w->cfg;
+    size_t len;
+    const char *v = og_http_req_header(req, "authorization", &len);
+    char cred[512];
+    if (v == NULL || len < 6 || strncasecmp(v, "Basic ", 6) != 0 ||
+        base64_decode(v + 6, len - 6, cred, sizeof(cred)) < 0)
+        return false;
+    char *colon = strchr(cred, ':');
+    if (colon == NULL)
+        return false;
+    *colon = '\0';
+    const char *user = cred, *pass = colon + 1;
+    bool sid_set = cfg->sms_account_sid != NULL && cfg->sms_account_sid[0] != '\0';
+    bool token_set = cfg->sms_auth_token != NULL && cfg->sms_auth_token[0] != '\0';
+    return strcmp(user, path_sid) == 0 && (!sid_set || strcmp(path_sid, cfg->sms_account_sid) == 0) &&
+           (!token_set || strcmp(pass, cfg->sms_auth_token) == 0);
+}
+
+static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, const char *to, int to_n,
+                         const char *digits, const sim_plan_t *plan, sim_answer_t *a)
+{
+    if (sim_behaviour_is_transport(plan->behaviour))
+        return plan->behaviour == SIM_GARBAGE ? garbage_answer(a) : (int)plan->behaviour;
+    char sid[64];
+    if (!og_route_param(m, "AccountSid", sid, sizeof(sid)) || !twilio_auth_ok(s, req, sid)) {
+        twilio_error(a, 401, 20003, "Authenticate");
+        return SIM_STAT_UNAUTHORIZED;
+    }
+    if (digits == NULL) {
+        char msg[160];
+        if (to_n > 0)
+            snprintf(msg, sizeof(msg), "Invalid 'To' Phone Number: %.64s", to);
+        else
+            snprintf(msg, sizeof(msg),
+                     to_n == -2 ? "Invalid 'To' Phone Number" : "A 'To' phone number is required.");
+        twilio_error(a, 400, 21211, msg);
+        return SIM_STAT_INVALID;
+    }
+    char from[64], service[64];
+    int from_n = og_query_param(req->body, req->body_len, "From", from, sizeof(from));
+    int service_n = og_query_param(req->body, req->body_len, "MessagingServiceSid", service, sizeof(service));
+    if (from_n == -2) {
+        twilio_error(a, 400, 21212, "Invalid 'From' Phone Number");
+        return SIM_STAT_INVALID;
+    }
+    if (from_n <= 0 && service_n <= 0) {
+        twilio_error(a, 400, 21603, "A 'From' phone number is required.");
+        return SIM_STAT_INVALID;
+    }
+    char *text = malloc(req->body_len + 1);
+    int text_n =
+        text != NULL ? og_query_param(req->body, req->body_len, "Body", text, req->body_len + 1) : -2;
+    if (text_n <= 0) {
+        free(text);
+        twilio_error(a, 400, 21602,
+                     text_n == -2 ? "Message body is not valid UTF-8." : "Message body is required.");
+        return SIM_STAT_INVALID;
+    }
+    if (utf8_chars(text, (size_t)text_n) > TWILIO_MAX_CHARS) {
+        free(text);
+        twilio_error(a, 400, 21617, "The concatenated message body exceeds the 1600 character limit.");
+        return SIM_STAT_INVALID;
+    }
+    switch (plan->behaviour) {
+    case SIM_REJECT:
+        twilio_error(a, 400, 21610, "Attempt to send to unsubscribed recipient");
+        break;
+    case SIM_ERROR:
+        twilio_error(a, 500, 20500, "An internal server error has occurred");
+        break;
+    case SIM_THROTTLE:
+        twilio_error(a, 429, 20429, "Too Many Requests");
+        break;
+    case SIM_AUTH:
+        twilio_error(a, 401, 20003, "Authenticate");
+        break;
+    default: {
+        char msid[35], uri[160], media[160], date[40], segments[16];
+        msid[0] = 'S';
+        msid[1] = 'M';
+        sim_rand_chars(s, msid + 2, 32, "0123456789abcdef");
+        snprintf(uri, sizeof(uri), "/2010-04-01/Accounts/%s/Messages/%s.json", sid, msid);
+        snprintf(media, sizeof(media), "/2010-04-01/Accounts/%s/Messages/%s/Media.json", sid, msid);
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
+        og_sms_info_t info;
+        snprintf(segments, sizeof(segments), "%zu",
+                 og_sms_encode_info(text, (size_t)text_n, &info) ? info.segments : (size_t)1);
+        json_t *v =
+            json_pack("{s:s, s:s, s:s, s:s, s:n, s:s, s:s, s:n, s:n, s:o, s:o, s:s, s:s, s:s, s:n, "
+                      "s:s, s:s, s:{s:s}, s:s, s:s}",
+                      "account_sid", sid, "api_version", "2010-04-01", "body", text, "date_created", date,
+                      "date_sent", "date_updated", date, "direction", "outbound-api", "error_code",
+                      "error_message", "from", from_n > 0 ? json_string(from) : json_null(),
+                      "messaging_service_sid", service_n > 0 ? json_string(service) : json_null(),
+                      "num_media", "0", "num_segments", segments, "status", "queued", "price", "price_unit",
+                      "USD", "sid", msid, "subresource_uris", "media", media, "to", to, "uri", uri);
+        answer_json(a, 201, JSON_CTYPE, v);
+        free(text);
+        return SIM_OK;
+    }
+    }
+    free(text);
+    return (int)plan->behaviour;
+}
+
+/* POST /2010-04-01/Accounts/{AccountSid}/Messages.json, form-encoded To, From, Body. */
+void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    char to[64], digits[24] = "";
+    int to_n = og_query_param(req->body, req->body_len, "To", to, sizeof(to));
+    /* E.164: '+' and at most 15 digits. */
+    bool to_ok = to_n > 1 && to[0] == '+' && to_n <= 16 && phone_digits(to, (size_t)to_n, digits);
+    if (!to_ok)
+        digits[0] = '\0';
+    sim_record(s, SIM_CH_SMS, req, digits);
+    sim_plan_t plan = sim_plan(s, SIM_CH_SMS, digits);
+    sim_answer_t ans = {0};
+    int stat = twilio_answer(s, req, m, to, to_n, to_ok ? digits : NULL, &plan, &ans);
+    sim_finish(s, SIM_CH_SMS, req, &plan, stat, &ans);
+}

@@ -1,0 +1,135 @@
+/*
+ * omnigate-sim: a stand-in for the three providers of API.md §8 (Meta's WhatsApp Cloud API, a
+ * WAHA session bridge, a Twilio-compatible Messages API) that the end-to-end tests and the
+ * benchmarks point the gateway at. It is an og_app_t on the gateway's own HTTP stack, run in a
+ * single worker so that the control state (rules, recorded requests, counters) lives in one
+ * process. Responsible for speaking the providers' wire formats and for failing on purpose
+ * (README.md: magic numbers and the /__sim control API); not for being a faithful copy of any
+ * provider beyond what the gateway's adapters rely on.
+ *
+ * sim.c holds the state, the behaviour engine (rules, magic numbers, delayed and dropped
+ * answers), the recording and the control API; providers.c the three provider endpoints.
+ */
+#ifndef OMNIGATE_SIM_H
+#define OMNIGATE_SIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "omnigate/http.h"
+#include "omnigate/router.h"
+#include "omnigate/worker.h"
+
+typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
+
+/* What the simulator does with a request. The order is the digit of the magic numbers for
+ * the first seven; 7 and 8 are SIM_OK with latency, 9 is SIM_AUTH (sim.c: magic_plan). */
+typedef enum sim_behaviour {
+    SIM_OK,       /* the provider's success answer */
+    SIM_REJECT,   /* a 4xx rejection of this message */
+    SIM_ERROR,    /* a 5xx */
+    SIM_HANG,     /* no answer until the client gives up */
+    SIM_RESET,    /* the connection is reset without an answer */
+    SIM_GARBAGE,  /* 200 with a body that is not JSON */
+    SIM_THROTTLE, /* 429 */
+    SIM_AUTH,     /* 401, as for a bad credential */
+    SIM_BEHAVIOUR__COUNT
+} sim_behaviour_t;
+
+/* The behaviour chosen for one request, and how long to wait before acting on it. */
+typedef struct sim_plan {
+    sim_behaviour_t behaviour;
+    uint64_t latency_ms;
+} sim_plan_t;
+
+/* An HTTP answer being prepared by a provider endpoint. `body` is malloc'd and owned by the
+ * answer until sim_finish takes it; header values are static strings. */
+#define SIM_ANSWER_MAX_HEADERS 2
+typedef struct sim_answer {
+    int status;
+    const char *ctype;
+    char *body;
+    size_t body_len;
+    og_http_header_t headers[SIM_ANSWER_MAX_HEADERS];
+    size_t nheaders;
+} sim_answer_t;
+
+/* Outcomes counted by GET /__sim/stats besides the behaviours. */
+enum { SIM_STAT_UNAUTHORIZED = SIM_BEHAVIOUR__COUNT, SIM_STAT_INVALID, SIM_STAT__COUNT };
+
+typedef struct sim_record sim_record_t;
+typedef struct sim_rule sim_rule_t;
+typedef struct sim_pending sim_pending_t;
+
+/* Everything the simulator knows, in w->app_data. Freed in the close callback of `check`. */
+typedef struct sim {
+    og_worker_t *w;
+    uv_check_t check; /* notices the worker starting to drain */
+    bool drain_seen;
+
+    uint64_t rng; /* splitmix64 state for ids; not a secret */
+
+    /* Rules of POST /__sim/rules, oldest first; matched newest first. */
+    sim_rule_t *rules;
+    size_t nrules, rules_cap;
+    uint64_t next_rule_id;
+
+    /* Recorded requests: a ring of SIM_RECORDS_MAX, oldest at ring[(head - count) mod max]. */
+    sim_record_t *ring;
+    size_t head, count;
+
+    /* Answers waiting on a timer (latency, hang): a doubly linked list, for drain and stop. */
+    sim_pending_t *pending;
+    size_t npending;
+
+    uint64_t stats[SIM_CH__COUNT][SIM_STAT__COUNT];
+} sim_t;
+
+static inline sim_t *sim_of(void *ctx)
+{
+    return ((og_worker_t *)ctx)->app_data;
+}
+
+/* "whatsapp_qr", "whatsapp_meta", "sms". */
+const char *sim_channel_name(sim_channel_t ch);
+
+/* Appends a request to the ring: `to` is the recipient's digits ("" when the body had none). */
+void sim_record(sim_t *s, sim_channel_t ch, const og_http_req_t *req, const char *to_digits);
+
+/* The behaviour for a request to `to_digits` ("" when unknown) on `ch`: the newest matching
+ * rule, else the magic digits of README.md, else ok. */
+sim_plan_t sim_plan(const sim_t *s, sim_channel_t ch, const char *to_digits);
+
+/* True for the behaviours that happen before the provider looks at the request: hang, reset
+ * and garbage come from the network or a broken proxy, so neither credentials nor the body
+ * matter. */
+bool sim_behaviour_is_transport(sim_behaviour_t b);
+
+/* Acts on `plan` for `req`: now, or after plan->latency_ms. For SIM_HANG and SIM_RESET the
+ * answer is ignored (and may be empty); otherwise it is sent. Counts the outcome `stat`
+ * (a sim_behaviour_t or SIM_STAT_*) on `ch`. Takes the answer's body. */
+void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t *plan, int stat,
+                sim_answer_t *ans);
+
+/* Sets the answer (taking `body`, which may be NULL when len is 0). */
+void sim_answer_set(sim_answer_t *a, int status, const char *ctype, char *body, size_t len);
+/* Adds a header with static name and value. */
+void sim_answer_header(sim_answer_t *a, const char *name, const char *value);
+
+/* Random helpers for provider ids. */
+uint64_t sim_rand(sim_t *s);
+/* `n` random characters from `alphabet` into out (NUL-terminated; out has room for n + 1). */
+void sim_rand_chars(sim_t *s, char *out, size_t n, const char *alphabet);
+
+/* Provider endpoints (providers.c). */
+void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* Keeps only the digits of a recipient: "+1 999-110" -> "1999110" in out (NUL-terminated).
+ * False when s has something else than digits after an optional '+' (spaces allowed in
+ * between for query strings, where '+' decodes to a space), is empty, or is longer than 20. */
+bool sim_to_digits(const char *s, size_t len, char out[24]);
+
+#endif
