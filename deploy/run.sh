@@ -58,7 +58,7 @@ if [[ -x "$SIM" ]]; then
   OMNIGATE_ACCESS_LOG=false "$SIM" serve --listen "127.0.0.1:$SIM_PORT" --workers 1 2>"$STATE/sim.log" &
   sim_pid=$!
 fi
-"$BIN" serve &
+"$BIN" serve 2>>"$STATE/omnigate.log" &
 pid=$!
 set +m
 
@@ -88,7 +88,11 @@ BASE="http://$url_host:$port"
 
 for _ in $(seq 1 100); do
   if curl -fsS -o /dev/null "$BASE/readyz" 2>/dev/null; then break; fi
-  if ! kill -0 "$pid" 2>/dev/null; then echo "run.sh: omnigate exited during start" >&2; exit 1; fi
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "run.sh: omnigate exited during start; its log:" >&2
+    tail -n 20 "$STATE/omnigate.log" >&2
+    exit 1
+  fi
   sleep 0.1
 done
 
@@ -109,27 +113,53 @@ echo "run.sh: its API token (shown once): $TOKEN"
 echo "run.sh: admin token: $OMNIGATE_ADMIN_TOKEN (in .omnigate/admin-token)"
 
 # --- A sample send: +19991100000 makes both WhatsApp channels fail in the simulator ----------
-if [[ $(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/api/omni/send") == 404 ]]; then
-  echo
-  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?limit=5'"
-  curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?limit=5" | "$PY" -m json.tool
-  echo
-  echo "run.sh: omnigate is running on $BASE (pid $pid); press Ctrl-C to stop"
-  set +e
-  wait "$pid"
-  exit $?
-fi
+show() { "$PY" -m json.tool; }
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
 echo "    -d '{\"to\":\"+19991100000\",\"text\":\"Your order has shipped\"}' $BASE/api/omni/send"
 SEND=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
   -d '{"to":"+19991100000","text":"Your order has shipped"}' "$BASE/api/omni/send")
-echo "$SEND" | "$PY" -m json.tool
+echo "$SEND" | show
 REF=$(echo "$SEND" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?reference=$REF'"
-curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | "$PY" -m json.tool
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | show
+
+# --- A one-time password: sent by SMS, its code read back from the simulator (as the phone
+# would show it), verified, then its OTP log entry with the history. A fresh number per run
+# keeps the 30 s resend cooldown out of the way when the quickstart is run again. -----------
+OTP_TO="+1999000$(printf '%04d' $((RANDOM % 10000)))"
 echo
-echo "run.sh: omnigate is running on $BASE (pid $pid); press Ctrl-C to stop"
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+echo "    -d '{\"to\":\"$OTP_TO\"}' $BASE/api/sms/otp/send"
+OTP=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+  -d "{\"to\":\"$OTP_TO\"}" "$BASE/api/sms/otp/send")
+echo "$OTP" | show
+OTP_REF=$(echo "$OTP" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
+CODE=""
+if [[ -n "$sim_pid" ]]; then
+  CODE=$(curl -s "$SIM_URL/__sim/requests?channel=sms&to=$(printf '%s' "$OTP_TO" | sed 's/+/%2B/')" |
+    "$PY" -c 'import json,re,sys,urllib.parse as u
+reqs = json.load(sys.stdin)["data"]["items"]
+body = u.parse_qs(reqs[-1]["body"])["Body"][0]
+print(re.search(r"\d{4,10}", body).group(0))')
+fi
+if [[ -n "$CODE" ]]; then
+  echo
+  echo "run.sh: the simulator received the SMS; its code goes to /api/sms/otp/verify"
+  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+  echo "    -d '{\"reference\":\"$OTP_REF\",\"code\":\"<code from the SMS>\"}' $BASE/api/sms/otp/verify"
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d "{\"reference\":\"$OTP_REF\",\"code\":\"$CODE\"}" "$BASE/api/sms/otp/verify" | show
+fi
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/sms/otp/logs?reference=$OTP_REF'"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/sms/otp/logs?reference=$OTP_REF" | show
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/sms/logs?reference=$OTP_REF'   # code masked"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/sms/logs?reference=$OTP_REF" | show
+echo
+echo "run.sh: omnigate is running on $BASE (pid $pid); its log (JSON lines): .omnigate/omnigate.log"
+echo "run.sh: press Ctrl-C to stop"
 set +e
 wait "$pid"

@@ -33,6 +33,14 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
 void og_admin_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
+/* Unified send (send.c). */
+void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* SMS and OTP (otp.c). */
+void og_sms_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_otp_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_otp_verify(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
 /* Log routes (logs.c). */
 void og_logs_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_logs_sms(og_http_req_t *req, const og_route_match_t *m, void *ctx);
