@@ -1,0 +1,470 @@
+#!/usr/bin/env python3
+"""Omnigate load benchmark driver (not a test). Started by test/bench/run.sh, which builds the
+release binaries first.
+
+In ONE run on loopback it starts a private PostgreSQL cluster (deploy/pg.sh: fsync=on,
+synchronous_commit=on), the provider simulator, the gateway and (for the HTTP ceiling) nginx,
+drives each scenario with wrk (Lua scripts for POST bodies and several tenants/tokens), and
+records per scenario: requests/s, p50/p90/p99 latency, errors, gateway CPU us per request and
+PostgreSQL CPU us per request (both from /proc accounting of the process trees), and gateway
+RSS. At the end it checks durability: every send answered 2xx during the run has its message
+row (and attempts) in the database.
+
+Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
+                [--workers 1] [--out DIR]
+Scenarios: see SCENARIOS below. Results: DIR/bench.json and DIR/bench.md.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+SECRET = "bench-secret-0123456789abcdef"
+ADMIN = "bench-admin-token-0123456789"
+QR_KEY = "bench-waha-key"
+SMS_SID = "AC00000000000000000000000000bench"
+SMS_TOKEN = "bench-sms-auth-token"
+TENANTS = 4  # tenants (one token each) the send scenarios spread over
+
+
+def log(msg):
+    print("bench: " + msg, file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_http(url, timeout=20):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(url + " did not answer 200")
+
+
+def http_json(method, url, token=None, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+# ---- /proc accounting ---------------------------------------------------------------------
+
+def children(pid):
+    out = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def tree(pid):
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += children(p)
+    return seen
+
+
+def proc_stat(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        s = f.read()
+    fields = s[s.rindex(")") + 2:].split()
+    # fields[0] is field 3 (state); utime=14, stime=15, cutime=16, cstime=17, rss=24
+    return {"utime": int(fields[11]), "stime": int(fields[12]), "cutime": int(fields[13]),
+            "cstime": int(fields[14]), "rss_pages": int(fields[21])}
+
+
+def cpu_ticks(root_pid):
+    """CPU ticks of a process tree: every live process's own time, plus the root's reaped
+    children (cutime/cstime; covers workers or backends that exited during the run)."""
+    total = 0
+    for p in tree(root_pid):
+        try:
+            st = proc_stat(p)
+        except OSError:
+            continue
+        total += st["utime"] + st["stime"]
+        if p == root_pid:
+            total += st["cutime"] + st["cstime"]
+    return total
+
+
+def rss_kib(root_pid):
+    total = 0
+    for p in tree(root_pid):
+        try:
+            total += proc_stat(p)["rss_pages"] * PAGE_KIB
+        except OSError:
+            pass
+    return total
+
+
+# ---- the pieces -----------------------------------------------------------------------------
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="omnigate-bench.")
+        self.procs = []
+        self.pg_dir = os.path.join(self.tmp, "pg")
+        self.results = []
+
+    def spawn(self, argv, env=None, name="proc"):
+        errlog = open(os.path.join(self.tmp, name + ".log"), "ab")
+        p = subprocess.Popen(argv, env=env, stdout=errlog, stderr=errlog, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=30):
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def close(self):
+        for p in reversed(self.procs):
+            self.stop(p)
+        subprocess.run(["bash", os.path.join(ROOT, "deploy/pg.sh"), "stop", self.pg_dir],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        real = os.path.realpath(self.pg_dir)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if real != self.pg_dir:
+            shutil.rmtree(real, ignore_errors=True)
+
+    # -- PostgreSQL
+    def start_pg(self):
+        port = free_port()
+        out = subprocess.run(["bash", os.path.join(ROOT, "deploy/pg.sh"), "start", self.pg_dir, str(port)],
+                             capture_output=True, text=True, check=True)
+        self.db_url = out.stdout.strip().splitlines()[-1]
+        pidfile = os.path.join(os.path.realpath(self.pg_dir), "data", "postmaster.pid")
+        with open(pidfile) as f:
+            self.pg_pid = int(f.readline())
+        env = self.env()
+        subprocess.run([self.args.omnigate, "migrate"], env=env, check=True, capture_output=True)
+        log("PostgreSQL on port %d: synchronous_commit=%s fsync=%s" % (
+            port, self.psql("SHOW synchronous_commit"), self.psql("SHOW fsync")))
+
+    def psql(self, sql):
+        return subprocess.run(["psql", self.db_url, "-XAtq", "-c", sql], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    # -- simulator
+    def start_sim(self):
+        self.sim_port = free_port()
+        env = dict(os.environ, OMNIGATE_QR_API_KEY=QR_KEY, OMNIGATE_SMS_ACCOUNT_SID=SMS_SID,
+                   OMNIGATE_SMS_AUTH_TOKEN=SMS_TOKEN, OMNIGATE_ACCESS_LOG="false")
+        self.sim = self.spawn([self.args.sim, "serve", "--listen", "127.0.0.1:%d" % self.sim_port], env, "sim")
+        wait_http("http://127.0.0.1:%d/__sim/stats" % self.sim_port)
+
+    def env(self, extra=None):
+        sim = "http://127.0.0.1:%d" % getattr(self, "sim_port", 1)
+        e = dict(os.environ, OMNIGATE_DATABASE_URL=self.db_url, OMNIGATE_SECRET=SECRET,
+                 OMNIGATE_ADMIN_TOKEN=ADMIN, OMNIGATE_META_BASE_URL=sim, OMNIGATE_QR_BASE_URL=sim,
+                 OMNIGATE_QR_API_KEY=QR_KEY, OMNIGATE_SMS_BASE_URL=sim, OMNIGATE_SMS_ACCOUNT_SID=SMS_SID,
+                 OMNIGATE_SMS_AUTH_TOKEN=SMS_TOKEN, OMNIGATE_ACCESS_LOG="false",
+                 OMNIGATE_IDLE_TIMEOUT_MS="600000")
+        if extra:
+            e.update(extra)
+        return e
+
+    # -- gateway
+    def start_gateway(self, extra=None):
+        self.og_port = free_port()
+        self.og = self.spawn([self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
+                              "--workers", str(self.args.workers)], self.env(extra), "omnigate")
+        wait_http(self.og_url("/readyz"))
+
+    def stop_gateway(self):
+        self.stop(self.og)
+        self.procs.remove(self.og)
+
+    def og_url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.og_port, path)
+
+    def make_tenants(self):
+        settings = {
+            "defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
+            "defaultWhatsappFrom": "6281234567890",
+            "channels": {
+                "whatsapp_qr": {"enabled": True, "numbers": {"6281234567890": {"session": "default"}}},
+                "whatsapp_meta": {"enabled": True, "numbers": {"6281234567890": {
+                    "phoneNumberId": "109876543210", "accessToken": "EAAGbench0000000000"}}},
+                "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}}
+        self.tokens = []
+        for i in range(TENANTS):
+            st, j = http_json("POST", self.og_url("/admin/tenants"), ADMIN,
+                              {"name": "bench-%d" % i, "unifiedApiEnabled": True, "settings": settings})
+            assert st == 201, j
+            st, t = http_json("POST", self.og_url("/admin/tenants/%s/tokens" % j["data"]["id"]), ADMIN, {})
+            assert st == 201, t
+            self.tokens.append(t["data"]["token"])
+
+    # -- nginx
+    def start_nginx(self):
+        d = os.path.join(self.tmp, "nginx")
+        os.makedirs(d, exist_ok=True)
+        self.ng_port = free_port()
+        body = '{"success":true,"message":"ok","data":{"status":"ok"}}'
+        with open(os.path.join(d, "nginx.conf"), "w") as f:
+            f.write("""worker_processes %d; worker_rlimit_nofile 65536; daemon off; pid %s/nginx.pid;
+error_log %s/error.log warn;
+events { worker_connections 20000; multi_accept on; }
+http { access_log off; keepalive_requests 1000000; keepalive_timeout 600s;
+  client_body_temp_path %s/body; proxy_temp_path %s/proxy; fastcgi_temp_path %s/fcgi;
+  uwsgi_temp_path %s/uwsgi; scgi_temp_path %s/scgi;
+  server { listen 127.0.0.1:%d; location / { default_type application/json; return 200 '%s'; } } }
+""" % (self.args.workers, d, d, d, d, d, d, d, self.ng_port, body))
+        self.nginx = self.spawn(["nginx", "-c", os.path.join(d, "nginx.conf"), "-p", d], None, "nginx")
+        wait_http("http://127.0.0.1:%d/healthz" % self.ng_port)
+
+    # -- wrk
+    def lua(self, name, method, path, bodies, tokens):
+        """A wrk script sending `bodies` round-robin with `tokens` round-robin. Each body may
+        contain {n}: replaced by a per-request counter (unique recipients and OTP numbers)."""
+        p = os.path.join(self.tmp, name + ".lua")
+        toks = ", ".join('"%s"' % t for t in tokens) if tokens else ""
+        bl = ", ".join("[[%s]]" % b for b in bodies) if bodies else ""
+        with open(p, "w") as f:
+            f.write("""
+local tokens = { %s }
+local bodies = { %s }
+local counter = 0
+local thread_id = 0
+local ids = 0
+function setup(thread) ids = ids + 1; thread:set("thread_id", ids) end
+function request()
+  counter = counter + 1
+  local h = { }
+  if #tokens > 0 then h["Authorization"] = "Bearer " .. tokens[(counter %% #tokens) + 1] end
+  if #bodies == 0 then return wrk.format("%s", "%s", h) end
+  h["Content-Type"] = "application/json"
+  local b = bodies[(counter %% #bodies) + 1]
+  b = string.gsub(b, "{n}", string.format("%%d%%05d", thread_id, counter %% 100000))
+  return wrk.format("%s", "%s", h, b)
+end
+""" % (toks, bl, method, path, method, path))
+        return p
+
+    def wrk(self, url, conns, duration, script=None, threads=None, timeout="10s"):
+        threads = threads or min(2, conns)
+        argv = ["wrk", "-t%d" % threads, "-c%d" % conns, "-d%ds" % duration, "--latency", "--timeout", timeout]
+        if script:
+            argv += ["-s", script]
+        out = subprocess.run(argv + [url], capture_output=True, text=True).stdout
+        return parse_wrk(out)
+
+    def measure(self, name, url, conns=None, duration=None, script=None, pid=None, note="", **kw):
+        """One scenario: wrk against url, with CPU of the target tree and of PostgreSQL."""
+        conns = conns or self.args.conns
+        duration = duration or self.args.duration
+        pid = pid if pid is not None else self.og.pid
+        log("%s: wrk -c%d -d%ds %s" % (name, conns, duration, url))
+        t0, p0 = cpu_ticks(pid), cpu_ticks(self.pg_pid)
+        w = self.wrk(url, conns, duration, script, **kw)
+        t1, p1 = cpu_ticks(pid), cpu_ticks(self.pg_pid)
+        n = max(w["requests"], 1)
+        r = dict(w, scenario=name, conns=conns, duration_s=duration, note=note,
+                 cpu_us_per_req=(t1 - t0) * 1e6 / CLK_TCK / n,
+                 pg_cpu_us_per_req=(p1 - p0) * 1e6 / CLK_TCK / n,
+                 rss_kib=rss_kib(pid))
+        log("%s: %.0f req/s, p50 %.2f ms, p99 %.2f ms, errors %d, CPU %.1f us/req, PG %.1f us/req" % (
+            name, r["rps"], r["p50_ms"], r["p99_ms"], r["errors"], r["cpu_us_per_req"], r["pg_cpu_us_per_req"]))
+        self.results.append(r)
+        return r
+
+
+def to_ms(v):
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
+    if not m:
+        return float("nan")
+    x, u = float(m.group(1)), m.group(2)
+    return {"us": x / 1000, "ms": x, "s": x * 1000, "m": x * 60000}[u]
+
+
+def parse_wrk(out):
+    r = {"rps": 0.0, "requests": 0, "errors": 0, "non2xx": 0, "p50_ms": float("nan"), "p90_ms": float("nan"),
+         "p99_ms": float("nan"), "raw": out}
+    for line in out.splitlines():
+        s = line.strip()
+        m = re.match(r"(\d+) requests in", s)
+        if m:
+            r["requests"] = int(m.group(1))
+        m = re.match(r"Requests/sec:\s+([\d.]+)", s)
+        if m:
+            r["rps"] = float(m.group(1))
+        m = re.match(r"(50|90|99)%\s+(\S+)", s)
+        if m:
+            r["p%s_ms" % m.group(1)] = to_ms(m.group(2))
+        m = re.match(r"Non-2xx or 3xx responses:\s+(\d+)", s)
+        if m:
+            r["non2xx"] = int(m.group(1))
+        m = re.match(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", s)
+        if m:
+            r["errors"] += sum(int(x) for x in m.groups())
+    r["errors"] += r["non2xx"]
+    return r
+
+
+# ---- scenarios --------------------------------------------------------------------------------
+
+def sc_healthz(b):
+    b.measure("healthz", b.og_url("/healthz"), note="GET /healthz")
+
+
+def sc_nginx(b):
+    b.start_nginx()
+    b.measure("nginx", "http://127.0.0.1:%d/healthz" % b.ng_port, pid=b.nginx.pid,
+              note="nginx static 200, same worker count: the HTTP ceiling")
+    b.stop(b.nginx)
+
+
+def send_script(b, name, to, mode="fallback", text="Your order has shipped"):
+    body = json.dumps({"to": to, "text": text, "deliveryMode": mode})
+    return b.lua(name, "POST", "/api/omni/send", [body], b.tokens)
+
+
+def sc_fallback_first(b):
+    # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called.
+    b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
+              note="fallback, first channel succeeds")
+
+
+def sc_fallback_third(b):
+    # +1999 1 1 0 ...: both WhatsApp channels reject (4xx), SMS succeeds: three attempts.
+    b.measure("fallback_third", b.og_url("/api/omni/send"), script=send_script(b, "ft", "+19991100{n}"),
+              note="fallback, first two channels fail (4xx), SMS wins")
+
+
+def sc_all3(b):
+    b.measure("all3", b.og_url("/api/omni/send"), script=send_script(b, "all", "+6282{n}", mode="all"),
+              note="all, three channels concurrently")
+
+
+SCENARIOS = {
+    "healthz": sc_healthz,
+    "nginx": sc_nginx,
+    "fallback_first": sc_fallback_first,
+    "fallback_third": sc_fallback_third,
+    "all3": sc_all3,
+}
+SENDS = ("fallback_first", "fallback_third", "all3")
+
+
+def durability(b, answered):
+    """Every send answered 2xx has its row (sent) with its attempts in the database."""
+    rows = int(b.psql("SELECT count(*) FROM messages WHERE status = 'sent'"))
+    pending = int(b.psql("SELECT count(*) FROM messages WHERE status = 'pending'"))
+    orphans = int(b.psql("SELECT count(*) FROM messages m WHERE status = 'sent' AND NOT EXISTS "
+                         "(SELECT 1 FROM attempts a WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference "
+                         "AND a.status = 'sent')"))
+    ok = rows >= answered and orphans == 0
+    return {"answered_2xx": answered, "rows_sent": rows, "rows_pending": pending, "sent_without_attempt": orphans,
+            "ok": ok}
+
+
+def report(b, dur, path):
+    ceiling = next((r["rps"] for r in b.results if r["scenario"] == "nginx"), None)
+    lines = ["# Omnigate benchmark", "",
+             "Measured %s by `test/bench/run.sh` in one run on loopback. Machine: %d CPUs, kernel %s. "
+             "Gateway: `--workers %d`, access log off, release build; PostgreSQL 15 with fsync=on, "
+             "synchronous_commit=on; provider simulator on loopback (one worker)." % (
+                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.cpu_count(), os.uname().release,
+                 b.args.workers), "",
+             "| scenario | what | conns | req/s | x nginx | p50 ms | p90 ms | p99 ms | errors | gateway CPU us/req "
+             "| PostgreSQL CPU us/req | gateway RSS MiB |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in b.results:
+        ratio = "%.3f" % (r["rps"] / ceiling) if ceiling else "-"
+        lines.append("| %s | %s | %d | %.0f | %s | %.2f | %.2f | %.2f | %d | %.1f | %.1f | %.1f |" % (
+            r["scenario"], r["note"], r["conns"], r["rps"], ratio, r["p50_ms"], r["p90_ms"], r["p99_ms"],
+            r["errors"], r["cpu_us_per_req"], r["pg_cpu_us_per_req"], r["rss_kib"] / 1024))
+    if dur:
+        lines += ["", "Durability: %d sends answered 2xx; %d messages `sent` in the database, each with its "
+                  "winning attempt (%d without); %d still pending. **%s**" % (
+                      dur["answered_2xx"], dur["rows_sent"], dur["sent_without_attempt"], dur["rows_pending"],
+                      "OK" if dur["ok"] else "FAILED")]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--omnigate", required=True)
+    ap.add_argument("--sim", required=True)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--conns", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--out", default=os.path.join(ROOT, "test/bench/results"))
+    args = ap.parse_args()
+    names = [s for s in args.scenarios.split(",") if s]
+    for n in names:
+        if n not in SCENARIOS:
+            sys.exit("bench: unknown scenario %s (known: %s)" % (n, ", ".join(SCENARIOS)))
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
+
+    b = Bench(args)
+    try:
+        b.start_pg()
+        b.start_sim()
+        b.start_gateway()
+        b.make_tenants()
+        for n in names:
+            SCENARIOS[n](b)
+        answered = sum(r["requests"] - r["non2xx"] for r in b.results if r["scenario"] in SENDS)
+        dur = durability(b, answered) if any(n in SENDS for n in names) else None
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "bench.json"), "w") as f:
+            json.dump({"results": [{k: v for k, v in r.items() if k != "raw"} for r in b.results],
+                       "durability": dur}, f, indent=2)
+        print(report(b, dur, os.path.join(args.out, "bench.md")))
+        if dur and not dur["ok"]:
+            sys.exit(1)
+    finally:
+        b.close()
+
+
+if __name__ == "__main__":
+    main()
