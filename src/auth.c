@@ -1,6 +1,9 @@
 /*
  * Tenant authentication with a per-worker cache. See include/omnigate/auth.h.
  */
+#include "omnigate/metrics.h"
+#include "omnigate/ratelimit.h"
+#include "omnigate/settings.h"
 #include "omnigate/auth.h"
 
 #include <stdlib.h>
@@ -29,6 +32,8 @@ struct og_auth {
     og_db_t *db;
     og_log_t *log;
     char *secret;
+    og_rl_t *rl;                /* per-tenant rate limit, or NULL */
+    og_metrics_slot_t *metrics; /* counts refusals, or NULL */
     slot_t slots[OG_AUTH_CACHE_SLOTS];
 
     /* last_used_at batching: ids gathered since the last flush, one update in flight. */
@@ -104,6 +109,22 @@ static void answer_error(og_http_req_t *req, int status, const char *code, const
     og_api_error(req, status, code, NULL, message);
 }
 
+/* Takes a token from the tenant's bucket and puts the RateLimit-* headers on the response;
+ * answers 429 rate_limited (with Retry-After) and returns false when there is none. */
+static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
+{
+    if (auth->rl == NULL)
+        return true;
+    og_rl_result_t r = og_rl_take(auth->rl, t->id, og_settings_rate_limit(t->settings), uv_hrtime() / 1000);
+    og_rl_headers(&r, req);
+    if (r.allowed)
+        return true;
+    if (auth->metrics != NULL)
+        og_metrics_inc(auth->metrics, &auth->metrics->rate_limited);
+    og_api_error(req, 429, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
+    return false;
+}
+
 /* Decides a request from a fresh cache slot. */
 static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
 {
@@ -113,6 +134,8 @@ static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
         answer_error(a->req, 403, "unified_api_locked", "the tenant's plan does not include the unified API");
     } else if ((s->scopes & a->scope) != a->scope) {
         answer_error(a->req, 403, "insufficient_scope", "the token lacks the scope this route needs");
+    } else if (!rate_ok(auth, a->req, s->tenant)) {
+        /* answered 429 rate_limited */
     } else {
         a->tenant = og_tenant_ref(s->tenant);
         memcpy(a->token_id, s->token_id, sizeof(a->token_id));
@@ -275,6 +298,12 @@ static void touch_flush(og_auth_t *auth)
 static void on_touch_timer(uv_timer_t *t)
 {
     touch_flush(t->data);
+}
+
+void og_auth_set_rate_limit(og_auth_t *auth, og_rl_t *rl, og_metrics_slot_t *metrics)
+{
+    auth->rl = rl;
+    auth->metrics = metrics;
 }
 
 og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret)

@@ -296,3 +296,99 @@ int og_cli_admin(const og_config_t *cfg, int argc, char **argv)
     PQfinish(pg);
     return rc;
 }
+
+/* ---- prune -------------------------------------------------------------------------------- */
+
+int og_cli_prune(const og_config_t *cfg, int argc, char **argv)
+{
+    const char *before = NULL, *batch_s = "1000";
+    for (int i = 0; i < argc; i++) {
+        const char **dst = strncmp(argv[i], "--before", 8) == 0  ? &before
+                           : strncmp(argv[i], "--batch", 7) == 0 ? &batch_s
+                                                                 : NULL;
+        const char *eq = strchr(argv[i], '=');
+        if (dst == NULL || (eq == NULL && i + 1 >= argc)) {
+            fprintf(stderr, "omnigate: usage: omnigate prune --before DATE [--batch N]\n");
+            return 2;
+        }
+        *dst = eq != NULL ? eq + 1 : argv[++i];
+    }
+    char *end = NULL;
+    long batch = strtol(batch_s, &end, 10);
+    if (before == NULL || *end != '\0' || batch < 1 || batch > 100000) {
+        fprintf(stderr, "omnigate: usage: omnigate prune --before DATE [--batch N] (N from 1 to 100000)\n");
+        return 2;
+    }
+    if (!need_db(cfg, "prune"))
+        return 2;
+    PGconn *pg = PQconnectdb(cfg->database_url);
+    if (PQstatus(pg) != CONNECTION_OK) {
+        fprintf(stderr, "omnigate: cannot connect to the database: %s", PQerrorMessage(pg));
+        PQfinish(pg);
+        return 1;
+    }
+    const char *v[3] = {before};
+    PGresult *r = run(pg, OG_Q_PRUNE_CHECK, 1, v);
+    if (r == NULL) {
+        fprintf(stderr, "omnigate: prune: --before must be a date (YYYY-MM-DD) or an RFC 3339 time\n");
+        PQfinish(pg);
+        return 2;
+    }
+    char when[40];
+    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, 0));
+    bool old_enough = PQgetvalue(r, 0, 1)[0] == 't';
+    PQclear(r);
+    if (!old_enough) {
+        fprintf(stderr,
+                "omnigate: prune: --before %s is less than 24 hours ago; sends may still be in flight "
+                "and idempotency keys live 24 h\n",
+                when);
+        PQfinish(pg);
+        return 2;
+    }
+    PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
+    if (tenants == NULL) {
+        PQfinish(pg);
+        return 1;
+    }
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%ld", batch);
+    long long deleted = 0, batches = 0;
+    int rc = 0;
+    for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
+        const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
+        for (;;) { /* one short transaction per batch: writers never wait on us */
+            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
+            if (b == NULL) {
+                rc = 1;
+                break;
+            }
+            long n = atol(PQgetvalue(b, 0, 0));
+            PQclear(b);
+            batches++;
+            deleted += n;
+            if (n == 0)
+                break;
+        }
+    }
+    PQclear(tenants);
+    long long idem = 0;
+    for (; rc == 0;) {
+        const char *iv[1] = {limit};
+        PGresult *b = run(pg, OG_Q_PRUNE_IDEM, 1, iv);
+        if (b == NULL) {
+            rc = 1;
+            break;
+        }
+        long n = atol(PQcmdTuples(b));
+        PQclear(b);
+        idem += n;
+        if (n < batch)
+            break;
+    }
+    PQfinish(pg);
+    printf("{\"before\":\"%s\",\"rowsDeleted\":%lld,\"batches\":%lld,\"idempotencyKeysDeleted\":%lld,"
+           "\"ok\":%s}\n",
+           when, deleted, batches, idem, rc == 0 ? "true" : "false");
+    return rc;
+}

@@ -75,6 +75,9 @@ static const cfg_entry_t settings[] = {
      0, OFF(idle_timeout_ms), "keep-alive connection idle time before closing, in milliseconds"},
     {"drain_timeout_ms", "OMNIGATE_DRAIN_TIMEOUT_MS", "--drain-timeout-ms", CFG_INT, "30000", 100, 3600000,
      NULL, 0, OFF(drain_timeout_ms), "time allowed to finish in-flight work on SIGTERM, in milliseconds"},
+    {"drain_delay_ms", "OMNIGATE_DRAIN_DELAY_MS", "--drain-delay-ms", CFG_INT, "1000", 0, 60000, NULL, 0,
+     OFF(drain_delay_ms),
+     "on SIGTERM, keep accepting (answering /readyz 503) this long so load balancers route away first"},
     {"access_log", "OMNIGATE_ACCESS_LOG", "--access-log", CFG_BOOL, "true", 0, 0, NULL, 0, OFF(access_log),
      "write one log line per request (true/false, yes/no, on/off, 1/0)"},
     {"log_level", "OMNIGATE_LOG_LEVEL", "--log-level", CFG_ENUM, "info", 0, 0, log_levels, 0, OFF(log_level),
@@ -307,9 +310,15 @@ static const cfg_entry_t *find_flag(const char *arg, size_t len)
 }
 
 /* Arguments that look like flags but are commands for main.c. */
+/* Words that belong to a command rather than to the settings: passed on as positionals.
+ * (`omnigate prune --before DATE --batch N`.) */
 static bool is_command_word(const char *arg)
 {
-    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0 || strcmp(arg, "--version") == 0;
+    static const char *const words[] = {"--help", "-h", "--version", "--before", "--batch", NULL};
+    for (const char *const *w = words; *w; w++)
+        if (strcmp(arg, *w) == 0 || (strncmp(arg, *w, strlen(*w)) == 0 && arg[strlen(*w)] == '='))
+            return true;
+    return false;
 }
 
 bool og_config_load(og_config_t *cfg, char *const *envp, int argc, char **argv, char **rest, int *nrest,

@@ -9,6 +9,7 @@
  * PGRES_PIPELINE_ABORTED up to the Sync.
  */
 #include "omnigate/db.h"
+#include "omnigate/metrics.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,7 @@ struct og_db {
     uv_check_t check;
     uv_idle_t idle; /* active while work is queued, so the loop does not block in poll */
     og_db_stats_t stats;
+    struct og_metrics_slot *metrics;
     bool closing;
     int open_handles;
     void (*closed)(void *arg);
@@ -374,11 +376,14 @@ static void unit_done(dbconn_t *c, unit_t *u)
             db->stats.batches++;
             db->stats.batch_ops += (uint64_t)u->nops;
             db->stats.commit_us += now_us() - u->sent_us;
+            og_metrics_db_batch(db->metrics, (uint64_t)u->nops, now_us() - u->sent_us);
         }
     }
     if (u->failed && u->nops > 1) {
         /* Retry one by one: each op alone decides its own fate. */
         db->stats.retries++;
+        if (db->metrics != NULL)
+            og_metrics_inc(db->metrics, &db->metrics->db_retries);
         for (og_db_op_t *op = u->head; op; op = op->next)
             og_db_op_clear(op);
         for (og_db_op_t *op = u->head; op; op = op->next)
@@ -643,6 +648,10 @@ static void on_check(uv_check_t *h)
     og_db_t *db = h->data;
     uv_idle_stop(&db->idle);
     run_queues(db);
+    if (db->metrics != NULL) {
+        og_metrics_gauge(&db->metrics->db_queue, (uint64_t)(db->reads.len + db->writes.len));
+        og_metrics_gauge(&db->metrics->db_connected, (uint64_t)ready_count(db));
+    }
 }
 
 static void on_idle(uv_idle_t *h)
@@ -695,6 +704,11 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
         conn_start(c);
     }
     return db;
+}
+
+void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
+{
+    db->metrics = m;
 }
 
 void og_db_submit(og_db_t *db, og_db_op_t *op)

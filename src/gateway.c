@@ -40,12 +40,18 @@ static int gw_start(og_worker_t *w)
             og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, og_store_stmts, OG_Q__COUNT);
         if (gw->db == NULL)
             return -1;
+        og_db_set_metrics(gw->db, w->m);
     }
     gw->hc = og_hc_new(&w->loop, &w->log);
     if (gw->hc == NULL)
         return -1;
+    og_hc_set_metrics(gw->hc, w->m);
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret);
-    return gw->auth == NULL ? -1 : 0;
+    if (gw->auth == NULL)
+        return -1;
+    og_rl_init(&gw->rl, w->cfg->workers);
+    og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    return 0;
 }
 
 static void gw_piece_closed(void *arg)

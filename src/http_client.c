@@ -49,6 +49,7 @@ typedef struct hc_sock {
 struct og_hc {
     uv_loop_t *loop;
     og_log_t *log;
+    struct og_metrics_slot *metrics;
     CURLM *multi;
     uv_timer_t timer; /* curl's own timeout (CURLMOPT_TIMERFUNCTION) */
     uv_timer_t defer; /* runs deferred completions, then the teardown when closing */
@@ -83,6 +84,16 @@ const char *og_hc_result_name(og_hc_result_t r)
         return "cancelled";
     }
     return "?";
+}
+
+void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m)
+{
+    hc->metrics = m;
+}
+
+struct og_metrics_slot *og_hc_metrics(og_hc_t *hc)
+{
+    return hc->metrics;
 }
 
 og_log_t *og_hc_log(og_hc_t *hc)

@@ -70,6 +70,7 @@ static og_http_req_t *req_new(og_http_conn_t *c)
         return NULL;
     req->conn = c;
     req->route = "-";
+    req->route_index = -1;
     req->method_str = "-";
     req->start_us = c->shared->now_us(c->shared->ctx);
     return req;
@@ -390,6 +391,7 @@ static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, c
                  (no_body ? 0 : body_len);
     for (size_t i = 0; i < nextra; i++)
         cap += extra[i].name_len + extra[i].value_len + 4;
+    cap += req->resp_hdrs_len;
     out_t o = {malloc(cap), 0};
     if (o.p == NULL)
         return NULL;
@@ -408,6 +410,7 @@ static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, c
     put_header(&o, "X-Request-Id", 12, req->request_id, strlen(req->request_id));
     for (size_t i = 0; i < nextra; i++)
         put_header(&o, extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
+    put(&o, req->resp_hdrs, req->resp_hdrs_len);
     if (close)
         PUTS(&o, "Connection: close\r\n");
     else if (req->http_minor == 0)
@@ -417,6 +420,21 @@ static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, c
         put(&o, body, body_len);
     *out_len = o.len;
     return o.p;
+}
+
+bool og_http_req_add_header(og_http_req_t *req, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    if (nl + vl + 4 > sizeof(req->resp_hdrs) - req->resp_hdrs_len || strpbrk(name, "\r\n:") != NULL ||
+        strpbrk(value, "\r\n") != NULL)
+        return false;
+    char *p = req->resp_hdrs + req->resp_hdrs_len;
+    memcpy(p, name, nl);
+    memcpy(p + nl, ": ", 2);
+    memcpy(p + nl + 2, value, vl);
+    memcpy(p + nl + 2 + vl, "\r\n", 2);
+    req->resp_hdrs_len += nl + vl + 4;
+    return true;
 }
 
 void og_http_respond(og_http_req_t *req, int status, const og_http_header_t *extra, size_t nextra,

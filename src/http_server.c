@@ -212,6 +212,8 @@ static void io_release(og_http_conn_t *c)
     if (sc->next)
         sc->next->prev = sc->prev;
     w->nconns--;
+    if (w->m != NULL)
+        og_metrics_gauge(&w->m->conns_open, w->nconns);
     free(sc);
     og_worker_conn_gone(w);
 }
@@ -227,17 +229,12 @@ static const og_http_io_t server_io = {
 
 /* ---- listener --------------------------------------------------------------------------- */
 
-static void on_connection(uv_stream_t *server, int status)
+/* A new connection struct on the worker's list, its handles initialised; NULL on OOM. */
+static og_server_conn_t *conn_new(og_worker_t *w)
 {
-    og_worker_t *w = server->data;
-    if (status < 0) {
-        og_log(&w->log, OG_LOG_WARN, "accept failed", "\"error\":\"%s\"", uv_strerror(status));
-        return;
-    }
-    og_server_conn_t *sc = malloc(sizeof(*sc));
+    og_server_conn_t *sc = calloc(1, sizeof(*sc));
     if (sc == NULL)
-        return;
-    memset(sc, 0, sizeof(*sc));
+        return NULL;
     sc->w = w;
     uv_tcp_init(&w->loop, &sc->tcp);
     uv_timer_init(&w->loop, &sc->timer);
@@ -251,7 +248,24 @@ static void on_connection(uv_stream_t *server, int status)
         w->conns->prev = sc;
     w->conns = sc;
     w->nconns++;
-    if (uv_accept(server, (uv_stream_t *)&sc->tcp) != 0 || w->draining) {
+    if (w->m != NULL) {
+        og_metrics_gauge(&w->m->conns_open, w->nconns);
+        og_metrics_inc(w->m, &w->m->accepted);
+    }
+    return sc;
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    og_worker_t *w = server->data;
+    if (status < 0) {
+        og_log(&w->log, OG_LOG_WARN, "accept failed", "\"error\":\"%s\"", uv_strerror(status));
+        return;
+    }
+    og_server_conn_t *sc = conn_new(w);
+    if (sc == NULL)
+        return;
+    if (uv_accept(server, (uv_stream_t *)&sc->tcp) != 0) {
         og_http_conn_close(&sc->http);
         return;
     }
@@ -293,21 +307,60 @@ int og_server_listen(og_worker_t *w)
     return 0;
 }
 
+/* Closing a listener resets the connections still in its accept queue, whose requests may
+ * already sit in their socket buffers. Accept them all first (they are served, answered with
+ * Connection: close while draining), then close. */
 void og_server_stop_listening(og_worker_t *w)
 {
-    if (w->listening) {
-        w->listening = false;
-        uv_close((uv_handle_t *)&w->listener, NULL);
+    if (!w->listening)
+        return;
+    w->listening = false;
+    uv_os_fd_t lfd;
+    if (uv_fileno((uv_handle_t *)&w->listener, &lfd) == 0) {
+        for (;;) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED)
+                    continue;
+                break; /* EAGAIN: the queue is empty; anything else: nothing more to take */
+            }
+            og_server_conn_t *sc = conn_new(w);
+            if (sc == NULL) {
+                close(fd);
+                continue;
+            }
+            if (uv_tcp_open(&sc->tcp, fd) != 0) {
+                close(fd);
+                og_http_conn_close(&sc->http);
+                continue;
+            }
+            uv_tcp_nodelay(&sc->tcp, 1);
+            og_http_conn_start(&sc->http);
+        }
     }
+    uv_close((uv_handle_t *)&w->listener, NULL);
 }
 
+/* Closes connections with no request in progress. One whose next request has already reached
+ * the socket buffer is not idle: it is left to be read and answered (with Connection: close). */
 void og_server_close_idle(og_worker_t *w)
 {
     og_server_conn_t *sc = w->conns;
     while (sc != NULL) {
         og_server_conn_t *next = sc->next;
-        if (og_http_conn_is_idle(&sc->http))
+        uv_os_fd_t fd;
+        char byte;
+        if (og_http_conn_is_idle(&sc->http) && !(uv_fileno((uv_handle_t *)&sc->tcp, &fd) == 0 &&
+                                                 recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0))
             og_http_conn_close(&sc->http);
         sc = next;
     }
+}
+
+size_t og_server_count_idle(og_worker_t *w)
+{
+    size_t n = 0;
+    for (og_server_conn_t *sc = w->conns; sc != NULL; sc = sc->next)
+        n += og_http_conn_is_idle(&sc->http);
+    return n;
 }

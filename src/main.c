@@ -23,6 +23,9 @@ static void usage(FILE *out)
                  "Commands:\n"
                  "  serve      run the gateway (a supervisor and OMNIGATE_WORKERS worker processes)\n"
                  "  migrate    apply pending schema migrations (safe while other instances run it)\n"
+                 "  prune --before DATE [--batch N]\n"
+                 "             delete log data (messages, attempts, SMS records, OTPs) created before DATE\n"
+                 "             (YYYY-MM-DD or RFC 3339, at least a day ago) in batches of N rows (1000)\n"
                  "  version    print the version\n"
                  "  help       print this help\n");
     og_cli_admin_usage(out);
@@ -72,6 +75,8 @@ int main(int argc, char **argv)
         rc = og_cli_migrate(&cfg);
     } else if (strcmp(cmd, "admin") == 0) {
         rc = og_cli_admin(&cfg, nrest - 1, rest + 1);
+    } else if (strcmp(cmd, "prune") == 0) {
+        rc = og_cli_prune(&cfg, nrest - 1, rest + 1);
     } else {
         fprintf(stderr, "omnigate: unknown command \"%s\" (try omnigate --help)\n", cmd);
         rc = 2;

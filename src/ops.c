@@ -1,5 +1,5 @@
 /*
- * Operational endpoints: /healthz, /readyz, and (compiled in only with -Dtest_routes=true)
+ * Operational endpoints: /healthz, /readyz, /metrics and (compiled in only with -Dtest_routes=true)
  * the /__test/... routes the end-to-end tests drive. Responsible for answering them; apps
  * put them into their route tables with OG_OPS_ROUTES (worker.h).
  */
@@ -13,6 +13,20 @@
 void og_ops_healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_api_reply(req, 200, "ok", json_pack("{s:s}", "status", "ok"), NULL, 0);
+}
+
+/* Prometheus text format, the sum of every worker of this instance (metrics.h). */
+void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    size_t len = 0;
+    char *text = w->metrics ? og_metrics_render(w->metrics, w->app->routes, w->app->nroutes, &len) : NULL;
+    if (text == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "metrics are not available");
+        return;
+    }
+    og_http_respond(req, 200, NULL, 0, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
 }
 
 void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)

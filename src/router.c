@@ -111,6 +111,7 @@ void og_router_dispatch(const og_router_t *r, og_http_req_t *req, void *ctx)
     switch (og_router_match(r, method, req->path, req->path_len, &m, allow, sizeof(allow))) {
     case OG_ROUTE_FOUND:
         req->route = m.route->pattern;
+        req->route_index = (int)(m.route - r->routes);
         m.route->fn(req, &m, ctx);
         return;
     case OG_ROUTE_BAD_METHOD: {

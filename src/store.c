@@ -298,6 +298,17 @@ const og_db_stmt_t og_store_stmts[OG_Q__COUNT] = {
          2},
     [OG_Q_OTP_EVENT] = {"otp_event",
                         "INSERT INTO otp_events (tenant_id, otp_reference, event) VALUES ($1, $2, $3)", 3},
+    [OG_Q_PRUNE_CHECK] = {"prune_check",
+                          "SELECT " OG_SQL_TS(
+                              "$1::timestamptz") ", $1::timestamptz <= now() - interval '24 hours'",
+                          1},
+    [OG_Q_PRUNE_TENANTS] = {"prune_tenants", "SELECT id FROM tenants ORDER BY id", 0},
+    [OG_Q_PRUNE_BATCH] = {"prune_batch", "SELECT omnigate_prune_batch($1, $2, $3)", 3},
+    [OG_Q_PRUNE_IDEM] =
+        {"prune_idem",
+         "DELETE FROM idempotency_keys WHERE ctid = ANY (ARRAY(SELECT ctid FROM idempotency_keys "
+         "WHERE created_at < now() - interval '24 hours' LIMIT $1))",
+         1},
 };
 
 bool og_store_uuid_valid(const char *s)

@@ -37,6 +37,7 @@ typedef struct supervisor {
     int signals;  /* SIGTERM/SIGINT received */
     int failures; /* workers that exited non-zero during drain */
     sigset_t mask;
+    og_metrics_t metrics; /* shared with the workers; unmapped at exit */
 } supervisor_t;
 
 static uint64_t mono_ms(void)
@@ -61,7 +62,7 @@ static void spawn(supervisor_t *s, int i)
             _exit(1);
         /* Signals stay blocked until og_worker_run has its handlers in place: a SIGTERM that
          * arrives while the worker starts is then a drain, not a death by default action. */
-        _exit(og_worker_run(s->cfg, s->app, i));
+        _exit(og_worker_run(s->cfg, s->app, i, s->metrics.slots ? &s->metrics : NULL));
     }
     s->slots[i].pid = pid;
     s->slots[i].started_ms = mono_ms();
@@ -127,6 +128,8 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
     s.slots = calloc((size_t)s.nslots, sizeof(*s.slots));
     if (s.slots == NULL)
         return 1;
+    if (!og_metrics_map(&s.metrics, s.nslots))
+        og_log(&s.log, OG_LOG_WARN, "no shared memory for metrics: /metrics answers 503", NULL);
 
     sigemptyset(&s.mask);
     sigaddset(&s.mask, SIGCHLD);
@@ -174,5 +177,6 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
     }
     og_log(&s.log, OG_LOG_INFO, "supervisor exiting", "\"failures\":%d", s.failures);
     free(s.slots);
+    og_metrics_unmap(&s.metrics);
     return s.failures ? 1 : 0;
 }

@@ -40,6 +40,7 @@ static void handle_request(og_http_req_t *req, void *ctx)
 static void request_done(const og_http_req_t *req, void *ctx)
 {
     og_worker_t *w = ctx;
+    og_metrics_request(w->m, req->route_index, req->status, req->duration_us);
     if (!w->cfg->access_log || !og_log_enabled(&w->log, OG_LOG_INFO))
         return;
     og_log(&w->log, OG_LOG_INFO, "access",
@@ -65,12 +66,14 @@ static void stop_loop_handles(og_worker_t *w)
     uv_close((uv_handle_t *)&w->sig_term, NULL);
     uv_close((uv_handle_t *)&w->sig_int, NULL);
     uv_close((uv_handle_t *)&w->drain_timer, NULL);
+    uv_close((uv_handle_t *)&w->delay_timer, NULL);
     uv_close((uv_handle_t *)&w->flush_check, NULL);
+    uv_close((uv_handle_t *)&w->sample_timer, NULL);
 }
 
 void og_worker_conn_gone(og_worker_t *w)
 {
-    if (w->draining && w->nconns == 0 && !uv_is_closing((uv_handle_t *)&w->drain_timer)) {
+    if (w->draining && !w->listening && w->nconns == 0 && !uv_is_closing((uv_handle_t *)&w->drain_timer)) {
         og_log(&w->log, OG_LOG_INFO, "drained", NULL);
         stop_loop_handles(w);
     }
@@ -85,17 +88,35 @@ static void on_drain_timeout(uv_timer_t *t)
     _exit(1);
 }
 
+/* The second half of a drain: no new connections; idle ones closed; the rest finish. */
+static void stop_accepting(og_worker_t *w)
+{
+    og_server_stop_listening(w);
+    og_server_close_idle(w);
+    og_worker_conn_gone(w);
+}
+
+static void on_drain_delay(uv_timer_t *t)
+{
+    stop_accepting(t->data);
+}
+
 void og_worker_drain(og_worker_t *w)
 {
     if (w->draining)
         return;
     w->draining = true;
     w->http.draining = true;
-    og_log(&w->log, OG_LOG_INFO, "draining", "\"connections\":%zu", w->nconns);
-    og_server_stop_listening(w);
-    og_server_close_idle(w);
-    uv_timer_start(&w->drain_timer, on_drain_timeout, (uint64_t)w->cfg->drain_timeout_ms, 0);
-    og_worker_conn_gone(w);
+    if (w->m != NULL)
+        og_metrics_gauge(&w->m->draining, 1);
+    og_log(&w->log, OG_LOG_INFO, "draining", "\"connections\":%zu,\"delayMs\":%d", w->nconns,
+           w->cfg->drain_delay_ms);
+    uv_timer_start(&w->drain_timer, on_drain_timeout,
+                   (uint64_t)w->cfg->drain_timeout_ms + (uint64_t)w->cfg->drain_delay_ms, 0);
+    if (w->cfg->drain_delay_ms > 0)
+        uv_timer_start(&w->delay_timer, on_drain_delay, (uint64_t)w->cfg->drain_delay_ms, 0);
+    else
+        stop_accepting(w);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -119,11 +140,25 @@ static void make_rid_prefix(og_worker_t *w)
              r[3], r[4], r[5]);
 }
 
-int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index)
+static void on_sample(uv_timer_t *t)
+{
+    og_worker_t *w = t->data;
+    if (w->m != NULL) {
+        og_metrics_gauge(&w->m->conns_open, w->nconns);
+        og_metrics_gauge(&w->m->conns_idle, og_server_count_idle(w));
+    }
+}
+
+int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const og_metrics_t *metrics)
 {
     og_worker_t *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return 1;
+    if (metrics != NULL && index >= 0 && index < metrics->nslots) {
+        w->metrics = metrics;
+        w->m = &metrics->slots[index];
+        og_metrics_slot_start(w->m, (uint64_t)getpid());
+    }
     w->cfg = cfg;
     w->app = app;
     w->index = index;
@@ -171,10 +206,16 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index)
     sigprocmask(SIG_UNBLOCK, &mask, NULL);
     uv_timer_init(&w->loop, &w->drain_timer);
     w->drain_timer.data = w;
+    uv_timer_init(&w->loop, &w->delay_timer);
+    w->delay_timer.data = w;
     uv_check_init(&w->loop, &w->flush_check);
     w->flush_check.data = w;
     uv_check_start(&w->flush_check, on_flush_check);
     uv_unref((uv_handle_t *)&w->flush_check);
+    uv_timer_init(&w->loop, &w->sample_timer);
+    w->sample_timer.data = w;
+    uv_timer_start(&w->sample_timer, on_sample, 1000, 1000);
+    uv_unref((uv_handle_t *)&w->sample_timer);
 
     if (app->start != NULL && app->start(w) != 0) {
         og_log(&w->log, OG_LOG_ERROR, "app start failed", "\"worker\":%d", index);

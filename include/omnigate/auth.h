@@ -61,6 +61,12 @@ struct og_auth_req {
 };
 
 /* `db` may be NULL (no database configured: every tenant request answers 503). */
+/* Enforces each tenant's rateLimitPerSecond with `rl` (owned by the caller, may be NULL)
+ * after authentication succeeded; refusals are counted in `metrics` (may be NULL). */
+struct og_rl;
+struct og_metrics_slot;
+void og_auth_set_rate_limit(og_auth_t *auth, struct og_rl *rl, struct og_metrics_slot *metrics);
+
 og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret);
 
 /* Authenticates a->req; a->done is called once, possibly before this returns. */

@@ -21,6 +21,11 @@ int og_cli_serve_check(const og_config_t *cfg);
 /* `omnigate admin <verb> args...` (argv[0] is the verb). Returns the exit code. */
 int og_cli_admin(const og_config_t *cfg, int argc, char **argv);
 
+/* `omnigate prune --before DATE [--batch N]`: deletes log data older than DATE in short
+ * batched transactions (sql/003_retention.sql), tenant by tenant, plus idempotency keys past
+ * their 24 h. Prints one JSON line with the counts. Exit 0, 1 (database error), 2 (usage). */
+int og_cli_prune(const og_config_t *cfg, int argc, char **argv);
+
 /* Usage lines of the admin verbs. */
 void og_cli_admin_usage(FILE *out);
 

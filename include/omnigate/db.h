@@ -87,6 +87,10 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
 /* Submits `op`; `op->done` is always called later, from the loop, never from inside this call. */
 void og_db_submit(og_db_t *db, og_db_op_t *op);
 
+/* Records batches, commit latency, queue depth and ready connections in `m` (may be NULL). */
+struct og_metrics_slot;
+void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m);
+
 /* True while at least one connection is ready. Also nudges a reconnect when none is. */
 bool og_db_ready(og_db_t *db);
 

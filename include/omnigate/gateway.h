@@ -7,6 +7,7 @@
 
 #include "omnigate/auth.h"
 #include "omnigate/db.h"
+#include "omnigate/ratelimit.h"
 #include "omnigate/worker.h"
 
 extern const og_app_t og_gateway_app;
@@ -17,6 +18,7 @@ typedef struct og_gw {
     og_db_t *db; /* NULL when OMNIGATE_DATABASE_URL is unset */
     og_auth_t *auth;
     struct og_hc *hc; /* outbound HTTP to the providers */
+    og_rl_t rl;       /* per-tenant rate limit buckets of this worker */
     int closing;      /* handles still closing in gateway stop */
 } og_gw_t;
 

@@ -102,12 +102,17 @@ struct og_http_req {
     bool keep_alive;
     char request_id[65];
     const char *route; /* route pattern for logs and metrics, set by the router ("-" if none) */
+    int route_index;   /* index of the route in the router's table, -1 if none */
     int status;        /* set by og_http_respond */
     size_t bytes_in;   /* request line + headers + body bytes as received */
     size_t bytes_out;  /* response bytes queued */
     uint64_t start_us;
     uint64_t duration_us; /* set when the request is done */
     void *user;           /* for the handler */
+    /* Header lines ("Name: value\r\n") added to whatever response the request gets, e.g. by
+     * middleware such as the rate limiter before the handler answers. */
+    char resp_hdrs[160];
+    size_t resp_hdrs_len;
 
     /* private to http_conn.c */
     char *hbuf; /* request line and header bytes; headers/path point into it */
@@ -166,6 +171,10 @@ void og_http_conn_io_closed(og_http_conn_t *c);
 
 /* True when no request is being received or handled (a drain may close it). */
 bool og_http_conn_is_idle(const og_http_conn_t *c);
+
+/* Adds a header to whatever response `req` gets. False (nothing added) when the space for
+ * such headers (160 bytes) is used up or the name/value contain CR or LF. */
+bool og_http_req_add_header(og_http_req_t *req, const char *name, const char *value);
 
 /* Returns the value of the first header named `name` (case-insensitive), or NULL. */
 const char *og_http_req_header(const og_http_req_t *req, const char *name, size_t *len);

@@ -95,6 +95,10 @@ void og_hc_req_clear(og_hc_req_t *r);
 
 /* The log given to og_hc_new (may be NULL). */
 og_log_t *og_hc_log(og_hc_t *hc);
+/* The worker's metrics slot provider attempts are recorded in (NULL: none). */
+struct og_metrics_slot;
+void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m);
+struct og_metrics_slot *og_hc_metrics(og_hc_t *hc);
 
 /* Cancels every request in flight (each done is called once, from the loop, with
  * OG_HC_CANCELLED), closes the cached connections and every handle, then calls

@@ -88,6 +88,10 @@ enum og_store_stmt {
     OG_Q_OTP_EXPIRE,
     /* $1 tenant, $2 reference, $3 event */
     OG_Q_OTP_EVENT,
+    OG_Q_PRUNE_CHECK,   /* (before) -> before as RFC 3339 UTC, is it at least 24 h ago */
+    OG_Q_PRUNE_TENANTS, /* () -> id of every tenant */
+    OG_Q_PRUNE_BATCH,   /* (tenant, before, limit) -> rows deleted; see sql/003_retention.sql */
+    OG_Q_PRUNE_IDEM,    /* (limit) -> idempotency keys past their 24 h deleted */
     OG_Q__COUNT
 };
 

@@ -17,6 +17,7 @@
 #include "omnigate/config.h"
 #include "omnigate/http.h"
 #include "omnigate/log.h"
+#include "omnigate/metrics.h"
 #include "omnigate/router.h"
 
 #define OG_READ_BUF (64 * 1024)
@@ -49,11 +50,15 @@ struct og_worker {
     og_log_t log;
     og_http_shared_t http;
     og_router_t router;
+    const og_metrics_t *metrics; /* every worker's slots (shared memory), or NULL */
+    og_metrics_slot_t *m;        /* this worker's slot, or NULL */
+    uv_timer_t sample_timer;     /* samples gauges (idle connections) once a second */
 
     uv_tcp_t listener;
     bool listening;
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
+    uv_timer_t delay_timer; /* OMNIGATE_DRAIN_DELAY_MS: still accepting, /readyz 503 */
     uv_check_t flush_check; /* flushes the log buffer once per loop turn */
     bool draining;
     bool app_stopped;
@@ -73,15 +78,18 @@ struct og_worker {
 };
 
 /* Runs worker `index` of `app` until it has drained after SIGTERM/SIGINT. Returns the exit code. */
-int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index);
+int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const og_metrics_t *metrics);
 
-/* Starts graceful drain: stop accepting, /readyz 503, close idle connections, finish the rest. */
+/* Starts graceful drain: /readyz 503 and every response says Connection: close at once; after
+ * OMNIGATE_DRAIN_DELAY_MS stop accepting (taking the accept queue first), close idle
+ * connections, finish the rest. */
 void og_worker_drain(og_worker_t *w);
 
 /* Transport (http_server.c). */
 int og_server_listen(og_worker_t *w);
 void og_server_stop_listening(og_worker_t *w);
 void og_server_close_idle(og_worker_t *w);
+size_t og_server_count_idle(og_worker_t *w);
 /* Called by the transport when a connection is released; lets a draining worker finish. */
 void og_worker_conn_gone(og_worker_t *w);
 
@@ -89,20 +97,21 @@ void og_worker_conn_gone(og_worker_t *w);
  * /__test routes when built with -Dtest_routes=true (OG_OPS_TEST_ROUTES expands to them). */
 void og_ops_healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 #if OG_TEST_ROUTES
 void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 #define OG_OPS_ROUTES                                                                                        \
     {"GET", "/healthz", og_ops_healthz}, {"GET", "/readyz", og_ops_readyz},                                  \
-        {"GET", "/__test/sleep", og_ops_test_sleep},                                                         \
+        {"GET", "/metrics", og_ops_metrics}, {"GET", "/__test/sleep", og_ops_test_sleep},                    \
     {                                                                                                        \
         "POST", "/__test/echo", og_ops_test_echo                                                             \
     }
 #else
 #define OG_OPS_ROUTES                                                                                        \
-    {"GET", "/healthz", og_ops_healthz},                                                                     \
+    {"GET", "/healthz", og_ops_healthz}, {"GET", "/readyz", og_ops_readyz},                                  \
     {                                                                                                        \
-        "GET", "/readyz", og_ops_readyz                                                                      \
+        "GET", "/metrics", og_ops_metrics                                                                    \
     }
 #endif
 

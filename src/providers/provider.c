@@ -3,6 +3,7 @@
  * See include/omnigate/provider.h; the answer-to-error-code table is docs/providers.md.
  */
 #include "omnigate/provider.h"
+#include "omnigate/metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -249,6 +250,9 @@ static void attempt_req_done(og_hc_req_t *req)
     }
     og_hc_t *hc = a->hc;
     og_log_t *log = hc ? og_hc_log(hc) : NULL;
+    if (hc != NULL && a->prov != NULL)
+        og_metrics_attempt(og_hc_metrics(hc), (int)a->prov->channel, res->sent ? "sent" : res->error_code,
+                           res->latency_us);
     if (res->bad_credential && log != NULL && og_log_enabled(log, OG_LOG_WARN)) {
         char code[80];
         og_log(log, OG_LOG_WARN, "provider refused the credentials or session; fix the configuration",

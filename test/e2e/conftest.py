@@ -65,6 +65,8 @@ def free_port():
 def base_env(extra=None):
     """The environment for the binary: inherited minus any OMNIGATE_* setting, plus `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIGATE_")}
+    # Servers in tests stop at once on SIGTERM unless a test asks for the production delay.
+    env["OMNIGATE_DRAIN_DELAY_MS"] = "0"
     if extra:
         env.update(extra)
     return env

@@ -179,6 +179,7 @@ def test_code_never_stored_or_logged(gw, sim):
     code, _ = code_sent_to(sim, to)
     post(gw, "/api/sms/otp/verify", {"to": to, "code": code})
     assert code not in r.body.decode()
+    assert wait_for(lambda: '"route":"/api/sms/otp/verify"' in gw.stderr(), 5)  # the access log is on
     assert code not in gw.stderr()
     dump = subprocess.run(["pg_dump", gw.db_url], capture_output=True, text=True, check=True).stdout
     assert code not in dump
