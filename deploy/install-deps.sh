@@ -10,7 +10,7 @@ PACKAGES=(
   libuv1-dev node-llhttp libpq-dev libcurl4-openssl-dev libjansson-dev libssl-dev
   libcmocka-dev python3-pytest
   postgresql-15 postgresql-client-15
-  wrk nginx-light haproxy clang-format
+  wrk nginx-light haproxy gnuplot-nox linux-perf clang-format
   curl ca-certificates procps
 )
 
