@@ -56,7 +56,9 @@ struct og_hc {
     /* The live (not closing) poll handle of each curl socket, indexed by fd. */
     hc_sock_t **by_fd;
     size_t nby_fd;
-    og_hc_req_t *inflight;          /* doubly linked through prev/next */
+    og_hc_req_t *inflight;            /* doubly linked through prev/next */
+    CURL *easy_pool[OG_HC_EASY_POOL]; /* reset handles: saves an init/cleanup per request */
+    int neasy;
     og_hc_req_t *dq_head, *dq_tail; /* completions waiting for the defer timer */
     int handles;                    /* uv handles not yet through their close_cb */
     bool closing;                   /* og_hc_close was called */
@@ -188,7 +190,12 @@ static void release_easy(og_hc_t *hc, og_hc_req_t *r)
 {
     if (r->easy != NULL) {
         curl_multi_remove_handle(hc->multi, r->easy);
-        curl_easy_cleanup(r->easy);
+        if (hc->neasy < OG_HC_EASY_POOL && !hc->closing) {
+            curl_easy_reset(r->easy);
+            hc->easy_pool[hc->neasy++] = r->easy;
+        } else {
+            curl_easy_cleanup(r->easy);
+        }
         r->easy = NULL;
     }
     curl_slist_free_all(r->slist);
@@ -471,7 +478,7 @@ og_hc_t *og_hc_new(uv_loop_t *loop, og_log_t *log)
 
 static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
 {
-    CURL *e = curl_easy_init();
+    CURL *e = hc->neasy > 0 ? hc->easy_pool[--hc->neasy] : curl_easy_init();
     if (e == NULL)
         return NULL;
     long timeout = r->timeout_ms > 0 ? r->timeout_ms : OG_HC_DEFAULT_TIMEOUT;
@@ -603,6 +610,8 @@ static void handle_closed(uv_handle_t *h)
 static void teardown(og_hc_t *hc)
 {
     hc->torn_down = true;
+    while (hc->neasy > 0)
+        curl_easy_cleanup(hc->easy_pool[--hc->neasy]);
     curl_multi_cleanup(hc->multi);
     hc->multi = NULL;
     for (size_t fd = 0; fd < hc->nby_fd; fd++)

@@ -240,6 +240,7 @@ const og_db_stmt_t og_store_stmts[OG_Q__COUNT] = {
     [OG_Q_MSG_MARK_UNKNOWN] =
         {"msg_mark_unknown",
          "UPDATE messages SET status = 'unknown', completed_at = now() WHERE status = 'pending' "
+         "AND created_at > now() - interval '7 days' "
          "AND created_at < now() - $1::bigint * interval '1 millisecond'",
          1},
     [OG_Q_SMS_PENDING] =

@@ -24,7 +24,8 @@
 #define OG_HC_MAX_RESPONSE     (256 * 1024) /* default response cap, bytes */
 #define OG_HC_DEFAULT_TIMEOUT  10000        /* ms, when a req leaves timeout_ms at 0 */
 #define OG_HC_CONNECT_TIMEOUT  5000         /* ms, at most; never above the request timeout */
-#define OG_HC_MAX_CACHED_CONNS 256          /* idle connections kept for reuse */
+#define OG_HC_MAX_CACHED_CONNS 2048         /* idle connections kept for reuse (per worker) */
+#define OG_HC_EASY_POOL        128          /* finished easy handles kept (reset) for reuse */
 #define OG_HC_ERRBUF           256          /* == CURL_ERROR_SIZE */
 
 typedef struct og_hc og_hc_t;

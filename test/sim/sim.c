@@ -342,7 +342,9 @@ void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t
         p->give_up_at = uv_now(&s->w->loop) + SIM_HANG_MAX_MS;
         uv_timer_start(&p->timer, on_pending_timer, 0, SIM_HANG_POLL_MS);
     } else {
-        uv_timer_start(&p->timer, on_pending_timer, plan->latency_ms, 0);
+        /* + 1: the loop clock is in whole milliseconds (truncated), so a timer of N ms can
+         * fire up to 1 ms before N ms of real time have passed. */
+        uv_timer_start(&p->timer, on_pending_timer, plan->latency_ms + 1, 0);
     }
 }
 
