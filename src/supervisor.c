@@ -49,6 +49,7 @@ static uint64_t mono_ms(void)
 
 static void spawn(supervisor_t *s, int i)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         og_log(&s->log, OG_LOG_ERROR, "fork failed", "\"worker\":%d,\"error\":\"%s\"", i, strerror(errno));
@@ -58,7 +59,9 @@ static void spawn(supervisor_t *s, int i)
     if (pid == 0) {
         /* The worker dies with its supervisor rather than serving on unsupervised. */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() == 1)
+        /* The supervisor died before the death signal was armed: our parent changed. (Not
+         * "parent is pid 1": in a container the supervisor may be pid 1 itself.) */
+        if (getppid() != parent)
             _exit(1);
         /* Signals stay blocked until og_worker_run has its handlers in place: a SIGTERM that
          * arrives while the worker starts is then a drain, not a death by default action. */
