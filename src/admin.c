@@ -328,6 +328,14 @@ static bool name_field(json_t *body, const char *field, bool required, size_t ma
     return *out != NULL || og_api_fail(err, 503, "unavailable", NULL, "out of memory");
 }
 
+/* Answers a request refused while reading its body, and frees everything it took. */
+static void reject(admin_op_t *a, json_t *body, const og_api_err_t *err)
+{
+    json_decref(body);
+    og_api_send_error(a->req, err, NULL, NULL, NULL, 0);
+    admin_op_free(a);
+}
+
 void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     static const char *const allowed[] = {"name", "unifiedApiEnabled", "settings", NULL};
@@ -355,14 +363,13 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
     submit(a);
     return;
 fail:
-    json_decref(body);
-    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-    admin_op_free(a);
+    reject(a, body, &err);
 }
 
-void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* A request with no body about the tenant in the path. */
+static void submit_for_tenant(og_http_req_t *req, const og_route_match_t *m, void *ctx, admin_kind_t kind)
 {
-    admin_op_t *a = admin_op_new(req, ctx, A_TENANT_GET);
+    admin_op_t *a = admin_op_new(req, ctx, kind);
     if (a == NULL)
         return;
     if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
@@ -370,6 +377,11 @@ void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ct
         return;
     }
     submit(a);
+}
+
+void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    submit_for_tenant(req, m, ctx, A_TENANT_GET);
 }
 
 void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -409,9 +421,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
     submit(a);
     return;
 fail:
-    json_decref(body);
-    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-    admin_op_free(a);
+    reject(a, body, &err);
 }
 
 void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -473,21 +483,12 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
     submit(a);
     return;
 fail:
-    json_decref(body);
-    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-    admin_op_free(a);
+    reject(a, body, &err);
 }
 
 void og_admin_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    admin_op_t *a = admin_op_new(req, ctx, A_TOKEN_LIST);
-    if (a == NULL)
-        return;
-    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
-        admin_op_free(a);
-        return;
-    }
-    submit(a);
+    submit_for_tenant(req, m, ctx, A_TOKEN_LIST);
 }
 
 void og_admin_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx)

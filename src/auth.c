@@ -120,7 +120,7 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
     if (r.allowed)
         return true;
     if (auth->metrics != NULL)
-        og_metrics_inc(auth->metrics, &auth->metrics->rate_limited);
+        og_metrics_add(&auth->metrics->rate_limited, 1);
     og_api_error(req, 429, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
     return false;
 }

@@ -103,6 +103,18 @@ int og_cli_serve_check(const og_config_t *cfg)
 
 /* ---- admin ------------------------------------------------------------------------------ */
 
+/* A blocking connection for a one-shot command (not for the event loop); NULL after printing
+ * why. */
+static PGconn *connect_db(const og_config_t *cfg)
+{
+    PGconn *pg = PQconnectdb(cfg->database_url);
+    if (PQstatus(pg) == CONNECTION_OK)
+        return pg;
+    fprintf(stderr, "omnigate: cannot connect to the database: %s", PQerrorMessage(pg));
+    PQfinish(pg);
+    return NULL;
+}
+
 /* Runs statement `q` of the store's table with `n` parameters; NULL (after printing why) on
  * failure. */
 static PGresult *run(PGconn *pg, int q, int n, const char *const *values)
@@ -286,18 +298,78 @@ int og_cli_admin(const og_config_t *cfg, int argc, char **argv)
         fprintf(stderr, "omnigate: OMNIGATE_SECRET: required by admin (tokens are stored as its HMAC)\n");
         return 2;
     }
-    PGconn *pg = PQconnectdb(cfg->database_url);
-    if (PQstatus(pg) != CONNECTION_OK) {
-        fprintf(stderr, "omnigate: cannot connect to the database: %s", PQerrorMessage(pg));
-        PQfinish(pg);
+    PGconn *pg = connect_db(cfg);
+    if (pg == NULL)
         return 1;
-    }
     int rc = admin_verb(pg, cfg, argc, argv);
     PQfinish(pg);
     return rc;
 }
 
 /* ---- prune -------------------------------------------------------------------------------- */
+
+/* Deletes what was created before `before` in batches of `batch`; prints the counts. */
+static int prune_run(PGconn *pg, const char *before, long batch)
+{
+    const char *v[1] = {before};
+    PGresult *r = run(pg, OG_Q_PRUNE_CHECK, 1, v);
+    if (r == NULL) {
+        fprintf(stderr, "omnigate: prune: --before must be a date (YYYY-MM-DD) or an RFC 3339 time\n");
+        return 2;
+    }
+    char when[40];
+    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, 0));
+    bool old_enough = PQgetvalue(r, 0, 1)[0] == 't';
+    PQclear(r);
+    if (!old_enough) {
+        fprintf(stderr,
+                "omnigate: prune: --before %s is less than 24 hours ago; sends may still be in flight "
+                "and idempotency keys live 24 h\n",
+                when);
+        return 2;
+    }
+    PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
+    if (tenants == NULL)
+        return 1;
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%ld", batch);
+    long long deleted = 0, batches = 0, idem = 0;
+    int rc = 0;
+    for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
+        const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
+        for (;;) { /* one short transaction per batch: writers never wait on us */
+            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
+            if (b == NULL) {
+                rc = 1;
+                break;
+            }
+            long n = atol(PQgetvalue(b, 0, 0));
+            PQclear(b);
+            batches++;
+            deleted += n;
+            if (n == 0)
+                break;
+        }
+    }
+    PQclear(tenants);
+    while (rc == 0) {
+        const char *iv[1] = {limit};
+        PGresult *b = run(pg, OG_Q_PRUNE_IDEM, 1, iv);
+        if (b == NULL) {
+            rc = 1;
+            break;
+        }
+        long n = atol(PQcmdTuples(b));
+        PQclear(b);
+        idem += n;
+        if (n < batch)
+            break;
+    }
+    printf("{\"before\":\"%s\",\"rowsDeleted\":%lld,\"batches\":%lld,\"idempotencyKeysDeleted\":%lld,"
+           "\"ok\":%s}\n",
+           when, deleted, batches, idem, rc == 0 ? "true" : "false");
+    return rc;
+}
 
 int og_cli_prune(const og_config_t *cfg, int argc, char **argv)
 {
@@ -321,74 +393,10 @@ int og_cli_prune(const og_config_t *cfg, int argc, char **argv)
     }
     if (!need_db(cfg, "prune"))
         return 2;
-    PGconn *pg = PQconnectdb(cfg->database_url);
-    if (PQstatus(pg) != CONNECTION_OK) {
-        fprintf(stderr, "omnigate: cannot connect to the database: %s", PQerrorMessage(pg));
-        PQfinish(pg);
+    PGconn *pg = connect_db(cfg);
+    if (pg == NULL)
         return 1;
-    }
-    const char *v[3] = {before};
-    PGresult *r = run(pg, OG_Q_PRUNE_CHECK, 1, v);
-    if (r == NULL) {
-        fprintf(stderr, "omnigate: prune: --before must be a date (YYYY-MM-DD) or an RFC 3339 time\n");
-        PQfinish(pg);
-        return 2;
-    }
-    char when[40];
-    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, 0));
-    bool old_enough = PQgetvalue(r, 0, 1)[0] == 't';
-    PQclear(r);
-    if (!old_enough) {
-        fprintf(stderr,
-                "omnigate: prune: --before %s is less than 24 hours ago; sends may still be in flight "
-                "and idempotency keys live 24 h\n",
-                when);
-        PQfinish(pg);
-        return 2;
-    }
-    PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
-    if (tenants == NULL) {
-        PQfinish(pg);
-        return 1;
-    }
-    char limit[16];
-    snprintf(limit, sizeof(limit), "%ld", batch);
-    long long deleted = 0, batches = 0;
-    int rc = 0;
-    for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
-        const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
-        for (;;) { /* one short transaction per batch: writers never wait on us */
-            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
-            if (b == NULL) {
-                rc = 1;
-                break;
-            }
-            long n = atol(PQgetvalue(b, 0, 0));
-            PQclear(b);
-            batches++;
-            deleted += n;
-            if (n == 0)
-                break;
-        }
-    }
-    PQclear(tenants);
-    long long idem = 0;
-    for (; rc == 0;) {
-        const char *iv[1] = {limit};
-        PGresult *b = run(pg, OG_Q_PRUNE_IDEM, 1, iv);
-        if (b == NULL) {
-            rc = 1;
-            break;
-        }
-        long n = atol(PQcmdTuples(b));
-        PQclear(b);
-        idem += n;
-        if (n < batch)
-            break;
-    }
+    int rc = prune_run(pg, before, batch);
     PQfinish(pg);
-    printf("{\"before\":\"%s\",\"rowsDeleted\":%lld,\"batches\":%lld,\"idempotencyKeysDeleted\":%lld,"
-           "\"ok\":%s}\n",
-           when, deleted, batches, idem, rc == 0 ? "true" : "false");
     return rc;
 }

@@ -383,7 +383,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
         /* Retry one by one: each op alone decides its own fate. */
         db->stats.retries++;
         if (db->metrics != NULL)
-            og_metrics_inc(db->metrics, &db->metrics->db_retries);
+            og_metrics_add(&db->metrics->db_retries, 1);
         for (og_db_op_t *op = u->head; op; op = op->next)
             og_db_op_clear(op);
         for (og_db_op_t *op = u->head; op; op = op->next)

@@ -250,7 +250,7 @@ static og_server_conn_t *conn_new(og_worker_t *w)
     w->nconns++;
     if (w->m != NULL) {
         og_metrics_gauge(&w->m->conns_open, w->nconns);
-        og_metrics_inc(w->m, &w->m->accepted);
+        og_metrics_add(&w->m->accepted, 1);
     }
     return sc;
 }

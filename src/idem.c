@@ -10,8 +10,9 @@
 
 #include "omnigate/store.h"
 
-bool og_idem_read(og_idem_t *i, og_api_err_t *err)
+bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_api_err_t *err)
 {
+    i->req = req;
     size_t len;
     const char *v = og_http_req_header(i->req, "idempotency-key", &len);
     i->has_key = false;
@@ -70,8 +71,14 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
     i->done(i);
 }
 
-void og_idem_claim(og_idem_t *i)
+void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route,
+                   void (*done)(og_idem_t *i), void *arg)
 {
+    i->db = db;
+    i->tenant_id = tenant_id;
+    i->route = route;
+    i->done = done;
+    i->arg = arg;
     i->claimed = i->answered = false;
     if (!i->has_key) {
         i->done(i);

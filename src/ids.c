@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/random.h>
 
 static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
@@ -31,6 +32,13 @@ void og_ids_random(void *buf, size_t n)
         p += r;
         n -= (size_t)r;
     }
+}
+
+uint64_t og_ids_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)

@@ -2,10 +2,8 @@
  * omnigate: command-line entry. Parses the configuration and hands over to the command.
  * Everything of substance lives in the og_core library so tests link the same code.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "og_build.h"
@@ -33,16 +31,6 @@ static void usage(FILE *out)
     og_config_usage(out);
 }
 
-/* Sockets scale with connections: take the hard limit on open files. */
-static void raise_nofile(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 int main(int argc, char **argv)
 {
     og_config_t cfg;
@@ -66,8 +54,6 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "config-markdown") == 0) {
         og_config_markdown(stdout);
     } else if (strcmp(cmd, "serve") == 0) {
-        signal(SIGPIPE, SIG_IGN);
-        raise_nofile();
         rc = og_cli_serve_check(&cfg);
         if (rc == 0)
             rc = og_supervisor_run(&cfg, &og_gateway_app);

@@ -3,6 +3,8 @@
  */
 #include "omnigate/metrics.h"
 
+#include "omnigate/provider.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,10 +13,15 @@
 
 static const int statuses[OG_M_STATUSES - 1] = {200, 201, 204, 400, 401, 403, 404, 405, 409, 410,
                                                 413, 415, 422, 429, 431, 500, 502, 503, 504};
-static const char *const outcomes[OG_M_OUTCOMES] = {
-    "sent",           "provider_timeout",      "provider_unreachable", "provider_rejected",
-    "provider_error", "provider_rate_limited", "not_configured"};
-static const char *const channels[OG_M_CHANNELS] = {"whatsapp_qr", "whatsapp_meta", "sms"};
+/* "sent" and the attempt error codes of API.md §2 (provider.h), in label order. */
+static const char *const outcomes[OG_M_OUTCOMES] = {"sent",
+                                                    OG_ERR_PROVIDER_TIMEOUT,
+                                                    OG_ERR_PROVIDER_UNREACHABLE,
+                                                    OG_ERR_PROVIDER_REJECTED,
+                                                    OG_ERR_PROVIDER_ERROR,
+                                                    OG_ERR_PROVIDER_RATE_LIMITED,
+                                                    OG_ERR_NOT_CONFIGURED};
+_Static_assert(OG_M_CHANNELS == OG_CH__COUNT, "one metrics slot per channel");
 
 /* Upper bounds of the buckets but the last (+Inf). */
 static const double latency_le_s[OG_M_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -57,11 +64,6 @@ void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid)
     og_metrics_gauge(&s->draining, 0);
 }
 
-static inline void add(uint64_t *c, uint64_t v)
-{
-    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
-}
-
 static inline uint64_t get(const uint64_t *c)
 {
     return __atomic_load_n(c, __ATOMIC_RELAXED);
@@ -73,9 +75,9 @@ static void observe(og_m_hist_t *h, const double *le, double scale, uint64_t v)
     double x = (double)v / scale;
     while (b < OG_M_BUCKETS - 1 && x > le[b])
         b++;
-    add(&h->bucket[b], 1);
-    add(&h->sum, v);
-    add(&h->count, 1);
+    og_metrics_add(&h->bucket[b], 1);
+    og_metrics_add(&h->sum, v);
+    og_metrics_add(&h->count, 1);
 }
 
 static int status_index(int status)
@@ -91,7 +93,7 @@ void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint6
     if (s == NULL)
         return;
     int r = route_index >= 0 && route_index < OG_M_ROUTES ? route_index : OG_M_ROUTES;
-    add(&s->requests[r][status_index(status)], 1);
+    og_metrics_add(&s->requests[r][status_index(status)], 1);
     observe(&s->request_us[r], latency_le_s, 1e6, duration_us);
 }
 
@@ -105,7 +107,7 @@ void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, 
             o = i;
             break;
         }
-    add(&s->attempts[channel][o], 1);
+    og_metrics_add(&s->attempts[channel][o], 1);
     observe(&s->attempt_us[channel], latency_le_s, 1e6, latency_us);
 }
 
@@ -246,8 +248,8 @@ char *og_metrics_render(const og_metrics_t *m, const og_route_t *routes, size_t 
             uint64_t v = 0;
             for (int w = 0; w < m->nslots; w++)
                 v += get(&m->slots[w].attempts[c][k]);
-            put(&o, "omnigate_provider_attempts_total{channel=\"%s\",outcome=\"%s\"} %llu\n", channels[c],
-                outcomes[k], (unsigned long long)v);
+            put(&o, "omnigate_provider_attempts_total{channel=\"%s\",outcome=\"%s\"} %llu\n",
+                og_channel_name((og_channel_t)c), outcomes[k], (unsigned long long)v);
         }
     header(&o, "omnigate_provider_attempt_duration_seconds", "histogram",
            "Provider attempt latency (request sent to answer classified), by channel.");
@@ -255,7 +257,7 @@ char *og_metrics_render(const og_metrics_t *m, const og_route_t *routes, size_t 
         og_m_hist_t h = {0};
         for (int w = 0; w < m->nslots; w++)
             sum_hist(&h, &m->slots[w].attempt_us[c]);
-        snprintf(labels, sizeof(labels), "channel=\"%s\"", channels[c]);
+        snprintf(labels, sizeof(labels), "channel=\"%s\"", og_channel_name((og_channel_t)c));
         hist(&o, "omnigate_provider_attempt_duration_seconds", labels, &h, latency_le_s, 1e6);
     }
 

@@ -80,13 +80,6 @@ static void ctx_free(sms_ctx_t *c)
     free(c);
 }
 
-static uint64_t epoch_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void db_failed(sms_ctx_t *c, og_db_status_t st)
 {
     if (st == OG_DB_ERROR) {
@@ -118,12 +111,29 @@ static void answer(sms_ctx_t *c)
     ctx_free(c);
 }
 
+/* The route's rows (and the stored answer) are committed: send the answer. */
+static void committed(og_db_op_t *op, og_db_status_t st)
+{
+    sms_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        db_failed(c, st);
+        return;
+    }
+    answer(c);
+}
+
+/* Builds the answer into c->response_text; on failure (out of memory) answers 503, frees c
+ * and returns false. */
 static bool build_answer(sms_ctx_t *c, int status, const char *message, json_t *data, og_api_err_t *err)
 {
     c->status = status;
     snprintf(c->status_s, sizeof(c->status_s), "%d", status);
     c->response_text = og_api_envelope(status, message, data, err, NULL, &c->response_len);
-    return c->response_text != NULL;
+    if (c->response_text != NULL)
+        return true;
+    og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+    ctx_free(c);
+    return false;
 }
 
 /* ---- shared validation --------------------------------------------------------------------- */
@@ -135,20 +145,7 @@ static bool sms_sender(sms_ctx_t *c, const char *sender, og_api_err_t *err)
     if (!og_settings_channel_enabled(settings, "sms"))
         return og_api_fail(err, 422, "no_channel_available", NULL,
                            "the sms channel is not enabled for this tenant");
-    if (sender != NULL) {
-        if (!og_phone_sender_valid(sender))
-            return og_api_fail(
-                err, 422, "validation_failed", "sender",
-                "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
-        if (!og_settings_sms_sender_approved(settings, sender))
-            return og_api_fail(err, 422, "sender_not_approved", "sender",
-                               "sender %s is not on the tenant's approved list", sender);
-    } else if ((sender = og_settings_sms_default_sender(settings)) == NULL) {
-        return og_api_fail(err, 422, "validation_failed", "sender",
-                           "sender is required: the tenant has no default sender");
-    }
-    snprintf(c->sender, sizeof(c->sender), "%s", sender);
-    return true;
+    return og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err);
 }
 
 static bool text_segments(sms_ctx_t *c, const char *field, og_api_err_t *err)
@@ -165,18 +162,6 @@ static bool text_segments(sms_ctx_t *c, const char *field, og_api_err_t *err)
     return true;
 }
 
-static char *error_json(const og_attempt_result_t *r)
-{
-    json_t *e = json_pack("{s:s,s:s}", "code", r->error_code, "message", r->error_message);
-    if (r->provider_code[0])
-        json_object_set_new(e, "providerCode", json_string(r->provider_code));
-    if (r->http_status)
-        json_object_set_new(e, "httpStatus", json_integer(r->http_status));
-    char *s = json_dumps(e, JSON_COMPACT);
-    json_decref(e);
-    return s;
-}
-
 static void start_sms(sms_ctx_t *c, void (*done)(og_attempt_t *))
 {
     c->params = (og_send_params_t){.to = c->to, .text = c->text, .from = c->sender};
@@ -186,16 +171,6 @@ static void start_sms(sms_ctx_t *c, void (*done)(og_attempt_t *))
 }
 
 /* ---- POST /api/sms/send -------------------------------------------------------------------- */
-
-static void sms_finished(og_db_op_t *op, og_db_status_t st)
-{
-    sms_ctx_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        db_failed(c, st);
-        return;
-    }
-    answer(c);
-}
 
 static void sms_attempted(og_attempt_t *a)
 {
@@ -208,16 +183,14 @@ static void sms_attempted(og_attempt_t *a)
     if (r->sent) {
         json_object_set_new(data, "providerMessageId", json_string(r->provider_message_id));
     } else {
-        c->error_text = error_json(r);
-        json_object_set_new(data, "error", json_loads(c->error_text, 0, NULL));
+        json_t *e = og_attempt_error_json(r);
+        c->error_text = json_dumps(e, JSON_COMPACT);
+        json_object_set_new(data, "error", e);
         og_api_fail(&err, 502, "delivery_failed", NULL, "the SMS provider did not accept the message");
     }
     if (!build_answer(c, r->sent ? 200 : 502, r->sent ? "SMS sent" : err.message, data,
-                      r->sent ? NULL : &err)) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-        ctx_free(c);
+                      r->sent ? NULL : &err))
         return;
-    }
     og_db_op_clear(&c->op);
     const char **v = c->op.stmts[0].values;
     c->op.stmts[0].stmt = OG_Q_SMS_FINISH;
@@ -227,7 +200,7 @@ static void sms_attempted(og_attempt_t *a)
     v[3] = r->sent ? r->provider_message_id : NULL;
     v[4] = c->error_text;
     int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
-    submit(c, n, true, sms_finished);
+    submit(c, n, true, committed);
 }
 
 static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
@@ -242,7 +215,7 @@ static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 
 static void sms_claimed(sms_ctx_t *c)
 {
-    og_ids_reference(c->reference, epoch_ms());
+    og_ids_reference(c->reference, og_ids_now_ms());
     const char **v = c->op.stmts[0].values;
     c->op.stmts[0].stmt = OG_Q_SMS_PENDING;
     v[0] = c->auth.tenant->id;
@@ -273,16 +246,6 @@ static bool sms_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
 
 /* ---- POST /api/sms/otp/send ---------------------------------------------------------------- */
 
-static void otp_recorded(og_db_op_t *op, og_db_status_t st)
-{
-    sms_ctx_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        db_failed(c, st);
-        return;
-    }
-    answer(c);
-}
-
 static void otp_attempted(og_attempt_t *a)
 {
     sms_ctx_t *c = a->arg;
@@ -292,15 +255,14 @@ static void otp_attempted(og_attempt_t *a)
                              c->expires_at, "length", c->length, "status", r->sent ? "sent" : "failed");
     og_api_err_t err = {0};
     if (!r->sent) {
-        c->error_text = error_json(r);
+        json_t *e = og_attempt_error_json(r);
+        c->error_text = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
         og_api_fail(&err, 502, "delivery_failed", NULL, "the SMS with the code could not be sent");
     }
     if (!build_answer(c, r->sent ? 200 : 502, r->sent ? "OTP sent" : err.message, data,
-                      r->sent ? NULL : &err)) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-        ctx_free(c);
+                      r->sent ? NULL : &err))
         return;
-    }
     og_db_op_clear(&c->op);
     og_db_op_t *op = &c->op;
     const char **v = op->stmts[0].values;
@@ -323,7 +285,7 @@ static void otp_attempted(og_attempt_t *a)
     v[10] = r->sent ? r->provider_message_id : NULL;
     v[11] = c->error_text;
     int n = 2 + og_idem_complete_stmt(&c->idem, op, 2, c->status_s, c->response_text);
-    submit(c, n, true, otp_recorded);
+    submit(c, n, true, committed);
 }
 
 static void otp_begun(og_db_op_t *op, og_db_status_t st)
@@ -357,7 +319,7 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
 
 static void otp_claimed(sms_ctx_t *c)
 {
-    og_ids_reference(c->reference, epoch_ms());
+    og_ids_reference(c->reference, og_ids_now_ms());
     if (!og_otp_generate(c->code, c->length) ||
         !og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, c->code_hash)) {
         og_api_error(c->req, 503, "unavailable", NULL, "cannot generate a code");
@@ -435,28 +397,15 @@ static void verify_answer_error(sms_ctx_t *c, int status, const char *code, cons
 {
     og_api_err_t err = {0};
     og_api_fail(&err, status, code, NULL, "%s", message);
-    if (!build_answer(c, status, message, data, &err)) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-        ctx_free(c);
+    if (!build_answer(c, status, message, data, &err))
         return;
-    }
     if (!c->idem.claimed) {
         answer(c);
         return;
     }
     /* The answer is stored for idempotent repeats, then sent. */
     og_db_op_clear(&c->op);
-    submit(c, og_idem_complete_stmt(&c->idem, &c->op, 0, c->status_s, c->response_text), true, otp_recorded);
-}
-
-static void verify_event_done(og_db_op_t *op, og_db_status_t st)
-{
-    sms_ctx_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        db_failed(c, st);
-        return;
-    }
-    answer(c);
+    submit(c, og_idem_complete_stmt(&c->idem, &c->op, 0, c->status_s, c->response_text), true, committed);
 }
 
 /* Records the try as `event` (with the stored answer, if any) and answers what is built. */
@@ -469,59 +418,51 @@ static void verify_record(sms_ctx_t *c, const char *event)
     v[1] = c->reference;
     v[2] = event;
     int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
-    submit(c, n, true, verify_event_done);
+    submit(c, n, true, committed);
 }
 
 static void verify_refused(sms_ctx_t *c, int status, const char *code, const char *message, const char *event)
 {
     og_api_err_t err = {0};
     og_api_fail(&err, status, code, NULL, "%s", message);
-    if (!build_answer(c, status, message, NULL, &err)) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-        ctx_free(c);
+    if (!build_answer(c, status, message, NULL, &err))
         return;
-    }
     verify_record(c, event);
+}
+
+/* The conditional update of a verify has committed. True when it changed the OTP's row;
+ * otherwise the request is dealt with: a database error answered, or (another verify, a lock
+ * or the clock got there first) the row judged again once, then refused with status/code. */
+static bool verify_updated(sms_ctx_t *c, og_db_op_t *op, og_db_status_t st, int status, const char *code)
+{
+    if (st != OG_DB_OK) {
+        db_failed(c, st);
+        return false;
+    }
+    if (op->res[0] != NULL && PQntuples(op->res[0]) > 0)
+        return true;
+    if (!c->retried) {
+        c->retried = true;
+        og_db_op_clear(op);
+        verify_find(c);
+    } else {
+        verify_refused(c, status, code, "this OTP can no longer be verified", "verify_failed");
+    }
+    return false;
 }
 
 static void verify_ok_done(og_db_op_t *op, og_db_status_t st)
 {
     sms_ctx_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        db_failed(c, st);
-        return;
-    }
-    if (op->res[0] == NULL || PQntuples(op->res[0]) == 0) {
-        /* Another verify, a lock or the clock got there first: judge again from the row. */
-        if (!c->retried) {
-            c->retried = true;
-            og_db_op_clear(op);
-            verify_find(c);
-            return;
-        }
-        verify_refused(c, 409, "otp_already_verified", "this OTP can no longer be verified", "verify_failed");
-        return;
-    }
-    answer(c);
+    if (verify_updated(c, op, st, 409, "otp_already_verified"))
+        answer(c);
 }
 
 static void verify_bad_done(og_db_op_t *op, og_db_status_t st)
 {
     sms_ctx_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        db_failed(c, st);
+    if (!verify_updated(c, op, st, 410, "otp_expired"))
         return;
-    }
-    if (op->res[0] == NULL || PQntuples(op->res[0]) == 0) {
-        if (!c->retried) {
-            c->retried = true;
-            og_db_op_clear(op);
-            verify_find(c);
-            return;
-        }
-        verify_refused(c, 410, "otp_expired", "this OTP can no longer be verified", "verify_failed");
-        return;
-    }
     int failed = atoi(PQgetvalue(op->res[0], 0, 0));
     int remaining = failed >= OTP_MAX_FAILURES ? 0 : OTP_MAX_FAILURES - failed;
     og_db_op_clear(op);
@@ -573,11 +514,8 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
         v[1] = c->reference;
         if (right) {
             json_t *data = json_pack("{s:s,s:b}", "reference", c->reference, "verified", 1);
-            if (!build_answer(c, 200, "OTP verified", data, NULL)) {
-                og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-                ctx_free(c);
+            if (!build_answer(c, 200, "OTP verified", data, NULL))
                 return;
-            }
             int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
             submit(c, n, true, verify_ok_done);
         } else {
@@ -657,20 +595,14 @@ static void authed(og_auth_req_t *a)
         ok = c->kind == K_SMS        ? sms_validate(c, body, &err)
              : c->kind == K_OTP_SEND ? otp_validate(c, body, &err)
                                      : verify_validate(c, body, &err);
-    c->idem.req = c->req;
-    ok = ok && og_idem_read(&c->idem, &err);
+    ok = ok && og_idem_read(&c->idem, c->req, &err);
     json_decref(body);
     if (!ok) {
         og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
         ctx_free(c);
         return;
     }
-    c->idem.db = c->gw->db;
-    c->idem.tenant_id = a->tenant->id;
-    c->idem.route = routes[c->kind];
-    c->idem.done = claimed;
-    c->idem.arg = c;
-    og_idem_claim(&c->idem);
+    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, routes[c->kind], claimed, c);
 }
 
 static void start(og_http_req_t *req, void *ctx, kind_t kind)

@@ -75,13 +75,6 @@ static void ctx_free(send_ctx_t *c)
     free(c);
 }
 
-static uint64_t epoch_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* ---- validation ------------------------------------------------------------------------- */
 
 /* Reads and checks the body against the tenant's settings; fills the plan of attempts. */
@@ -164,18 +157,8 @@ static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
         p->text = c->text;
         if (c->ch[i] == OG_CH_SMS) {
             c->sms_tried = true;
-            if (sender != NULL) {
-                if (!og_settings_sms_sender_approved(settings, sender))
-                    return og_api_fail(err, 422, "sender_not_approved", "sender",
-                                       "sender %s is not on the tenant's approved list", sender);
-                snprintf(c->sender, sizeof(c->sender), "%s", sender);
-            } else {
-                const char *def = og_settings_sms_default_sender(settings);
-                if (def == NULL)
-                    return og_api_fail(err, 422, "validation_failed", "sender",
-                                       "sender is required: the tenant has no default sender");
-                snprintf(c->sender, sizeof(c->sender), "%s", def);
-            }
+            if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
+                return false;
             p->from = c->sender;
             og_sms_encode_info(c->text, strlen(c->text), &c->sms);
             if (c->sms.segments > SMS_MAX_SEGMENTS)
@@ -238,16 +221,10 @@ static json_t *attempt_json(const og_attempt_result_t *r, og_channel_t ch, bool 
         }
         return a;
     }
-    if (r->sent) {
+    if (r->sent)
         json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
-    } else {
-        json_t *e = json_pack("{s:s,s:s}", "code", r->error_code, "message", r->error_message);
-        if (r->provider_code[0])
-            json_object_set_new(e, "providerCode", json_string(r->provider_code));
-        if (r->http_status)
-            json_object_set_new(e, "httpStatus", json_integer(r->http_status));
-        json_object_set_new(a, "error", e);
-    }
+    else
+        json_object_set_new(a, "error", og_attempt_error_json(r));
     return a;
 }
 
@@ -319,13 +296,9 @@ static void engine_done(og_engine_t *e)
         c->sms_status = r->sent ? "sent" : "failed";
         c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
         if (!r->sent) {
-            json_t *e2 = json_pack("{s:s,s:s}", "code", r->error_code, "message", r->error_message);
-            if (r->provider_code[0])
-                json_object_set_new(e2, "providerCode", json_string(r->provider_code));
-            if (r->http_status)
-                json_object_set_new(e2, "httpStatus", json_integer(r->http_status));
-            c->sms_error_text = json_dumps(e2, JSON_COMPACT);
-            json_decref(e2);
+            json_t *err_json = og_attempt_error_json(r);
+            c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
+            json_decref(err_json);
         }
         op->stmts[n].stmt = OG_Q_SMS_RECORD;
         v = op->stmts[n++].values;
@@ -360,7 +333,7 @@ static void attempt_done(og_attempt_t *a)
 static void engine_start(og_engine_t *e, int i)
 {
     send_ctx_t *c = e->arg;
-    c->att_at_ms[i] = epoch_ms();
+    c->att_at_ms[i] = og_ids_now_ms();
     c->att[i].done = attempt_done;
     c->att[i].arg = c;
     og_attempt_start(c->gw->hc, c->gw->w->cfg, c->ch[i], &c->params[i], &c->att[i]);
@@ -389,7 +362,7 @@ static void claimed(og_idem_t *i)
         ctx_free(c);
         return;
     }
-    og_ids_reference(c->reference, epoch_ms());
+    og_ids_reference(c->reference, og_ids_now_ms());
     char *p = c->channels_lit;
     *p++ = '{';
     for (int k = 0; k < c->nch; k++)
@@ -429,20 +402,14 @@ static void authed(og_auth_req_t *a)
                                           "whatsappFrom", "sender", NULL};
     og_api_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);
-    c->idem.req = c->req;
-    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, &err);
+    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
     json_decref(body);
     if (!ok) {
         og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
         ctx_free(c);
         return;
     }
-    c->idem.db = c->gw->db;
-    c->idem.tenant_id = a->tenant->id;
-    c->idem.route = "omni";
-    c->idem.done = claimed;
-    c->idem.arg = c;
-    og_idem_claim(&c->idem);
+    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, "omni", claimed, c);
 }
 
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)

@@ -468,6 +468,26 @@ bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)
     return false;
 }
 
+bool og_settings_sms_sender(const json_t *settings, const char *requested, char *out, size_t outlen,
+                            og_api_err_t *err)
+{
+    const char *sender = requested;
+    if (sender != NULL) {
+        if (!og_phone_sender_valid(sender))
+            return og_api_fail(
+                err, 422, "validation_failed", "sender",
+                "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
+        if (!og_settings_sms_sender_approved(settings, sender))
+            return og_api_fail(err, 422, "sender_not_approved", "sender",
+                               "sender %s is not on the tenant's approved list", sender);
+    } else if ((sender = og_settings_sms_default_sender(settings)) == NULL) {
+        return og_api_fail(err, 422, "validation_failed", "sender",
+                           "sender is required: the tenant has no default sender");
+    }
+    snprintf(out, outlen, "%s", sender);
+    return true;
+}
+
 const char *og_settings_sms_default_sender(const json_t *settings)
 {
     return json_string_value(json_object_get(channel(settings, "sms"), "defaultSender"));

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,8 +123,22 @@ static void reap(supervisor_t *s)
     }
 }
 
+/* Process-wide set-up every server needs, done once before forking: a peer that closes
+ * early must not kill a worker with SIGPIPE, and sockets scale with connections, so take the
+ * hard limit on open files. */
+static void server_process_setup(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
 int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
 {
+    server_process_setup();
     supervisor_t s = {.cfg = cfg, .app = app, .nslots = cfg->workers};
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);

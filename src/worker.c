@@ -143,10 +143,9 @@ static void make_rid_prefix(og_worker_t *w)
 static void on_sample(uv_timer_t *t)
 {
     og_worker_t *w = t->data;
-    if (w->m != NULL) {
-        og_metrics_gauge(&w->m->conns_open, w->nconns);
+    /* conns_open is kept exact by the transport; idle needs a walk over the connections. */
+    if (w->m != NULL)
         og_metrics_gauge(&w->m->conns_idle, og_server_count_idle(w));
-    }
 }
 
 int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const og_metrics_t *metrics)

@@ -36,13 +36,15 @@ struct og_idem {
     og_db_op_t op;
 };
 
-/* Reads the Idempotency-Key header (1-255 printable ASCII) and hashes the body. False with
- * 422 validation_failed in `err` when the header is malformed. */
-bool og_idem_read(og_idem_t *i, og_api_err_t *err);
+/* Reads the Idempotency-Key header of `req` (1-255 printable ASCII) and hashes the body.
+ * False with 422 validation_failed in `err` when the header is malformed. */
+bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_api_err_t *err);
 
-/* Claims the key; i->done is called once, possibly before this returns. Without a key it
- * completes at once with neither claimed nor answered. */
-void og_idem_claim(og_idem_t *i);
+/* Claims the key read by og_idem_read for `tenant_id` on `route`; done(i) is called once,
+ * possibly before this returns (with `arg` in i->arg). Without a key it completes at once with
+ * neither claimed nor answered. */
+void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route,
+                   void (*done)(og_idem_t *i), void *arg);
 
 /* Adds to `op` the statement that stores the answer (when a key was claimed); returns the
  * number of statements added (0 or 1). `status` and `body` must outlive the op. */

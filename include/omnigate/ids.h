@@ -25,6 +25,9 @@ void og_ids_random(void *buf, size_t n);
  * strings and as bytes; within one millisecond their order is random. */
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms);
 
+/* Wall-clock time in milliseconds since the epoch (references, attempt times). */
+uint64_t og_ids_now_ms(void);
+
 /* True when `s` is a reference in canonical form: "kf_" + 26 upper-case Crockford characters,
  * the first one 0-7 (26 characters carry 130 bits; the top two are always zero). */
 bool og_ids_reference_valid(const char *s);

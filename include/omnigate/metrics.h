@@ -69,14 +69,14 @@ void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint6
 /* channel: og_channel_t value; outcome: "sent" or an attempt error code of API.md §2. */
 void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, uint64_t latency_us);
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us);
+/* A field of the caller's own slot: single writer, so a plain relaxed load and store. */
 static inline void og_metrics_gauge(uint64_t *g, uint64_t v)
 {
     __atomic_store_n(g, v, __ATOMIC_RELAXED);
 }
-static inline void og_metrics_inc(og_metrics_slot_t *s, uint64_t *c)
+static inline void og_metrics_add(uint64_t *c, uint64_t v)
 {
-    if (s != NULL)
-        __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
 }
 
 /* The Prometheus text exposition (version 0.0.4) of the sum of all slots. `routes` names

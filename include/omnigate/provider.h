@@ -99,11 +99,24 @@ struct og_attempt {
 void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, const og_send_params_t *p,
                       og_attempt_t *a);
 
+/* The `error` object of a failed attempt as API.md §2 shows it: code, message, and
+ * providerCode / httpStatus when the provider gave them. NULL for a sent attempt. */
+json_t *og_attempt_error_json(const og_attempt_result_t *r);
+
 /* ---- for the adapters (src/providers/) -------------------------------------------------- */
 
 /* Marks out as failed with `code` and a printf-style message, truncated on a UTF-8 boundary. */
 void og_provider_fail(og_attempt_result_t *out, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* ", code N" for the provider code recorded in out (og_provider_code), or "" without one: the
+ * suffix of "HTTP 400, code 131026" in messages. */
+const char *og_provider_code_suffix(const og_attempt_result_t *out, char buf[48]);
+
+/* The classification every adapter ends with, once its own cases (throttling, credentials,
+ * sessions) are handled: 4xx provider_rejected, 5xx provider_error, anything else an
+ * unexpected answer (provider_error). `text` is the provider's explanation. */
+void og_provider_fail_status(og_attempt_result_t *out, const char *label, long status, const char *text);
 
 /* Marks out as sent with message id `id`; false (out untouched) when id is empty or longer than
  * provider_message_id holds. */

@@ -76,6 +76,12 @@ bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)
 /* channels.sms.defaultSender, or NULL. Borrowed from `settings`. */
 const char *og_settings_sms_default_sender(const json_t *settings);
 
+/* The SMS sender of a request: `requested` when it is well-formed and approved, else (when
+ * NULL) the tenant's default. False with the 422 of API.md §2 (validation_failed or
+ * sender_not_approved, field "sender") in `err`. */
+bool og_settings_sms_sender(const json_t *settings, const char *requested, char *out, size_t outlen,
+                            og_api_err_t *err);
+
 /* rateLimitPerSecond, or 0 (unlimited) when absent. */
 uint32_t og_settings_rate_limit(const json_t *settings);
 

@@ -111,9 +111,8 @@ static void meta_classify(long status, const char *body, size_t len, og_attempt_
         snprintf(text, sizeof(text), "%s: %s", msg, details);
     else
         snprintf(text, sizeof(text), "%s", msg);
-    char codes[48] = "";
-    if (out->provider_code[0])
-        snprintf(codes, sizeof(codes), ", code %s", out->provider_code);
+    char codes[48];
+    og_provider_code_suffix(out, codes);
 
     if (status == 429 || is_rate_limit_code(code)) {
         og_provider_fail(out, OG_ERR_PROVIDER_RATE_LIMITED, LABEL " is throttling (HTTP %ld%s): %s", status,
@@ -123,13 +122,8 @@ static void meta_classify(long status, const char *body, size_t len, og_attempt_
         og_provider_fail(out, OG_ERR_PROVIDER_REJECTED,
                          LABEL " refused the access token or its permissions (HTTP %ld%s): %s", status, codes,
                          text);
-    } else if (status >= 400 && status < 500) {
-        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the message (HTTP %ld%s): %s", status,
-                         codes, text);
-    } else if (status >= 500 && status < 600) {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " failed (HTTP %ld%s): %s", status, codes, text);
     } else {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered an unexpected HTTP %ld", status);
+        og_provider_fail_status(out, LABEL, status, text);
     }
     json_decref(root);
 }

@@ -118,6 +118,41 @@ char *og_provider_copy_utf8(char *dst, size_t dstlen, const char *s)
     return dst;
 }
 
+json_t *og_attempt_error_json(const og_attempt_result_t *r)
+{
+    if (r->sent)
+        return NULL;
+    json_t *e = json_pack("{s:s,s:s}", "code", r->error_code ? r->error_code : OG_ERR_PROVIDER_ERROR,
+                          "message", r->error_message);
+    if (e != NULL && r->provider_code[0])
+        json_object_set_new(e, "providerCode", json_string(r->provider_code));
+    if (e != NULL && r->http_status)
+        json_object_set_new(e, "httpStatus", json_integer(r->http_status));
+    return e;
+}
+
+const char *og_provider_code_suffix(const og_attempt_result_t *out, char buf[48])
+{
+    buf[0] = '\0';
+    if (out->provider_code[0])
+        snprintf(buf, 48, ", code %s", out->provider_code);
+    return buf;
+}
+
+void og_provider_fail_status(og_attempt_result_t *out, const char *label, long status, const char *text)
+{
+    char codes[48];
+    og_provider_code_suffix(out, codes);
+    if (status >= 400 && status < 500)
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, "%s refused the message (HTTP %ld%s): %s", label,
+                         status, codes, text);
+    else if (status >= 500 && status < 600)
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, "%s failed (HTTP %ld%s): %s", label, status, codes,
+                         text);
+    else
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, "%s answered an unexpected HTTP %ld", label, status);
+}
+
 void og_provider_fail(og_attempt_result_t *out, const char *code, const char *fmt, ...)
 {
     char buf[1024];

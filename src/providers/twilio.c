@@ -86,9 +86,8 @@ static void twilio_classify(long status, const char *body, size_t len, og_attemp
     const char *msg = json_string_value(json_object_get(root, "message"));
     if (msg == NULL)
         msg = root == NULL && len > 0 ? "unparseable error body" : "no details";
-    char codes[48] = "";
-    if (out->provider_code[0])
-        snprintf(codes, sizeof(codes), ", code %s", out->provider_code);
+    char codes[48];
+    og_provider_code_suffix(out, codes);
 
     if (status == 429 || code == 20429 || code == 14107) {
         og_provider_fail(out, OG_ERR_PROVIDER_RATE_LIMITED, LABEL " is throttling (HTTP %ld%s): %s", status,
@@ -97,13 +96,8 @@ static void twilio_classify(long status, const char *body, size_t len, og_attemp
         out->bad_credential = true;
         og_provider_fail(out, OG_ERR_PROVIDER_REJECTED,
                          LABEL " refused the account credentials (HTTP %ld%s): %s", status, codes, msg);
-    } else if (status >= 400 && status < 500) {
-        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the message (HTTP %ld%s): %s", status,
-                         codes, msg);
-    } else if (status >= 500 && status < 600) {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " failed (HTTP %ld%s): %s", status, codes, msg);
     } else {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered an unexpected HTTP %ld", status);
+        og_provider_fail_status(out, LABEL, status, msg);
     }
     json_decref(root);
 }

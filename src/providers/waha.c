@@ -115,13 +115,8 @@ static void waha_classify(long status, const char *body, size_t len, og_attempt_
         out->bad_credential = session_status == NULL || strcmp(session_status, "STARTING") != 0;
         og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " session cannot send (HTTP %ld): %s", status,
                          text);
-    } else if (status >= 400 && status < 500) {
-        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, LABEL " refused the message (HTTP %ld): %s", status,
-                         text);
-    } else if (status >= 500 && status < 600) {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " failed (HTTP %ld): %s", status, text);
     } else {
-        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, LABEL " answered an unexpected HTTP %ld", status);
+        og_provider_fail_status(out, LABEL, status, text);
     }
     json_decref(root);
 }

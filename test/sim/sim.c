@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -814,16 +813,6 @@ static void usage(FILE *out)
     og_config_usage(out);
 }
 
-/* Sockets scale with connections: take the hard limit on open files. */
-static void raise_nofile(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 int main(int argc, char **argv)
 {
     og_config_t cfg;
@@ -850,8 +839,6 @@ int main(int argc, char **argv)
         rc = 2;
     } else {
         cfg.workers = 1;
-        signal(SIGPIPE, SIG_IGN);
-        raise_nofile();
         rc = og_supervisor_run(&cfg, &sim_app);
     }
 out:
