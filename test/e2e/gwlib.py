@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import assert_ok, base_env, omnigate_bin
+from conftest import assert_ok, base_env, omnigate_bin, wait_for
 
 SECRET = "e2e-secret-0123456789abcdef"
 ADMIN_TOKEN = "e2e-admin-token-0123456789"
@@ -195,6 +195,17 @@ def provider_env(sim, extra=None):
     if extra:
         env.update(extra)
     return env
+
+
+def tenant_gateway(make_gateway, sim, workers=2):
+    """A ready gateway on the test's database talking to the simulator (attempt timeout 1 s),
+    with a tenant that has every channel (.tenant) and a token with every scope (.token)."""
+    sim.clear()
+    srv = make_gateway(workers=workers, env=provider_env(sim, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    srv.tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    srv.token = new_token(srv, srv.tenant["id"])["token"]
+    return srv
 
 
 def magic(qr=0, meta=0, sms=0, tail="0000"):

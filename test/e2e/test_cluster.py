@@ -17,20 +17,12 @@ import time
 
 import pytest
 
-from conftest import Closed, Conn, request_bytes, wait_for
-from gwlib import SETTINGS_ALL, call, magic, new_tenant, new_token, provider_env, query_url, sim  # noqa: F401
+from conftest import Closed, Conn, free_port, request_bytes, wait_for
+from gwlib import SETTINGS_ALL, magic, new_tenant, new_token, provider_env, query_url, sim  # noqa: F401
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 CHECK_INTER_MS = 500
 FALL = 2
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Haproxy:

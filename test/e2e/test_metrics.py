@@ -3,23 +3,16 @@ bounded labels; drain under load."""
 
 import json
 import re
-import urllib.parse
 
 import pytest
 
 from conftest import assert_ok, wait_for
-from gwlib import SETTINGS_ALL, call, magic, new_tenant, new_token, provider_env, sim  # noqa: F401
+from gwlib import tenant_gateway, SETTINGS_ALL, call, magic, new_tenant, new_token, provider_env, sim  # noqa: F401
 
 
 @pytest.fixture
 def gw(make_gateway, sim):
-    sim.clear()
-    srv = make_gateway(workers=2, env=provider_env(sim, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}))
-    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
-    t = new_tenant(srv, settings=SETTINGS_ALL)
-    srv.tenant = t
-    srv.token = new_token(srv, t["id"])["token"]
-    return srv
+    return tenant_gateway(make_gateway, sim)
 
 
 def scrape(gw):

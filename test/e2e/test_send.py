@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, request_bytes, wait_for
-from gwlib import (query_url, META_TOKEN, SETTINGS_ALL, SIM_QR_KEY, SIM_SMS_SID, SIM_SMS_TOKEN, WA_FROM, admin, call,
+from gwlib import (tenant_gateway, query_url, META_TOKEN, SETTINGS_ALL, SIM_QR_KEY, SIM_SMS_SID, SIM_SMS_TOKEN, admin, call,
                    gateway_env, magic, migrate, new_tenant, new_token, provider_env, set_unified, sim)  # noqa: F401
 
 REF_RE = re.compile(r"^kf_[0-9A-HJKMNP-TV-Z]{26}$")
@@ -20,13 +20,7 @@ OK_TO = "+6281234567890"
 
 @pytest.fixture
 def gw(make_gateway, sim):
-    sim.clear()
-    srv = make_gateway(workers=2, env=provider_env(sim, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}))
-    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
-    t = new_tenant(srv, settings=SETTINGS_ALL)
-    srv.tenant = t
-    srv.token = new_token(srv, t["id"])["token"]
-    return srv
+    return tenant_gateway(make_gateway, sim)
 
 
 def send(gw, body, headers=None, token=None):
