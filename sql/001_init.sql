@@ -117,8 +117,9 @@ CREATE TABLE otp_events (
 );
 
 -- Idempotency-Key (API.md §6). The primary key is the cross-instance guarantee: the first
--- request inserts its row in the same transaction as its pending message; a repeat finds
--- the row. response_status is NULL while the first request is in flight.
+-- request commits its row before anything else (its pending message comes after); a repeat
+-- finds the row. response_status is NULL while the first request is in flight; the answer is
+-- stored in the same transaction as the request's final rows.
 CREATE TABLE idempotency_keys (
     tenant_id       uuid        NOT NULL,
     key             text        NOT NULL,
