@@ -27,11 +27,9 @@
 #include "omnigate/config.h"
 #include "omnigate/json.h"
 #include "omnigate/log.h"
+#include "omnigate/ops.h"
 #include "omnigate/supervisor.h"
-
-#ifndef container_of
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-#endif
+#include "omnigate/util.h"
 
 /* Recorded requests kept: the newest this many. */
 #define SIM_RECORDS_MAX 20000

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the JSON envelope and error answers (src/api.c): the pure builders directly,
+ * Unit tests of the JSON envelope and error answers (src/net/api.c): the pure builders directly,
  * and the senders through a connection core with a fake transport that records the bytes.
  */
 #include <setjmp.h>

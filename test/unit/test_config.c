@@ -1,5 +1,5 @@
 /*
- * Unit tests of the configuration table (src/config.c): defaults, environment, flags,
+ * Unit tests of the configuration table (src/base/config.c): defaults, environment, flags,
  * validation messages and the generated help.
  */
 #include <setjmp.h>

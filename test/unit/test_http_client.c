@@ -1,5 +1,5 @@
 /*
- * Unit tests of the outbound HTTP client (src/http_client.c) over real loopback sockets: each
+ * Unit tests of the outbound HTTP client (src/net/http_client.c) over real loopback sockets: each
  * test runs one uv loop holding both the client and a tiny HTTP/1.1 server (uv_tcp on
  * 127.0.0.1:0) that answers canned responses, counts connections and records what it got.
  * Every test ends by closing both and asserting uv_loop_close() == 0: no handle leaks.

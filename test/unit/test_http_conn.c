@@ -1,5 +1,5 @@
 /*
- * Unit tests of the HTTP connection core (src/http_conn.c) without sockets: a fake transport
+ * Unit tests of the HTTP connection core (src/net/http_conn.c) without sockets: a fake transport
  * records what the core writes, whether it reads, its timer and its close.
  */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests of message references and CSPRNG bytes (src/ids.c).
+ * Unit tests of message references and CSPRNG bytes (src/base/ids.c).
  */
 #include <setjmp.h>
 #include <stdarg.h>

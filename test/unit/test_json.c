@@ -1,5 +1,5 @@
 /*
- * Unit tests of request-body decoding and the typed getters (src/json.c), on raw buffers so
+ * Unit tests of request-body decoding and the typed getters (src/net/json.c), on raw buffers so
  * that no connection is needed.
  */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests of address syntax (src/phone.c): E.164, WhatsApp sender numbers, SMS sender ids.
+ * Unit tests of address syntax (src/base/phone.c): E.164, WhatsApp sender numbers, SMS sender ids.
  */
 #include <setjmp.h>
 #include <stdarg.h>

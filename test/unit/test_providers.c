@@ -1,5 +1,5 @@
 /*
- * Unit tests of the provider adapters (src/providers/): the exact request each one builds
+ * Unit tests of the provider adapters (src/product/providers/): the exact request each one builds
  * (URL, headers, auth, every body field, UTF-8 and form-encoding edge cases), the
  * classification of realistic provider answers (one case per row of docs/providers.md,
  * plus garbage and empty bodies), and og_attempt end to end against a loopback server

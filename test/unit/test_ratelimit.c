@@ -1,5 +1,5 @@
 /*
- * Unit tests of the per-tenant token buckets (src/ratelimit.c), on a simulated clock.
+ * Unit tests of the per-tenant token buckets (src/product/ratelimit.c), on a simulated clock.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * Unit tests of the router (src/router.c): matching, 404/405 with Allow, route parameters
+ * Unit tests of the router (src/net/router.c): matching, 404/405 with Allow, route parameters
  * and query-string decoding; dispatch through a connection core with a fake transport.
  */
 #include <setjmp.h>

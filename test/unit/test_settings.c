@@ -1,5 +1,5 @@
 /*
- * Unit tests of tenant settings (src/settings.c): validation with the dotted path of the
+ * Unit tests of tenant settings (src/product/settings.c): validation with the dotted path of the
  * fault, masking of access tokens, RFC 7396 merge patch with masked secrets kept, defaults and
  * the send-path getters.
  */

@@ -1,5 +1,5 @@
 /*
- * Unit tests of text validation and SMS segment counting (src/smsenc.c). The boundary table
+ * Unit tests of text validation and SMS segment counting (src/base/smsenc.c). The boundary table
  * follows docs/sms-encoding.md.
  */
 #include <setjmp.h>

@@ -1,6 +1,6 @@
 /*
  * Unit tests of tokens, OTP codes, their keyed hashes and constant-time comparison
- * (src/token.c). Expected hashes were computed independently with Python's hmac module.
+ * (src/base/token.c). Expected hashes were computed independently with Python's hmac module.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,0 +1,31 @@
+/*
+ * The three delivery channels of API.md §2 and the attempt error codes, as a leaf that every
+ * layer may include: the provider adapters produce them, metrics labels by them, the store
+ * records them. Responsible for the names and their parsing; not for what a channel does
+ * (provider.h) or whether a tenant may use it (settings.h).
+ */
+#ifndef OMNIGATE_CHANNEL_H
+#define OMNIGATE_CHANNEL_H
+
+#include <stdbool.h>
+
+typedef enum og_channel { OG_CH_WHATSAPP_QR, OG_CH_WHATSAPP_META, OG_CH_SMS, OG_CH__COUNT } og_channel_t;
+
+/* "whatsapp_qr", "whatsapp_meta", "sms"; "?" for anything else. */
+const char *og_channel_name(og_channel_t ch);
+/* The inverse; false for an unknown name. */
+bool og_channel_parse(const char *name, og_channel_t *out);
+
+/* Attempt error codes (API.md §2); static strings, compare by value or pointer. */
+extern const char OG_ERR_PROVIDER_TIMEOUT[];      /* "provider_timeout" */
+extern const char OG_ERR_PROVIDER_UNREACHABLE[];  /* "provider_unreachable" */
+extern const char OG_ERR_PROVIDER_REJECTED[];     /* "provider_rejected" */
+extern const char OG_ERR_PROVIDER_ERROR[];        /* "provider_error" */
+extern const char OG_ERR_PROVIDER_RATE_LIMITED[]; /* "provider_rate_limited" */
+extern const char OG_ERR_NOT_CONFIGURED[];        /* "not_configured" */
+
+/* Every attempt outcome in a fixed order: "sent", then the error codes above (metrics labels). */
+#define OG_ATTEMPT_OUTCOMES 7
+extern const char *const og_attempt_outcomes[OG_ATTEMPT_OUTCOMES];
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * Metrics: per-worker counters, gauges and histograms in one shared memory area the
+ * supervisor maps before forking (MAP_SHARED | MAP_ANONYMOUS). Each worker writes only its own
+ * slot (single writer: plain relaxed loads and stores, no locks, no atomic read-modify-write);
+ * whichever worker answers GET /metrics sums every slot, so a scrape sees the whole instance.
+ * Labels are bounded: route patterns of the app's table, a fixed set of statuses, the three
+ * channels and the attempt outcomes of API.md §2. No per-tenant, per-token or per-recipient
+ * label exists. Responsible for recording and the Prometheus text format; not for deciding
+ * what to record (the callers).
+ */
+#ifndef OMNIGATE_METRICS_H
+#define OMNIGATE_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "omnigate/channel.h"
+
+#define OG_M_ROUTES      40 /* route table entries that get their own label; then "-" */
+#define OG_M_STATUSES    20
+#define OG_M_BUCKETS     15 /* histogram buckets, +Inf included */
+#define OG_M_CHANNELS    OG_CH__COUNT
+#define OG_M_OUTCOMES    OG_ATTEMPT_OUTCOMES
+#define OG_M_MAX_WORKERS 256
+
+typedef struct og_m_hist {
+    uint64_t bucket[OG_M_BUCKETS]; /* non-cumulative counts; rendered cumulative */
+    uint64_t sum;                  /* in the histogram's unit (µs, or operations) */
+    uint64_t count;
+} og_m_hist_t;
+
+/* One worker's slot. Counters only grow (a replaced worker continues its slot's counters);
+ * gauges are set by the worker that owns the slot and zeroed when it starts. */
+typedef struct og_metrics_slot {
+    uint64_t pid;
+    uint64_t requests[OG_M_ROUTES + 1][OG_M_STATUSES];
+    og_m_hist_t request_us[OG_M_ROUTES + 1];
+    uint64_t attempts[OG_M_CHANNELS][OG_M_OUTCOMES];
+    og_m_hist_t attempt_us[OG_M_CHANNELS];
+    og_m_hist_t db_batch_ops;
+    og_m_hist_t db_commit_us;
+    uint64_t db_retries;
+    uint64_t rate_limited;
+    /* gauges */
+    uint64_t db_queue;
+    uint64_t db_connected;
+    uint64_t conns_open;
+    uint64_t conns_idle;
+    uint64_t draining;
+    uint64_t accepted;
+} og_metrics_slot_t;
+
+typedef struct og_metrics {
+    og_metrics_slot_t *slots; /* shared mapping of nslots slots */
+    int nslots;
+} og_metrics_t;
+
+/* Maps the shared area for `workers` slots (supervisor, before forking). False on failure;
+ * the gateway then runs without metrics (/metrics answers 503). */
+bool og_metrics_map(og_metrics_t *m, int workers);
+void og_metrics_unmap(og_metrics_t *m);
+
+/* Marks the slot as used by the calling process and zeroes its gauges. */
+void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid);
+
+/* Recording: every function accepts a NULL slot (no metrics) and does nothing then. */
+void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint64_t duration_us);
+/* channel: og_channel_t value; outcome: "sent" or an attempt error code of API.md §2. */
+void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, uint64_t latency_us);
+void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us);
+/* A field of the caller's own slot: single writer, so a plain relaxed load and store. */
+static inline void og_metrics_gauge(uint64_t *g, uint64_t v)
+{
+    __atomic_store_n(g, v, __ATOMIC_RELAXED);
+}
+static inline void og_metrics_add(uint64_t *c, uint64_t v)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+/* The route labels of the request metrics: label(ctx, i, ...) names route i of n by its method
+ * and pattern. A callback, so that metrics need not know the router (a layer above). */
+typedef struct og_metrics_routes {
+    size_t n;
+    void (*label)(const void *ctx, size_t i, const char **method, const char **pattern);
+    const void *ctx;
+} og_metrics_routes_t;
+
+/* The Prometheus text exposition (version 0.0.4) of the sum of all slots, with route label i
+ * as `routes` names it. Returns a malloc'd NUL-terminated string (caller frees) and its length,
+ * or NULL on OOM. */
+char *og_metrics_render(const og_metrics_t *m, const og_metrics_routes_t *routes, size_t *len);
+
+#endif

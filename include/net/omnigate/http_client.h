@@ -1,0 +1,112 @@
+/*
+ * Outbound HTTP on a worker's loop: libcurl's multi-socket API driven by libuv (one uv_poll_t
+ * per curl socket, one uv_timer_t for curl's timeout), with connection reuse, a per-request
+ * timeout and a bounded response. Responsible for moving one request and its answer; not
+ * for what either means (the provider adapters in src/product/providers/ decide that).
+ *
+ * One og_hc_t per worker. A request is one og_hc_req_t owned by the caller: fill it, start
+ * it, and its done callback runs exactly once, always later from the loop (never from inside
+ * og_hc_start). After done the client no longer touches the req: done may clear, reuse or
+ * free it. Nothing here blocks the loop (libcurl's threaded resolver does the DNS).
+ */
+#ifndef OMNIGATE_HTTP_CLIENT_H
+#define OMNIGATE_HTTP_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "omnigate/log.h"
+
+#define OG_HC_MAX_HEADERS      8
+#define OG_HC_MAX_RESPONSE     (256 * 1024) /* default response cap, bytes */
+#define OG_HC_DEFAULT_TIMEOUT  10000        /* ms, when a req leaves timeout_ms at 0 */
+#define OG_HC_CONNECT_TIMEOUT  5000         /* ms, at most; never above the request timeout */
+#define OG_HC_MAX_CACHED_CONNS 2048         /* idle connections kept for reuse (per worker) */
+#define OG_HC_EASY_POOL        128          /* finished easy handles kept (reset) for reuse */
+#define OG_HC_ERRBUF           256          /* == CURL_ERROR_SIZE */
+
+typedef struct og_hc og_hc_t;
+typedef struct og_hc_req og_hc_req_t;
+
+typedef enum og_hc_result {
+    OG_HC_OK = 0,      /* an HTTP answer arrived (any status: see http_status) */
+    OG_HC_TIMEOUT,     /* no complete answer within timeout_ms */
+    OG_HC_UNREACHABLE, /* DNS, connect (refused or timed out), TLS, reset, send or receive error */
+    OG_HC_TOO_LARGE,   /* the answer's body is over the cap */
+    OG_HC_ERROR,       /* anything else: a malformed answer, a bad URL, out of memory */
+    OG_HC_CANCELLED,   /* og_hc_close ran while the request was in flight */
+} og_hc_result_t;
+
+struct og_hc_req {
+    /* Request, filled by the caller. Strings are owned by the req (malloc'd) and freed by
+     * og_hc_req_clear; body and password are wiped first since they may hold secrets. */
+    const char *method;               /* static string: "POST", "GET", ...; NULL: "GET" */
+    char *url;                        /* http:// or https:// only */
+    char *headers[OG_HC_MAX_HEADERS]; /* "Name: value", see og_hc_req_add_header */
+    int nheaders;
+    char *body; /* sent as is; NULL: no body */
+    size_t body_len;
+    char *user, *password; /* HTTP Basic auth when user != NULL */
+    long timeout_ms;       /* whole request; 0: OG_HC_DEFAULT_TIMEOUT */
+    size_t max_response;   /* body cap in bytes; 0: OG_HC_MAX_RESPONSE */
+    void (*done)(og_hc_req_t *r);
+    void *arg;
+
+    /* Results, set before done is called. */
+    og_hc_result_t result;
+    long http_status; /* whenever a status line arrived (even on TIMEOUT/TOO_LARGE), else 0 */
+    char *resp;       /* body, NUL-terminated, owned by the req; NULL when empty */
+    size_t resp_len;
+    uint64_t latency_us;       /* from og_hc_start to completion */
+    char errbuf[OG_HC_ERRBUF]; /* what went wrong, for humans; "" on OG_HC_OK */
+
+    /* private */
+    og_hc_t *hc;
+    void *easy;               /* CURL *, while in flight */
+    void *slist;              /* struct curl_slist *, while in flight */
+    og_hc_req_t *prev, *next; /* in flight: hc's in-flight list; deferred: hc's defer queue */
+    uint64_t start_ns;
+    size_t resp_cap;
+    int state;
+    bool over_cap;
+};
+
+/* Creates the client of one worker's loop. `log` may be NULL. NULL on failure. */
+og_hc_t *og_hc_new(uv_loop_t *loop, og_log_t *log);
+
+/* Sends r. r->done is called exactly once, later, from the loop, with r->result set; r must
+ * stay valid until then. Returns 0, or -1 (and done is not called) only on misuse: r is
+ * already in flight, or the client has finished closing. Between og_hc_close and its closed
+ * callback a start completes with OG_HC_CANCELLED. */
+int og_hc_start(og_hc_t *hc, og_hc_req_t *r);
+
+/* Completes r later from the loop with `result` and `why` in errbuf, without sending
+ * anything: for callers that must report a failure asynchronously. Same contract as
+ * og_hc_start. */
+int og_hc_complete_later(og_hc_t *hc, og_hc_req_t *r, og_hc_result_t result, const char *why);
+
+/* Appends a "Name: value" header (printf-style). False when the table is full or out of memory. */
+bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Frees what the req owns and zeroes all of it (done and arg included). Not while in flight. */
+void og_hc_req_clear(og_hc_req_t *r);
+
+/* The log given to og_hc_new (may be NULL). */
+og_log_t *og_hc_log(og_hc_t *hc);
+/* The worker's metrics slot provider attempts are recorded in (NULL: none). */
+struct og_metrics_slot;
+void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m);
+struct og_metrics_slot *og_hc_metrics(og_hc_t *hc);
+
+/* Cancels every request in flight (each done is called once, from the loop, with
+ * OG_HC_CANCELLED), closes the cached connections and every handle, then calls
+ * closed(arg) from the loop and frees hc. Safe to call from inside a done callback. */
+void og_hc_close(og_hc_t *hc, void (*closed)(void *arg), void *arg);
+
+/* A short name for a result ("ok", "timeout", ...), for logs. */
+const char *og_hc_result_name(og_hc_result_t r);
+
+#endif

@@ -1,0 +1,31 @@
+/*
+ * The gateway app served by `omnigate serve`: its route table and the per-worker state the
+ * routes share (database pool, auth cache, outbound HTTP, rate-limit buckets). Responsible
+ * for wiring; not for any one route (send.h, otp.h, logs_api.h, admin.h).
+ */
+#ifndef OMNIGATE_GATEWAY_H
+#define OMNIGATE_GATEWAY_H
+
+#include "omnigate/auth.h"
+#include "omnigate/db.h"
+#include "omnigate/ratelimit.h"
+#include "omnigate/worker.h"
+
+extern const og_app_t og_gateway_app;
+
+/* Per-worker state of the gateway, in w->app_data. */
+typedef struct og_gw {
+    og_worker_t *w;
+    og_db_t *db; /* NULL when OMNIGATE_DATABASE_URL is unset */
+    og_auth_t *auth;
+    struct og_hc *hc; /* outbound HTTP to the providers */
+    og_rl_t rl;       /* per-tenant rate limit buckets of this worker */
+    int closing;      /* handles still closing in gateway stop */
+} og_gw_t;
+
+static inline og_gw_t *og_gw(void *ctx)
+{
+    return ((og_worker_t *)ctx)->app_data;
+}
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * JSON envelope and error answers. See include/net/omnigate/api.h.
+ *
+ * The envelope is built by one pure function (og_api_envelope) so it can be tested without a
+ * connection; the senders only add headers and hand the text to og_http_respond.
+ */
+#include "omnigate/api.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* What is sent when the envelope itself cannot be built (out of memory). */
+static const char oom_body[] = "{\"success\":false,\"message\":\"out of memory\",\"data\":null,"
+                               "\"error\":{\"code\":\"unavailable\"}}";
+
+bool og_api_fail(og_api_err_t *err, int status, const char *code, const char *field, const char *fmt, ...)
+{
+    err->status = status;
+    err->code = code;
+    snprintf(err->field, sizeof(err->field), "%s", field != NULL ? field : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* A JSON string for `s`. Messages may quote client input (a JSON parser's "near '...'"), and
+ * jansson refuses invalid UTF-8, so such a message is sent with its non-ASCII bytes replaced
+ * rather than dropped. */
+static json_t *message_string(const char *s)
+{
+    if (s == NULL)
+        return json_string("");
+    json_t *v = json_string(s);
+    if (v != NULL)
+        return v;
+    char *copy = strdup(s);
+    if (copy == NULL)
+        return NULL;
+    for (char *p = copy; *p != '\0'; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
+char *og_api_envelope(int status, const char *message, json_t *data, const og_api_err_t *err, json_t *details,
+                      size_t *len)
+{
+    char *out = NULL;
+    json_t *error = NULL;
+    json_t *env = json_object();
+    if (env == NULL)
+        goto done;
+    if (json_object_set_new(env, "success", json_boolean(status < 400)) != 0 ||
+        json_object_set_new(env, "message", message_string(message)) != 0)
+        goto done;
+    /* set_new steals data even when it fails. */
+    int rc = json_object_set_new(env, "data", data != NULL ? data : json_null());
+    data = NULL;
+    if (rc != 0)
+        goto done;
+    if (err != NULL) {
+        error = json_object();
+        if (error == NULL ||
+            json_object_set_new(error, "code",
+                                json_string(err->code != NULL ? err->code : "internal_error")) != 0)
+            goto done;
+        if (err->field[0] != '\0' && json_object_set_new(error, "field", message_string(err->field)) != 0)
+            goto done;
+        if (details != NULL) {
+            rc = json_object_set_new(error, "details", details);
+            details = NULL;
+            if (rc != 0)
+                goto done;
+        }
+        rc = json_object_set_new(env, "error", error);
+        error = NULL;
+        if (rc != 0)
+            goto done;
+    }
+    out = json_dumps(env, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (out != NULL && len != NULL)
+        *len = strlen(out);
+done:
+    json_decref(error);
+    json_decref(details);
+    json_decref(data);
+    json_decref(env);
+    return out;
+}
+
+static bool has_header(const og_http_header_t *h, size_t n, const char *name)
+{
+    size_t nlen = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (h[i].name_len == nlen && strncasecmp(h[i].name, name, nlen) == 0)
+            return true;
+    return false;
+}
+
+static og_http_header_t header(const char *name, const char *value)
+{
+    return (og_http_header_t){name, strlen(name), value, strlen(value)};
+}
+
+size_t og_api_error_headers(int status, const og_http_header_t *extra, size_t nextra, og_http_header_t *out,
+                            size_t outcap)
+{
+    og_http_header_t need[2];
+    size_t nneed = 0;
+    if (status == 401 && !has_header(extra, nextra, "WWW-Authenticate"))
+        need[nneed++] = header("WWW-Authenticate", "Bearer");
+    if (status == 503 && !has_header(extra, nextra, "Retry-After"))
+        need[nneed++] = header("Retry-After", "1");
+    if (nneed > outcap)
+        nneed = outcap;
+    /* The headers the status requires take precedence over surplus extra ones. */
+    size_t n = nextra < outcap - nneed ? nextra : outcap - nneed;
+    if (n > 0)
+        memcpy(out, extra, n * sizeof(*out));
+    for (size_t i = 0; i < nneed; i++)
+        out[n++] = need[i];
+    return n;
+}
+
+static void send_envelope(og_http_req_t *req, int status, char *body, size_t len,
+                          const og_http_header_t *hdrs, size_t nhdrs)
+{
+    if (body == NULL) {
+        og_http_header_t retry = header("Retry-After", "1");
+        og_http_respond(req, 503, &retry, 1, "application/json", oom_body, sizeof(oom_body) - 1);
+        return;
+    }
+    og_http_respond(req, status, hdrs, nhdrs, "application/json", body, len);
+    free(body);
+}
+
+void og_api_reply(og_http_req_t *req, int status, const char *message, json_t *data,
+                  const og_http_header_t *extra, size_t nextra)
+{
+    size_t len = 0;
+    char *body = og_api_envelope(status, message, data, NULL, NULL, &len);
+    send_envelope(req, status, body, len, extra, nextra < OG_API_MAX_HEADERS ? nextra : OG_API_MAX_HEADERS);
+}
+
+void og_api_send_error(og_http_req_t *req, const og_api_err_t *err, json_t *details, json_t *data,
+                       const og_http_header_t *extra, size_t nextra)
+{
+    /* A handler that sends an error it never recorded is a bug; answer 500 rather than 0. */
+    int status = err->status >= 400 ? err->status : 500;
+    og_http_header_t hdrs[OG_API_MAX_HEADERS];
+    size_t nhdrs = og_api_error_headers(status, extra, nextra, hdrs, OG_API_MAX_HEADERS);
+    size_t len = 0;
+    char *body = og_api_envelope(status, err->message, data, err, details, &len);
+    send_envelope(req, status, body, len, hdrs, nhdrs);
+}
+
+void og_api_error(og_http_req_t *req, int status, const char *code, const char *field, const char *message)
+{
+    og_api_err_t err;
+    og_api_fail(&err, status, code, field, "%s", message != NULL ? message : "");
+    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+}

@@ -1,0 +1,109 @@
+/*
+ * Operational endpoints: /healthz, /readyz, /metrics and (compiled in only with -Dtest_routes=true)
+ * the /__test/... routes the end-to-end tests drive. Responsible for answering them; apps
+ * put them into their route tables with OG_OPS_ROUTES (worker.h).
+ */
+#include <stdlib.h>
+
+#include "og_build.h"
+#include "omnigate/api.h"
+#include "omnigate/json.h"
+#include "omnigate/ops.h"
+#include "omnigate/worker.h"
+
+void og_ops_healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_api_reply(req, 200, "ok", json_pack("{s:s}", "status", "ok"), NULL, 0);
+}
+
+static void route_label(const void *ctx, size_t i, const char **method, const char **pattern)
+{
+    const og_app_t *app = ctx;
+    *method = app->routes[i].method;
+    *pattern = app->routes[i].pattern;
+}
+
+/* Prometheus text format, the sum of every worker of this instance (metrics.h). */
+void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    size_t len = 0;
+    og_metrics_routes_t routes = {w->app->nroutes, route_label, w->app};
+    char *text = w->metrics ? og_metrics_render(w->metrics, &routes, &len) : NULL;
+    if (text == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "metrics are not available");
+        return;
+    }
+    og_http_respond(req, 200, NULL, 0, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    if (w->draining) {
+        og_api_error(req, 503, "unavailable", NULL, "instance is draining");
+        return;
+    }
+    const char *why = w->app->not_ready ? w->app->not_ready(w) : NULL;
+    if (why != NULL) {
+        og_api_error(req, 503, "unavailable", NULL, why);
+        return;
+    }
+    og_api_reply(req, 200, "ready", json_pack("{s:s}", "status", "ready"), NULL, 0);
+}
+
+#if OG_TEST_ROUTES
+typedef struct sleep_op {
+    uv_timer_t timer;
+    og_http_req_t *req;
+} sleep_op_t;
+
+static void sleep_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void sleep_fired(uv_timer_t *t)
+{
+    sleep_op_t *op = t->data;
+    og_api_reply(op->req, 200, "slept", NULL, NULL, 0);
+    uv_close((uv_handle_t *)&op->timer, sleep_closed);
+}
+
+/* GET /__test/sleep?ms=N: answers after N ms without blocking the loop. */
+void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    char buf[16];
+    int n = og_query_param(req->query, req->query_len, "ms", buf, sizeof(buf));
+    char *end = NULL;
+    long ms = n > 0 ? strtol(buf, &end, 10) : -1;
+    if (n <= 0 || *end != '\0' || ms < 0 || ms > 60000) {
+        og_api_error(req, 422, "validation_failed", "ms", "ms must be an integer between 0 and 60000");
+        return;
+    }
+    sleep_op_t *op = malloc(sizeof(*op));
+    if (op == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    op->req = req;
+    uv_timer_init(&w->loop, &op->timer);
+    op->timer.data = op;
+    uv_timer_start(&op->timer, sleep_fired, (uint64_t)ms, 0);
+}
+
+/* POST /__test/echo: decodes the JSON body and returns it with its size. */
+void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_api_err_t err = {0};
+    json_t *body = og_json_decode_body(req, NULL, &err);
+    if (body == NULL) {
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+        return;
+    }
+    og_api_reply(req, 200, "echo", json_pack("{s:I,s:o}", "bytes", (json_int_t)req->body_len, "body", body),
+                 NULL, 0);
+}
+#endif

@@ -1,0 +1,506 @@
+/*
+ * Admin API (API.md §5): tenants and their tokens, behind the admin token. Every answer
+ * masks tenant secrets; a token is shown once, at creation. Responsible for the admin
+ * routes' validation and answers; the SQL is in store.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "omnigate/api.h"
+#include "omnigate/admin.h"
+#include "omnigate/gateway.h"
+#include "omnigate/json.h"
+#include "omnigate/settings.h"
+#include "omnigate/store.h"
+#include "omnigate/token.h"
+
+#define MAX_NAME_CHARS    200
+#define MAX_PATCH_RETRIES 5
+
+typedef enum {
+    A_TENANT_CREATE,
+    A_TENANT_GET,
+    A_TENANT_PATCH_READ,
+    A_TENANT_PATCH_WRITE,
+    A_TOKEN_CREATE,
+    A_TOKEN_LIST,
+    A_TOKEN_REVOKE
+} admin_kind_t;
+
+/* One admin request in flight: owns its parameters until the database answers. */
+typedef struct admin_op {
+    og_db_op_t op;
+    og_http_req_t *req;
+    og_gw_t *gw;
+    admin_kind_t kind;
+    char id[37];
+    char token_id[37];
+    char *name;          /* strdup'd */
+    char *settings_text; /* json_dumps'd */
+    const char *unified; /* "true" / "false" / NULL */
+    json_t *patch;       /* PATCH settings (merge patch), owned */
+    int tries;
+    char token[64];
+    char prefix[16];
+    char hash[65];
+    char scopes[32];
+    char xmin[24]; /* row version read by a PATCH, "" when none */
+} admin_op_t;
+
+static void admin_op_free(admin_op_t *a)
+{
+    og_db_op_clear(&a->op);
+    free(a->name);
+    free(a->settings_text);
+    json_decref(a->patch);
+    OPENSSL_cleanse(a->token, sizeof(a->token));
+    free(a);
+}
+
+static void db_failed(admin_op_t *a, og_db_status_t st)
+{
+    if (st == OG_DB_ERROR) {
+        og_log(&a->gw->w->log, OG_LOG_ERROR, "admin query failed",
+               "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", a->req->request_id,
+               a->op.sqlstate, a->op.error);
+        og_api_error(a->req, 500, "internal_error", NULL, "database error");
+    } else {
+        og_api_error(a->req, 503, "unavailable", NULL, "database unavailable");
+    }
+}
+
+static json_t *tenant_json(PGresult *r, int row)
+{
+    json_t *settings = json_loads(PQgetvalue(r, row, OG_TENANT_SETTINGS), 0, NULL);
+    json_t *masked = settings ? og_settings_mask(settings) : json_object();
+    json_decref(settings);
+    return json_pack("{s:s,s:s,s:b,s:o,s:s,s:s}", "id", PQgetvalue(r, row, OG_TENANT_ID), "name",
+                     PQgetvalue(r, row, OG_TENANT_NAME), "unifiedApiEnabled",
+                     PQgetvalue(r, row, OG_TENANT_UNIFIED)[0] == 't', "settings", masked, "createdAt",
+                     PQgetvalue(r, row, OG_TENANT_CREATED), "updatedAt",
+                     PQgetvalue(r, row, OG_TENANT_UPDATED));
+}
+
+static json_t *nullable(PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? json_null() : json_string(PQgetvalue(r, row, col));
+}
+
+static json_t *scopes_json(const char *csv)
+{
+    json_t *arr = json_array();
+    while (*csv) {
+        size_t n = strcspn(csv, ",");
+        json_array_append_new(arr, json_stringn(csv, n));
+        csv += n;
+        if (*csv == ',')
+            csv++;
+    }
+    return arr;
+}
+
+static json_t *token_json(PGresult *r, int row)
+{
+    return json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", PQgetvalue(r, row, OG_TOKEN_ID), "name",
+                     PQgetvalue(r, row, OG_TOKEN_NAME), "prefix", PQgetvalue(r, row, OG_TOKEN_PREFIX),
+                     "scopes", scopes_json(PQgetvalue(r, row, OG_TOKEN_SCOPES)), "createdAt",
+                     PQgetvalue(r, row, OG_TOKEN_CREATED), "lastUsedAt", nullable(r, row, OG_TOKEN_LAST_USED),
+                     "revokedAt", nullable(r, row, OG_TOKEN_REVOKED));
+}
+
+static void submit(admin_op_t *a);
+
+static void patch_write(admin_op_t *a, PGresult *current);
+
+static void admin_done(og_db_op_t *op, og_db_status_t st)
+{
+    admin_op_t *a = op->arg;
+    if (st != OG_DB_OK) {
+        db_failed(a, st);
+        admin_op_free(a);
+        return;
+    }
+    PGresult *r = op->res[0];
+    int rows = r ? PQntuples(r) : 0;
+    switch (a->kind) {
+    case A_TENANT_CREATE:
+        og_api_reply(a->req, 201, "tenant created", tenant_json(r, 0), NULL, 0);
+        break;
+    case A_TENANT_GET:
+        if (rows == 0)
+            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+        else
+            og_api_reply(a->req, 200, "tenant", tenant_json(r, 0), NULL, 0);
+        break;
+    case A_TENANT_PATCH_READ:
+        if (rows == 0) {
+            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            break;
+        }
+        patch_write(a, r);
+        return; /* a is either resubmitted or answered and freed */
+    case A_TENANT_PATCH_WRITE:
+        if (rows == 1) {
+            og_api_reply(a->req, 200, "tenant updated", tenant_json(r, 0), NULL, 0);
+        } else if (a->patch != NULL && ++a->tries < MAX_PATCH_RETRIES) {
+            /* Someone changed the tenant between our read and write: merge again. */
+            a->kind = A_TENANT_PATCH_READ;
+            og_db_op_clear(&a->op);
+            submit(a);
+            return;
+        } else if (a->patch != NULL) {
+            og_api_error(a->req, 409, "conflict", NULL, "the tenant kept changing; try again");
+        } else {
+            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+        }
+        break;
+    case A_TOKEN_CREATE: {
+        PGresult *t = op->res[1];
+        if (rows == 1) {
+            json_t *data = token_json(r, 0);
+            json_object_set_new(data, "token", json_string(a->token));
+            json_object_del(data, "lastUsedAt");
+            json_object_del(data, "revokedAt");
+            og_api_reply(a->req, 201, "token created: it is shown only this once", data, NULL, 0);
+        } else if (t != NULL && PQntuples(t) == 1) {
+            og_api_error(a->req, 403, "unified_api_locked", NULL,
+                         "the tenant's plan locks the unified API: enable it before generating a token");
+        } else {
+            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+        }
+        break;
+    }
+    case A_TOKEN_LIST: {
+        if (op->res[1] == NULL || PQntuples(op->res[1]) == 0) {
+            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            break;
+        }
+        json_t *items = json_array();
+        for (int i = 0; i < rows; i++)
+            json_array_append_new(items, token_json(r, i));
+        og_api_reply(a->req, 200, "tokens", json_pack("{s:o}", "items", items), NULL, 0);
+        break;
+    }
+    case A_TOKEN_REVOKE:
+        if (rows == 0)
+            og_api_error(a->req, 404, "not_found", NULL, "no such token");
+        else
+            og_api_reply(a->req, 200, "token revoked", token_json(r, 0), NULL, 0);
+        break;
+    }
+    admin_op_free(a);
+}
+
+static void submit(admin_op_t *a)
+{
+    og_db_op_t *op = &a->op;
+    op->done = admin_done;
+    op->arg = a;
+    op->write = false;
+    switch (a->kind) {
+    case A_TENANT_CREATE:
+        op->nstmts = 1;
+        op->stmts[0].stmt = OG_Q_TENANT_INSERT;
+        op->stmts[0].values[0] = a->name;
+        op->stmts[0].values[1] = a->unified;
+        op->stmts[0].values[2] = a->settings_text;
+        op->write = true;
+        break;
+    case A_TENANT_GET:
+    case A_TENANT_PATCH_READ:
+        op->nstmts = 1;
+        op->stmts[0].stmt = OG_Q_TENANT_GET;
+        op->stmts[0].values[0] = a->id;
+        break;
+    case A_TENANT_PATCH_WRITE:
+        op->nstmts = 1;
+        op->stmts[0].stmt = OG_Q_TENANT_UPDATE;
+        op->stmts[0].values[0] = a->id;
+        op->stmts[0].values[1] = a->name;
+        op->stmts[0].values[2] = a->unified;
+        op->stmts[0].values[3] = a->settings_text;
+        op->stmts[0].values[4] = a->xmin[0] ? a->xmin : NULL;
+        op->write = true;
+        break;
+    case A_TOKEN_CREATE:
+        op->nstmts = 2;
+        op->stmts[0].stmt = OG_Q_TOKEN_INSERT;
+        op->stmts[0].values[0] = a->id;
+        op->stmts[0].values[1] = a->name;
+        op->stmts[0].values[2] = a->prefix;
+        op->stmts[0].values[3] = a->hash;
+        op->stmts[0].values[4] = a->scopes;
+        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
+        op->stmts[1].values[0] = a->id;
+        op->write = true;
+        break;
+    case A_TOKEN_LIST:
+        op->nstmts = 2;
+        op->stmts[0].stmt = OG_Q_TOKEN_LIST;
+        op->stmts[0].values[0] = a->id;
+        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
+        op->stmts[1].values[0] = a->id;
+        break;
+    case A_TOKEN_REVOKE:
+        op->nstmts = 1;
+        op->stmts[0].stmt = OG_Q_TOKEN_REVOKE;
+        op->stmts[0].values[0] = a->id;
+        op->stmts[0].values[1] = a->token_id;
+        op->write = true;
+        break;
+    }
+    og_db_submit(a->gw->db, op);
+}
+
+/* The stored settings with the patch merged in, validated; then the conditional update. */
+static void patch_write(admin_op_t *a, PGresult *current)
+{
+    json_t *stored = json_loads(PQgetvalue(current, 0, OG_TENANT_SETTINGS), 0, NULL);
+    json_t *merged = stored ? og_settings_merge_patch(stored, a->patch) : NULL;
+    json_decref(stored);
+    og_api_err_t err = {0};
+    if (merged == NULL || !og_settings_validate(merged, &err)) {
+        if (merged == NULL)
+            og_api_fail(&err, 500, "internal_error", NULL, "cannot merge settings");
+        json_decref(merged);
+        og_api_send_error(a->req, &err, NULL, NULL, NULL, 0);
+        admin_op_free(a);
+        return;
+    }
+    free(a->settings_text);
+    a->settings_text = json_dumps(merged, JSON_COMPACT);
+    json_decref(merged);
+    snprintf(a->xmin, sizeof(a->xmin), "%s", PQgetvalue(current, 0, OG_TENANT_XMIN));
+    og_db_op_clear(&a->op);
+    a->kind = A_TENANT_PATCH_WRITE;
+    submit(a);
+}
+
+/* ---- request parsing -------------------------------------------------------------------- */
+
+static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+        return NULL;
+    if (gw->db == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "no database configured");
+        return NULL;
+    }
+    admin_op_t *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        return NULL;
+    }
+    a->req = req;
+    a->gw = gw;
+    a->kind = kind;
+    return a;
+}
+
+/* Reads route parameter `name` as a UUID into buf; answers 404 otherwise. */
+static bool uuid_param(admin_op_t *a, const og_route_match_t *m, const char *name, char buf[37],
+                       const char *what)
+{
+    if (!og_route_param(m, name, buf, 37) || !og_store_uuid_valid(buf)) {
+        og_api_error(a->req, 404, "not_found", NULL, what);
+        return false;
+    }
+    return true;
+}
+
+static bool name_field(json_t *body, const char *field, bool required, size_t max_chars, char **out,
+                       og_api_err_t *err)
+{
+    const char *name = NULL;
+    if (!og_json_get_string(body, field, required, &name, err))
+        return false;
+    if (name == NULL)
+        return true;
+    size_t chars = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        chars += (*p & 0xC0) != 0x80;
+    if ((required && chars == 0) || chars > max_chars)
+        return og_api_fail(err, 422, "validation_failed", field, "%s must be %s%zu characters", field,
+                           required ? "1-" : "at most ", max_chars);
+    *out = strdup(name);
+    return *out != NULL || og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+}
+
+/* Answers a request refused while reading its body, and frees everything it took. */
+static void reject(admin_op_t *a, json_t *body, const og_api_err_t *err)
+{
+    json_decref(body);
+    og_api_send_error(a->req, err, NULL, NULL, NULL, 0);
+    admin_op_free(a);
+}
+
+void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"name", "unifiedApiEnabled", "settings", NULL};
+    admin_op_t *a = admin_op_new(req, ctx, A_TENANT_CREATE);
+    if (a == NULL)
+        return;
+    og_api_err_t err = {0};
+    json_t *body = og_json_decode_body(req, allowed, &err);
+    bool unified = false;
+    if (body == NULL || !name_field(body, "name", true, MAX_NAME_CHARS, &a->name, &err) ||
+        !og_json_get_bool(body, "unifiedApiEnabled", false, &unified, &err))
+        goto fail;
+    json_t *settings = json_object_get(body, "settings");
+    if (settings == NULL || json_is_null(settings)) {
+        json_t *defaults = og_settings_defaults();
+        a->settings_text = json_dumps(defaults, JSON_COMPACT);
+        json_decref(defaults);
+    } else {
+        if (!og_settings_validate(settings, &err))
+            goto fail;
+        a->settings_text = json_dumps(settings, JSON_COMPACT);
+    }
+    a->unified = unified ? "true" : "false";
+    json_decref(body);
+    submit(a);
+    return;
+fail:
+    reject(a, body, &err);
+}
+
+/* A request with no body about the tenant in the path. */
+static void submit_for_tenant(og_http_req_t *req, const og_route_match_t *m, void *ctx, admin_kind_t kind)
+{
+    admin_op_t *a = admin_op_new(req, ctx, kind);
+    if (a == NULL)
+        return;
+    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
+        admin_op_free(a);
+        return;
+    }
+    submit(a);
+}
+
+void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    submit_for_tenant(req, m, ctx, A_TENANT_GET);
+}
+
+void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"name", "unifiedApiEnabled", "settings", NULL};
+    admin_op_t *a = admin_op_new(req, ctx, A_TENANT_PATCH_WRITE);
+    if (a == NULL)
+        return;
+    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
+        admin_op_free(a);
+        return;
+    }
+    og_api_err_t err = {0};
+    json_t *body = og_json_decode_body(req, allowed, &err);
+    bool unified = false;
+    bool has_unified = body != NULL && json_object_get(body, "unifiedApiEnabled") != NULL;
+    if (body == NULL || !name_field(body, "name", false, MAX_NAME_CHARS, &a->name, &err) ||
+        !og_json_get_bool(body, "unifiedApiEnabled", false, &unified, &err))
+        goto fail;
+    if (a->name != NULL && a->name[0] == '\0') {
+        og_api_fail(&err, 422, "validation_failed", "name", "name must be 1-%d characters", MAX_NAME_CHARS);
+        goto fail;
+    }
+    if (has_unified)
+        a->unified = unified ? "true" : "false";
+    json_t *settings = json_object_get(body, "settings");
+    if (settings != NULL) {
+        if (!json_is_object(settings)) {
+            og_api_fail(&err, 422, "validation_failed", "settings",
+                        "settings must be an object (applied as a JSON merge patch)");
+            goto fail;
+        }
+        a->patch = json_incref(settings);
+        a->kind = A_TENANT_PATCH_READ;
+    }
+    json_decref(body);
+    submit(a);
+    return;
+fail:
+    reject(a, body, &err);
+}
+
+void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"name", "scopes", NULL};
+    admin_op_t *a = admin_op_new(req, ctx, A_TOKEN_CREATE);
+    if (a == NULL)
+        return;
+    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
+        admin_op_free(a);
+        return;
+    }
+    og_api_err_t err = {0};
+    json_t *body = req->body_len == 0 ? json_object() : og_json_decode_body(req, allowed, &err);
+    if (body == NULL || !name_field(body, "name", false, 100, &a->name, &err))
+        goto fail;
+    if (a->name == NULL && (a->name = strdup("")) == NULL) {
+        og_api_fail(&err, 503, "unavailable", NULL, "out of memory");
+        goto fail;
+    }
+    json_t *scopes = json_object_get(body, "scopes");
+    if (scopes == NULL) {
+        strcpy(a->scopes, "send,otp,logs");
+    } else {
+        static const char *const names[] = {"send", "otp", "logs"};
+        bool seen[3] = {false, false, false};
+        if (!json_is_array(scopes) || json_array_size(scopes) == 0) {
+            og_api_fail(&err, 422, "validation_failed", "scopes",
+                        "scopes must be a non-empty array of send, otp, logs");
+            goto fail;
+        }
+        size_t i;
+        json_t *v;
+        json_array_foreach(scopes, i, v)
+        {
+            int k = -1;
+            for (int j = 0; j < 3; j++)
+                if (json_is_string(v) && strcmp(json_string_value(v), names[j]) == 0)
+                    k = j;
+            if (k < 0 || seen[k]) {
+                og_api_fail(&err, 422, "validation_failed", "scopes",
+                            "scopes must be distinct values of send, otp, logs");
+                goto fail;
+            }
+            seen[k] = true;
+        }
+        for (int j = 0; j < 3; j++) {
+            if (seen[j]) {
+                if (a->scopes[0])
+                    strcat(a->scopes, ",");
+                strcat(a->scopes, names[j]);
+            }
+        }
+    }
+    json_decref(body);
+    og_token_generate(a->token);
+    og_token_prefix(a->token, a->prefix);
+    og_token_hash(a->gw->w->cfg->secret, a->token, strlen(a->token), a->hash);
+    submit(a);
+    return;
+fail:
+    reject(a, body, &err);
+}
+
+void og_admin_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    submit_for_tenant(req, m, ctx, A_TOKEN_LIST);
+}
+
+void og_admin_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_op_t *a = admin_op_new(req, ctx, A_TOKEN_REVOKE);
+    if (a == NULL)
+        return;
+    if (!uuid_param(a, m, "id", a->id, "no such tenant") ||
+        !uuid_param(a, m, "tokenId", a->token_id, "no such token")) {
+        admin_op_free(a);
+        return;
+    }
+    submit(a);
+}

@@ -1,0 +1,402 @@
+/*
+ * Synchronous database commands. See include/product/omnigate/cli.h.
+ */
+#include "omnigate/cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "omnigate/migrate.h"
+#include "omnigate/store.h"
+#include "omnigate/settings.h"
+#include "omnigate/token.h"
+
+static bool need_db(const og_config_t *cfg, const char *what)
+{
+    if (cfg->database_url == NULL) {
+        fprintf(stderr, "omnigate: OMNIGATE_DATABASE_URL: required by %s\n", what);
+        return false;
+    }
+    return true;
+}
+
+int og_cli_migrate(const og_config_t *cfg)
+{
+    if (!need_db(cfg, "migrate"))
+        return 2;
+    char err[512];
+    int n = og_migrate_run(cfg->database_url, true, err, sizeof(err));
+    if (n < 0) {
+        fprintf(stderr, "omnigate: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "omnigate: schema at version %d (%d migration%s applied)\n", og_migrations_count, n,
+            n == 1 ? "" : "s");
+    return 0;
+}
+
+/* Messages a crash left pending are marked 'unknown' rather than left pending forever. Only
+ * those older than any send could still be running anywhere: every attempt of a fallback
+ * chain timing out, plus a minute of margin, since other instances share the database. */
+static void mark_unknown(const og_config_t *cfg)
+{
+    PGconn *pg = PQconnectdb(cfg->database_url);
+    if (PQstatus(pg) == CONNECTION_OK) {
+        char older[32];
+        snprintf(older, sizeof(older), "%lld", 3LL * cfg->attempt_timeout_ms + 60000);
+        const char *v[1] = {older};
+        PGresult *r = PQexecParams(pg, og_store_stmts[OG_Q_MSG_MARK_UNKNOWN].sql, 1, NULL, v, NULL, NULL, 0);
+        if (PQresultStatus(r) == PGRES_COMMAND_OK && atoi(PQcmdTuples(r)) > 0)
+            fprintf(stderr, "omnigate: marked %s message(s) left pending by a crash as unknown\n",
+                    PQcmdTuples(r));
+        PQclear(r);
+    }
+    PQfinish(pg);
+}
+
+int og_cli_serve_check(const og_config_t *cfg)
+{
+    if (cfg->database_url == NULL) {
+        fprintf(stderr,
+                "omnigate: warning: OMNIGATE_DATABASE_URL is not set: only /healthz and /readyz (503) "
+                "will answer\n");
+        return 0;
+    }
+    if (cfg->secret == NULL) {
+        fprintf(stderr, "omnigate: OMNIGATE_SECRET: required when OMNIGATE_DATABASE_URL is set\n");
+        return 2;
+    }
+    char err[512];
+    if (cfg->auto_migrate) {
+        if (og_migrate_run(cfg->database_url, true, err, sizeof(err)) < 0) {
+            fprintf(stderr, "omnigate: OMNIGATE_AUTO_MIGRATE: %s\n", err);
+            return 1;
+        }
+        mark_unknown(cfg);
+        return 0;
+    }
+    int version = 0;
+    if (!og_migrate_version(cfg->database_url, &version, err, sizeof(err))) {
+        fprintf(stderr,
+                "omnigate: warning: %s (starting anyway; /readyz answers 503 until it is reachable)\n", err);
+        return 0;
+    }
+    if (version < og_migrations_count) {
+        fprintf(stderr,
+                "omnigate: OMNIGATE_DATABASE_URL: schema is at version %d, this binary needs %d: run "
+                "`omnigate migrate` first (or set OMNIGATE_AUTO_MIGRATE=1)\n",
+                version, og_migrations_count);
+        return 2;
+    }
+    if (version > og_migrations_count) {
+        fprintf(stderr,
+                "omnigate: OMNIGATE_DATABASE_URL: schema is at version %d, newer than this binary (%d)\n",
+                version, og_migrations_count);
+        return 2;
+    }
+    mark_unknown(cfg);
+    return 0;
+}
+
+/* ---- admin ------------------------------------------------------------------------------ */
+
+/* A blocking connection for a one-shot command (not for the event loop); NULL after printing
+ * why. */
+static PGconn *connect_db(const og_config_t *cfg)
+{
+    PGconn *pg = PQconnectdb(cfg->database_url);
+    if (PQstatus(pg) == CONNECTION_OK)
+        return pg;
+    fprintf(stderr, "omnigate: cannot connect to the database: %s", PQerrorMessage(pg));
+    PQfinish(pg);
+    return NULL;
+}
+
+/* Runs statement `q` of the store's table with `n` parameters; NULL (after printing why) on
+ * failure. */
+static PGresult *run(PGconn *pg, int q, int n, const char *const *values)
+{
+    PGresult *r = PQexecParams(pg, og_store_stmts[q].sql, n, NULL, values, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+        fprintf(stderr, "omnigate: %s", PQerrorMessage(pg));
+        PQclear(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s != NULL)
+        puts(s);
+    free(s);
+    json_decref(j);
+}
+
+static json_t *tenant_row(PGresult *r)
+{
+    json_t *settings = json_loads(PQgetvalue(r, 0, OG_TENANT_SETTINGS), 0, NULL);
+    json_t *masked = settings ? og_settings_mask(settings) : json_object();
+    json_decref(settings);
+    return json_pack("{s:s,s:s,s:b,s:o,s:s}", "id", PQgetvalue(r, 0, OG_TENANT_ID), "name",
+                     PQgetvalue(r, 0, OG_TENANT_NAME), "unifiedApiEnabled",
+                     PQgetvalue(r, 0, OG_TENANT_UNIFIED)[0] == 't', "settings", masked, "createdAt",
+                     PQgetvalue(r, 0, OG_TENANT_CREATED));
+}
+
+/* Prints the tenant row of `r`, or "no such tenant" when it has none. */
+static int tenant_result(PGresult *r)
+{
+    if (r == NULL)
+        return 1;
+    int rc = 0;
+    if (PQntuples(r) == 0) {
+        fprintf(stderr, "omnigate: no such tenant\n");
+        rc = 1;
+    } else {
+        print_json(tenant_row(r));
+    }
+    PQclear(r);
+    return rc;
+}
+
+static bool tenant_id_ok(const char *id)
+{
+    if (og_store_uuid_valid(id))
+        return true;
+    fprintf(stderr, "omnigate: not a tenant id: \"%.40s\"\n", id);
+    return false;
+}
+
+static int admin_verb(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    const char *verb = argv[0];
+    if (strcmp(verb, "create-tenant") == 0 && (argc == 2 || argc == 3)) {
+        bool unified = argc == 3 && strcmp(argv[2], "unified") == 0;
+        if (argc == 3 && !unified) {
+            fprintf(stderr, "omnigate: create-tenant: the optional third word must be \"unified\"\n");
+            return 2;
+        }
+        json_t *defaults = og_settings_defaults();
+        char *settings = json_dumps(defaults, JSON_COMPACT);
+        json_decref(defaults);
+        const char *v[3] = {argv[1], unified ? "true" : "false", settings};
+        int rc = tenant_result(run(pg, OG_Q_TENANT_INSERT, 3, v));
+        free(settings);
+        return rc;
+    }
+    if (strcmp(verb, "get-tenant") == 0 && argc == 2) {
+        if (!tenant_id_ok(argv[1]))
+            return 2;
+        const char *v[1] = {argv[1]};
+        return tenant_result(run(pg, OG_Q_TENANT_GET, 1, v));
+    }
+    if ((strcmp(verb, "enable-unified") == 0 || strcmp(verb, "lock-unified") == 0) && argc == 2) {
+        if (!tenant_id_ok(argv[1]))
+            return 2;
+        const char *v[5] = {argv[1], NULL, verb[0] == 'e' ? "true" : "false", NULL, NULL};
+        return tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    }
+    if (strcmp(verb, "set-settings") == 0 && argc == 3) {
+        if (!tenant_id_ok(argv[1]))
+            return 2;
+        json_error_t jerr;
+        json_t *settings = json_loads(argv[2], JSON_REJECT_DUPLICATES, &jerr);
+        og_api_err_t err = {0};
+        if (settings == NULL) {
+            fprintf(stderr, "omnigate: set-settings: invalid JSON: %s\n", jerr.text);
+            return 2;
+        }
+        if (!og_settings_validate(settings, &err)) {
+            fprintf(stderr, "omnigate: set-settings: %s%s%s\n", err.field[0] ? err.field : "",
+                    err.field[0] ? ": " : "", err.message);
+            json_decref(settings);
+            return 2;
+        }
+        char *text = json_dumps(settings, JSON_COMPACT);
+        json_decref(settings);
+        const char *v[5] = {argv[1], NULL, NULL, text, NULL};
+        int rc = tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+        free(text);
+        return rc;
+    }
+    if (strcmp(verb, "create-token") == 0 && (argc == 2 || argc == 3)) {
+        if (!tenant_id_ok(argv[1]))
+            return 2;
+        char token[64], prefix[16], hash[65];
+        og_token_generate(token);
+        og_token_prefix(token, prefix);
+        og_token_hash(cfg->secret, token, strlen(token), hash);
+        const char *v[5] = {argv[1], argc == 3 ? argv[2] : "", prefix, hash, "send,otp,logs"};
+        PGresult *r = run(pg, OG_Q_TOKEN_INSERT, 5, v);
+        if (r == NULL)
+            return 1;
+        int rc = 0;
+        if (PQntuples(r) == 0) {
+            PGresult *t = run(pg, OG_Q_TENANT_UNIFIED, 1, v);
+            if (t != NULL && PQntuples(t) == 1)
+                fprintf(stderr,
+                        "omnigate: unified_api_locked: the tenant's plan locks the unified API (run "
+                        "`omnigate admin enable-unified %s` first)\n",
+                        argv[1]);
+            else
+                fprintf(stderr, "omnigate: no such tenant\n");
+            PQclear(t);
+            rc = 1;
+        } else {
+            print_json(json_pack("{s:s,s:s,s:s,s:s}", "id", PQgetvalue(r, 0, OG_TOKEN_ID), "token", token,
+                                 "prefix", PQgetvalue(r, 0, OG_TOKEN_PREFIX), "createdAt",
+                                 PQgetvalue(r, 0, OG_TOKEN_CREATED)));
+        }
+        PQclear(r);
+        return rc;
+    }
+    if (strcmp(verb, "revoke-token") == 0 && argc == 3) {
+        if (!tenant_id_ok(argv[1]) || !og_store_uuid_valid(argv[2]))
+            return 2;
+        const char *v[2] = {argv[1], argv[2]};
+        PGresult *r = run(pg, OG_Q_TOKEN_REVOKE, 2, v);
+        if (r == NULL)
+            return 1;
+        int rc = PQntuples(r) == 1 ? 0 : 1;
+        if (rc == 0)
+            printf("revoked %s at %s\n", PQgetvalue(r, 0, OG_TOKEN_ID), PQgetvalue(r, 0, OG_TOKEN_REVOKED));
+        else
+            fprintf(stderr, "omnigate: no such token\n");
+        PQclear(r);
+        return rc;
+    }
+    fprintf(stderr, "omnigate: admin: unknown verb or wrong arguments: %s (try omnigate --help)\n", verb);
+    return 2;
+}
+
+void og_cli_admin_usage(FILE *out)
+{
+    fprintf(out, "  admin create-tenant NAME [unified]    create a tenant (locked unless \"unified\")\n"
+                 "  admin get-tenant TENANT_ID\n"
+                 "  admin enable-unified TENANT_ID        unlock the unified API for the tenant\n"
+                 "  admin lock-unified TENANT_ID\n"
+                 "  admin set-settings TENANT_ID JSON     replace the tenant's settings (API.md section 5)\n"
+                 "  admin create-token TENANT_ID [NAME]   create a token with every scope; printed once\n"
+                 "  admin revoke-token TENANT_ID TOKEN_ID\n");
+}
+
+int og_cli_admin(const og_config_t *cfg, int argc, char **argv)
+{
+    if (argc < 1) {
+        og_cli_admin_usage(stderr);
+        return 2;
+    }
+    if (!need_db(cfg, "admin"))
+        return 2;
+    if (cfg->secret == NULL) {
+        fprintf(stderr, "omnigate: OMNIGATE_SECRET: required by admin (tokens are stored as its HMAC)\n");
+        return 2;
+    }
+    PGconn *pg = connect_db(cfg);
+    if (pg == NULL)
+        return 1;
+    int rc = admin_verb(pg, cfg, argc, argv);
+    PQfinish(pg);
+    return rc;
+}
+
+/* ---- prune -------------------------------------------------------------------------------- */
+
+/* Deletes what was created before `before` in batches of `batch`; prints the counts. */
+static int prune_run(PGconn *pg, const char *before, long batch)
+{
+    const char *v[1] = {before};
+    PGresult *r = run(pg, OG_Q_PRUNE_CHECK, 1, v);
+    if (r == NULL) {
+        fprintf(stderr, "omnigate: prune: --before must be a date (YYYY-MM-DD) or an RFC 3339 time\n");
+        return 2;
+    }
+    char when[40];
+    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, 0));
+    bool old_enough = PQgetvalue(r, 0, 1)[0] == 't';
+    PQclear(r);
+    if (!old_enough) {
+        fprintf(stderr,
+                "omnigate: prune: --before %s is less than 24 hours ago; sends may still be in flight "
+                "and idempotency keys live 24 h\n",
+                when);
+        return 2;
+    }
+    PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
+    if (tenants == NULL)
+        return 1;
+    char limit[16];
+    snprintf(limit, sizeof(limit), "%ld", batch);
+    long long deleted = 0, batches = 0, idem = 0;
+    int rc = 0;
+    for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
+        const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
+        for (;;) { /* one short transaction per batch: writers never wait on us */
+            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
+            if (b == NULL) {
+                rc = 1;
+                break;
+            }
+            long n = atol(PQgetvalue(b, 0, 0));
+            PQclear(b);
+            batches++;
+            deleted += n;
+            if (n == 0)
+                break;
+        }
+    }
+    PQclear(tenants);
+    while (rc == 0) {
+        const char *iv[1] = {limit};
+        PGresult *b = run(pg, OG_Q_PRUNE_IDEM, 1, iv);
+        if (b == NULL) {
+            rc = 1;
+            break;
+        }
+        long n = atol(PQcmdTuples(b));
+        PQclear(b);
+        idem += n;
+        if (n < batch)
+            break;
+    }
+    printf("{\"before\":\"%s\",\"rowsDeleted\":%lld,\"batches\":%lld,\"idempotencyKeysDeleted\":%lld,"
+           "\"ok\":%s}\n",
+           when, deleted, batches, idem, rc == 0 ? "true" : "false");
+    return rc;
+}
+
+int og_cli_prune(const og_config_t *cfg, int argc, char **argv)
+{
+    const char *before = NULL, *batch_s = "1000";
+    for (int i = 0; i < argc; i++) {
+        const char **dst = strncmp(argv[i], "--before", 8) == 0  ? &before
+                           : strncmp(argv[i], "--batch", 7) == 0 ? &batch_s
+                                                                 : NULL;
+        const char *eq = strchr(argv[i], '=');
+        if (dst == NULL || (eq == NULL && i + 1 >= argc)) {
+            fprintf(stderr, "omnigate: usage: omnigate prune --before DATE [--batch N]\n");
+            return 2;
+        }
+        *dst = eq != NULL ? eq + 1 : argv[++i];
+    }
+    char *end = NULL;
+    long batch = strtol(batch_s, &end, 10);
+    if (before == NULL || *end != '\0' || batch < 1 || batch > 100000) {
+        fprintf(stderr, "omnigate: usage: omnigate prune --before DATE [--batch N] (N from 1 to 100000)\n");
+        return 2;
+    }
+    if (!need_db(cfg, "prune"))
+        return 2;
+    PGconn *pg = connect_db(cfg);
+    if (pg == NULL)
+        return 1;
+    int rc = prune_run(pg, before, batch);
+    PQfinish(pg);
+    return rc;
+}

@@ -1,0 +1,116 @@
+/*
+ * The gateway app: the route table of `omnigate serve` and the per-worker state behind it.
+ * Responsible for wiring modules into a worker; not for what any route does.
+ */
+#include "omnigate/gateway.h"
+
+#include <stdlib.h>
+
+#include "omnigate/admin.h"
+#include "omnigate/http_client.h"
+#include "omnigate/logs_api.h"
+#include "omnigate/ops.h"
+#include "omnigate/otp.h"
+#include "omnigate/send.h"
+#include "omnigate/store.h"
+
+static const og_route_t routes[] = {
+    OG_OPS_ROUTES,
+    {"POST", "/admin/tenants", og_admin_tenant_create},
+    {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
+    {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
+    {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
+    {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
+    {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+    {"POST", "/api/omni/send", og_send_omni},
+    {"POST", "/api/sms/send", og_sms_send},
+    {"POST", "/api/sms/otp/send", og_otp_send},
+    {"POST", "/api/sms/otp/verify", og_otp_verify},
+    {"GET", "/api/omni/logs", og_logs_omni},
+    {"GET", "/api/sms/logs", og_logs_sms},
+    {"GET", "/api/sms/otp/logs", og_logs_otp},
+};
+
+static int gw_start(og_worker_t *w)
+{
+    og_gw_t *gw = calloc(1, sizeof(*gw));
+    if (gw == NULL)
+        return -1;
+    gw->w = w;
+    w->app_data = gw;
+    if (w->cfg->database_url != NULL) {
+        gw->db =
+            og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, og_store_stmts, OG_Q__COUNT);
+        if (gw->db == NULL)
+            return -1;
+        og_db_set_metrics(gw->db, w->m);
+    }
+    gw->hc = og_hc_new(&w->loop, &w->log);
+    if (gw->hc == NULL)
+        return -1;
+    og_hc_set_metrics(gw->hc, w->m);
+    gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret);
+    if (gw->auth == NULL)
+        return -1;
+    og_rl_init(&gw->rl, w->cfg->workers);
+    og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    return 0;
+}
+
+static void gw_piece_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    if (--gw->closing == 0) {
+        gw->w->app_data = NULL;
+        free(gw);
+    }
+}
+
+static void auth_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    if (gw->hc != NULL) {
+        gw->closing++;
+        og_hc_close(gw->hc, gw_piece_closed, gw);
+        gw->hc = NULL;
+    }
+    /* The pool goes last: the auth module's final last_used_at batch rides on it. */
+    if (gw->db != NULL) {
+        gw->closing++;
+        og_db_close(gw->db, gw_piece_closed, gw);
+        gw->db = NULL;
+    }
+    gw_piece_closed(gw);
+}
+
+static void gw_stop(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw == NULL)
+        return;
+    gw->closing = 1;
+    if (gw->auth != NULL) {
+        og_auth_close(gw->auth, auth_closed, gw);
+        gw->auth = NULL;
+        return;
+    }
+    auth_closed(gw);
+}
+
+static const char *gw_not_ready(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw->db == NULL)
+        return "no database configured";
+    if (!og_db_ready(gw->db))
+        return "database unreachable";
+    return NULL;
+}
+
+const og_app_t og_gateway_app = {
+    .routes = routes,
+    .nroutes = sizeof(routes) / sizeof(routes[0]),
+    .start = gw_start,
+    .stop = gw_stop,
+    .not_ready = gw_not_ready,
+};

@@ -1,0 +1,292 @@
+/*
+ * Channels, the adapter table, one attempt end to end, and the helpers the adapters share.
+ * See include/product/omnigate/provider.h; the answer-to-error-code table is docs/providers.md.
+ */
+#include "omnigate/provider.h"
+#include "omnigate/metrics.h"
+#include "omnigate/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const og_provider_t *og_provider_get(og_channel_t ch)
+{
+    switch (ch) {
+    case OG_CH_WHATSAPP_QR:
+        return &og_provider_waha;
+    case OG_CH_WHATSAPP_META:
+        return &og_provider_meta;
+    case OG_CH_SMS:
+        return &og_provider_twilio;
+    case OG_CH__COUNT:
+        break;
+    }
+    return NULL;
+}
+
+/* ---- helpers for the adapters -------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when the bytes there are not one. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0)
+            lo = 0xa0; /* no overlongs */
+        else if (c == 0xed)
+            hi = 0x9f; /* no surrogates */
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f; /* nothing above U+10FFFF */
+    } else {
+        return 0;
+    }
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+char *og_provider_copy_utf8(char *dst, size_t dstlen, const char *s)
+{
+    if (dstlen == 0)
+        return dst;
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    size_t o = 0;
+    while (*p != '\0') {
+        size_t n = utf8_seq(p);
+        if (n == 0) {
+            if (o + 1 >= dstlen)
+                break;
+            dst[o++] = '?';
+            p++;
+            continue;
+        }
+        if (o + n >= dstlen)
+            break;
+        memcpy(dst + o, p, n);
+        o += n;
+        p += n;
+    }
+    dst[o] = '\0';
+    return dst;
+}
+
+json_t *og_attempt_error_json(const og_attempt_result_t *r)
+{
+    if (r->sent)
+        return NULL;
+    json_t *e = json_pack("{s:s,s:s}", "code", r->error_code ? r->error_code : OG_ERR_PROVIDER_ERROR,
+                          "message", r->error_message);
+    if (e != NULL && r->provider_code[0])
+        json_object_set_new(e, "providerCode", json_string(r->provider_code));
+    if (e != NULL && r->http_status)
+        json_object_set_new(e, "httpStatus", json_integer(r->http_status));
+    return e;
+}
+
+const char *og_provider_code_suffix(const og_attempt_result_t *out, char buf[48])
+{
+    buf[0] = '\0';
+    if (out->provider_code[0])
+        snprintf(buf, 48, ", code %s", out->provider_code);
+    return buf;
+}
+
+void og_provider_fail_status(og_attempt_result_t *out, const char *label, long status, const char *text)
+{
+    char codes[48];
+    og_provider_code_suffix(out, codes);
+    if (status >= 400 && status < 500)
+        og_provider_fail(out, OG_ERR_PROVIDER_REJECTED, "%s refused the message (HTTP %ld%s): %s", label,
+                         status, codes, text);
+    else if (status >= 500 && status < 600)
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, "%s failed (HTTP %ld%s): %s", label, status, codes,
+                         text);
+    else
+        og_provider_fail(out, OG_ERR_PROVIDER_ERROR, "%s answered an unexpected HTTP %ld", label, status);
+}
+
+void og_provider_fail(og_attempt_result_t *out, const char *code, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    out->sent = false;
+    out->provider_message_id[0] = '\0';
+    out->error_code = code;
+    og_provider_copy_utf8(out->error_message, sizeof(out->error_message), buf);
+}
+
+bool og_provider_sent(og_attempt_result_t *out, const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= sizeof(out->provider_message_id))
+        return false;
+    for (size_t i = 0; i < n; i++) /* ids are ASCII tokens; anything else is not an id */
+        if ((unsigned char)id[i] < 0x21 || (unsigned char)id[i] > 0x7e)
+            return false;
+    memcpy(out->provider_message_id, id, n + 1);
+    out->sent = true;
+    out->error_code = NULL;
+    out->error_message[0] = '\0';
+    out->provider_code[0] = '\0';
+    out->bad_credential = false;
+    return true;
+}
+
+long long og_provider_code(og_attempt_result_t *out, const json_t *code)
+{
+    long long v = -1;
+    if (json_is_integer(code)) {
+        v = json_integer_value(code);
+        snprintf(out->provider_code, sizeof(out->provider_code), "%lld", v);
+    } else if (json_is_string(code) && json_string_length(code) > 0) {
+        const char *s = json_string_value(code);
+        og_provider_copy_utf8(out->provider_code, sizeof(out->provider_code), s);
+        char *end;
+        long long n = strtoll(s, &end, 10);
+        if (*end == '\0' && n >= 0)
+            v = n;
+    }
+    return v;
+}
+
+bool og_provider_header_safe(const char *s)
+{
+    if (s == NULL || *s == '\0')
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x21 || (unsigned char)*s > 0x7e)
+            return false;
+    return true;
+}
+
+char *og_provider_pct_encode(const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *out = malloc(len * 3 + 1);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+            c == '.' || c == '_' || c == '~') {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+char *og_provider_url(const char *base, const char *fmt, ...)
+{
+    size_t blen = strlen(base);
+    while (blen > 0 && base[blen - 1] == '/')
+        blen--;
+    va_list ap;
+    va_start(ap, fmt);
+    char *rest = NULL;
+    int n = vasprintf(&rest, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return NULL;
+    char *url = NULL;
+    if (asprintf(&url, "%.*s%s", (int)blen, base, rest) < 0)
+        url = NULL;
+    free(rest);
+    return url;
+}
+
+/* ---- one attempt --------------------------------------------------------------------------- */
+
+static void attempt_req_done(og_hc_req_t *req)
+{
+    og_attempt_t *a = container_of(req, og_attempt_t, req);
+    og_attempt_result_t *res = &a->result;
+    const char *label = a->prov ? a->prov->label : "the provider";
+    if (a->configured) {
+        switch (req->result) {
+        case OG_HC_OK:
+            a->prov->classify(req->http_status, req->resp, req->resp_len, res);
+            break;
+        case OG_HC_TIMEOUT:
+            og_provider_fail(res, OG_ERR_PROVIDER_TIMEOUT, "no answer in %ld ms", a->timeout_ms);
+            break;
+        case OG_HC_UNREACHABLE:
+            og_provider_fail(res, OG_ERR_PROVIDER_UNREACHABLE, "cannot reach %s: %s", label, req->errbuf);
+            break;
+        case OG_HC_TOO_LARGE:
+            og_provider_fail(res, OG_ERR_PROVIDER_ERROR, "%s answered with a body over %d KiB", label,
+                             OG_HC_MAX_RESPONSE / 1024);
+            break;
+        case OG_HC_CANCELLED:
+            og_provider_fail(res, OG_ERR_PROVIDER_ERROR, "attempt cancelled: the worker is shutting down");
+            break;
+        case OG_HC_ERROR:
+            og_provider_fail(res, OG_ERR_PROVIDER_ERROR, "%s: %s", label, req->errbuf);
+            break;
+        }
+        res->http_status = (int)req->http_status;
+        res->latency_us = req->latency_us;
+    }
+    og_hc_t *hc = a->hc;
+    og_log_t *log = hc ? og_hc_log(hc) : NULL;
+    if (hc != NULL && a->prov != NULL)
+        og_metrics_attempt(og_hc_metrics(hc), (int)a->prov->channel, res->sent ? "sent" : res->error_code,
+                           res->latency_us);
+    if (res->bad_credential && log != NULL && og_log_enabled(log, OG_LOG_WARN)) {
+        char code[80];
+        og_log(log, OG_LOG_WARN, "provider refused the credentials or session; fix the configuration",
+               "\"channel\":\"%s\",\"provider\":\"%s\",\"httpStatus\":%d,\"providerCode\":\"%s\"",
+               og_channel_name(a->prov->channel), a->prov->name, res->http_status,
+               og_log_escape(code, sizeof(code), res->provider_code, strlen(res->provider_code)));
+    }
+    og_hc_req_clear(req);
+    a->hc = NULL;
+    a->done(a);
+}
+
+void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, const og_send_params_t *p,
+                      og_attempt_t *a)
+{
+    memset(&a->result, 0, sizeof(a->result));
+    memset(&a->req, 0, sizeof(a->req));
+    a->hc = hc;
+    a->prov = og_provider_get(ch);
+    a->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
+    char why[200] = "";
+    a->configured = a->prov != NULL && a->prov->build(cfg, p, &a->req, why, sizeof(why));
+    if (!a->configured) {
+        og_hc_req_clear(&a->req);
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s",
+                         why[0] ? why : "the channel is not configured");
+        a->req.done = attempt_req_done;
+        og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
+        return;
+    }
+    a->req.timeout_ms = a->timeout_ms;
+    a->req.done = attempt_req_done;
+    og_hc_start(hc, &a->req);
+}

@@ -1,0 +1,431 @@
+/*
+ * POST /api/omni/send (API.md §2, §6): validation against the tenant's settings, the pending
+ * message row committed before any provider is called, the attempts run by the engine
+ * (fallback chain or all at once) through the provider adapters, then attempts, final status,
+ * the SMS record and the idempotent answer committed together, and only then the answer.
+ * A client that disconnects cancels nothing: the request object lives until answered.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/api.h"
+#include "omnigate/auth.h"
+#include "omnigate/engine.h"
+#include "omnigate/send.h"
+#include "omnigate/gateway.h"
+#include "omnigate/idem.h"
+#include "omnigate/ids.h"
+#include "omnigate/json.h"
+#include "omnigate/phone.h"
+#include "omnigate/provider.h"
+#include "omnigate/settings.h"
+#include "omnigate/smsenc.h"
+#include "omnigate/store.h"
+
+#define SMS_MAX_SEGMENTS 10
+
+typedef struct send_ctx {
+    og_auth_req_t auth; /* first: the auth callback finds us from it */
+    og_gw_t *gw;
+    og_http_req_t *req;
+    og_engine_t engine;
+    og_db_op_t op;
+    bool completing; /* op is the completion write (else the pending insert) */
+
+    char reference[32];
+    char to[20];
+    char *text;
+    bool all;
+    og_channel_t ch[OG_ENGINE_MAX];
+    int nch;
+    json_t *skipped;
+    char wa_from[20];
+    char sender[20];
+    og_sms_info_t sms;
+    bool sms_tried;
+    og_send_params_t params[OG_ENGINE_MAX];
+    og_attempt_t att[OG_ENGINE_MAX];
+    uint64_t att_at_ms[OG_ENGINE_MAX];
+
+    og_idem_t idem;
+
+    /* SQL parameters that must outlive the op */
+    char channels_lit[64];
+    char *skipped_text;
+    char *attempts_text;
+    char *response_text;
+    size_t response_len;
+    int response_status;
+    char status_s[8];
+    char segments_s[8];
+    char *sms_error_text;
+    const char *sms_status;
+    const char *sms_provider_id;
+} send_ctx_t;
+
+static void ctx_free(send_ctx_t *c)
+{
+    og_db_op_clear(&c->op);
+    og_tenant_release(c->auth.tenant);
+    free(c->text);
+    json_decref(c->skipped);
+    free(c->skipped_text);
+    free(c->attempts_text);
+    free(c->response_text);
+    free(c->sms_error_text);
+    free(c);
+}
+
+/* ---- validation ------------------------------------------------------------------------- */
+
+/* Reads and checks the body against the tenant's settings; fills the plan of attempts. */
+static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
+    const char *to = NULL, *text = NULL, *mode = "fallback", *wa_from = NULL, *sender = NULL;
+    if (!og_json_get_string(body, "to", true, &to, err) ||
+        !og_json_get_string(body, "text", true, &text, err) ||
+        !og_json_get_string(body, "deliveryMode", false, &mode, err) ||
+        !og_json_get_string(body, "whatsappFrom", false, &wa_from, err) ||
+        !og_json_get_string(body, "sender", false, &sender, err))
+        return false;
+    if (!og_phone_e164_valid(to))
+        return og_api_fail(err, 422, "validation_failed", "to",
+                           "to must be an E.164 number: + then 8-15 digits, the first 1-9");
+    size_t nchars = 0;
+    if (!og_text_validate(text, strlen(text), &nchars))
+        return og_api_fail(err, 422, "validation_failed", "text",
+                           "text must be 1-4096 characters of valid UTF-8, not only whitespace");
+    if (strcmp(mode, "fallback") != 0 && strcmp(mode, "all") != 0)
+        return og_api_fail(err, 422, "validation_failed", "deliveryMode",
+                           "deliveryMode must be fallback or all");
+    if (wa_from != NULL && !og_phone_wa_from_valid(wa_from))
+        return og_api_fail(err, 422, "validation_failed", "whatsappFrom",
+                           "whatsappFrom must be 8-15 digits, no +");
+    if (sender != NULL && !og_phone_sender_valid(sender))
+        return og_api_fail(err, 422, "validation_failed", "sender",
+                           "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
+    c->all = strcmp(mode, "all") == 0;
+    snprintf(c->to, sizeof(c->to), "%s", to);
+    c->text = strdup(text);
+    if (c->text == NULL)
+        return og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+
+    json_t *channels = json_object_get(body, "channels");
+    og_channel_t wanted[OG_CH__COUNT];
+    int nwanted = 0;
+    if (channels == NULL) {
+        const char *defaults[OG_SETTINGS_CHANNELS];
+        size_t n = og_settings_default_channels(settings, defaults);
+        for (size_t i = 0; i < n; i++)
+            if (og_channel_parse(defaults[i], &wanted[nwanted]))
+                nwanted++;
+    } else {
+        if (!json_is_array(channels) || json_array_size(channels) == 0 ||
+            json_array_size(channels) > OG_CH__COUNT)
+            return og_api_fail(err, 422, "validation_failed", "channels",
+                               "channels must be a non-empty array of whatsapp_qr, whatsapp_meta, sms");
+        size_t i;
+        json_t *v;
+        json_array_foreach(channels, i, v)
+        {
+            og_channel_t ch;
+            if (!json_is_string(v) || !og_channel_parse(json_string_value(v), &ch))
+                return og_api_fail(err, 422, "validation_failed", "channels",
+                                   "channels[%zu] must be one of whatsapp_qr, whatsapp_meta, sms", i);
+            for (int k = 0; k < nwanted; k++)
+                if (wanted[k] == ch)
+                    return og_api_fail(err, 422, "validation_failed", "channels",
+                                       "channels must be distinct");
+            wanted[nwanted++] = ch;
+        }
+    }
+    c->skipped = json_array();
+    for (int i = 0; i < nwanted; i++) {
+        if (og_settings_channel_enabled(settings, og_channel_name(wanted[i])))
+            c->ch[c->nch++] = wanted[i];
+        else
+            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(wanted[i]),
+                                                        "reason", "channel_disabled"));
+    }
+    if (c->nch == 0)
+        return og_api_fail(err, 422, "no_channel_available", "channels",
+                           "none of the requested channels is enabled for this tenant");
+
+    for (int i = 0; i < c->nch; i++) {
+        og_send_params_t *p = &c->params[i];
+        p->to = c->to;
+        p->text = c->text;
+        if (c->ch[i] == OG_CH_SMS) {
+            c->sms_tried = true;
+            if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
+                return false;
+            p->from = c->sender;
+            og_sms_encode_info(c->text, strlen(c->text), &c->sms);
+            if (c->sms.segments > SMS_MAX_SEGMENTS)
+                return og_api_fail(err, 422, "text_too_long", "text",
+                                   "text needs %d SMS segments, more than %d", (int)c->sms.segments,
+                                   SMS_MAX_SEGMENTS);
+            continue;
+        }
+        if (c->wa_from[0] == '\0') {
+            const char *def = wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
+            if (def == NULL)
+                return og_api_fail(err, 422, "validation_failed", "whatsappFrom",
+                                   "whatsappFrom is required: the tenant has no default WhatsApp number");
+            snprintf(c->wa_from, sizeof(c->wa_from), "%s", def);
+        }
+        og_settings_wa_number_t num;
+        if (!og_settings_wa_number(settings, og_channel_name(c->ch[i]), c->wa_from, &num))
+            return og_api_fail(err, 422, "whatsapp_from_not_registered", "whatsappFrom",
+                               "%s is not registered for %s", c->wa_from, og_channel_name(c->ch[i]));
+        p->from = c->wa_from;
+        p->session = num.session;
+        p->phone_number_id = num.phone_number_id;
+        p->access_token = num.access_token;
+    }
+    return true;
+}
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+static void db_error_answer(send_ctx_t *c, og_db_status_t st, const char *what)
+{
+    if (st == OG_DB_ERROR) {
+        og_log(&c->gw->w->log, OG_LOG_ERROR, what,
+               "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", c->req->request_id,
+               c->op.sqlstate, c->op.error);
+        og_api_error(c->req, 500, "internal_error", NULL, "database error");
+    } else {
+        og_api_error(c->req, 503, "unavailable", NULL, "database unavailable: nothing was sent");
+    }
+}
+
+static json_t *attempt_json(const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
+                            uint64_t at_ms)
+{
+    json_t *a =
+        json_pack("{s:s,s:s,s:I}", "channel", og_channel_name(ch), "status", r->sent ? "sent" : "failed",
+                  for_db ? "latency_ms" : "latencyMs", (json_int_t)(r->latency_us / 1000));
+    if (for_db) {
+        json_object_set_new(a, "seq", json_integer(seq));
+        json_object_set_new(a, "attempted_at_ms", json_integer((json_int_t)at_ms));
+        if (r->sent) {
+            json_object_set_new(a, "provider_message_id", json_string(r->provider_message_id));
+        } else {
+            json_object_set_new(a, "error_code", json_string(r->error_code));
+            json_object_set_new(a, "error_message", json_string(r->error_message));
+            if (r->provider_code[0])
+                json_object_set_new(a, "provider_code", json_string(r->provider_code));
+            if (r->http_status)
+                json_object_set_new(a, "http_status", json_integer(r->http_status));
+        }
+        return a;
+    }
+    if (r->sent)
+        json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
+    else
+        json_object_set_new(a, "error", og_attempt_error_json(r));
+    return a;
+}
+
+static void complete_done(og_db_op_t *op, og_db_status_t st)
+{
+    send_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        /* The providers were called but the outcome could not be recorded: the message stays
+         * pending and is marked unknown at the next start; the client learns it now. */
+        db_error_answer(c, st, "recording a send failed");
+    } else {
+        og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
+        og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text,
+                        c->response_len);
+    }
+    ctx_free(c);
+}
+
+static void engine_done(og_engine_t *e)
+{
+    send_ctx_t *c = e->arg;
+    bool ok = e->winner >= 0;
+    json_t *resp_attempts = json_array(), *db_attempts = json_array();
+    int sms_idx = -1;
+    for (int k = 0; k < e->started; k++) {
+        /* Attempts are listed in channel order; in `all` mode they ran at once. */
+        const og_attempt_result_t *r = &c->att[k].result;
+        json_array_append_new(resp_attempts, attempt_json(r, c->ch[k], false, k, c->att_at_ms[k]));
+        json_array_append_new(db_attempts, attempt_json(r, c->ch[k], true, k, c->att_at_ms[k]));
+        if (c->ch[k] == OG_CH_SMS)
+            sms_idx = k;
+    }
+    const char *winner = ok ? og_channel_name(c->ch[e->winner]) : NULL;
+    json_t *data =
+        json_pack("{s:s,s:s,s:o,s:o,s:O}", "reference", c->reference, "deliveryMode",
+                  c->all ? "all" : "fallback", "winningChannel", winner ? json_string(winner) : json_null(),
+                  "attempts", resp_attempts, "skipped", c->skipped);
+    char message[64];
+    og_api_err_t err = {0};
+    if (ok)
+        snprintf(message, sizeof(message), "Message sent via %s", winner);
+    else
+        og_api_fail(&err, 502, "delivery_failed", NULL, "every attempted channel failed");
+    c->response_status = ok ? 200 : 502;
+    c->response_text = og_api_envelope(c->response_status, ok ? message : err.message, data, ok ? NULL : &err,
+                                       NULL, &c->response_len);
+    c->attempts_text = json_dumps(db_attempts, JSON_COMPACT);
+    json_decref(db_attempts);
+    if (c->response_text == NULL || c->attempts_text == NULL) {
+        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+        ctx_free(c);
+        return;
+    }
+    snprintf(c->status_s, sizeof(c->status_s), "%s", ok ? "sent" : "failed");
+
+    og_db_op_clear(&c->op);
+    og_db_op_t *op = &c->op;
+    int n = 0;
+    op->stmts[n].stmt = OG_Q_MSG_COMPLETE;
+    const char **v = op->stmts[n++].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = c->status_s;
+    v[3] = winner;
+    v[4] = c->attempts_text;
+    if (sms_idx >= 0) {
+        const og_attempt_result_t *r = &c->att[sms_idx].result;
+        snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
+        c->sms_status = r->sent ? "sent" : "failed";
+        c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
+        if (!r->sent) {
+            json_t *err_json = og_attempt_error_json(r);
+            c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
+            json_decref(err_json);
+        }
+        op->stmts[n].stmt = OG_Q_SMS_RECORD;
+        v = op->stmts[n++].values;
+        v[0] = c->auth.tenant->id;
+        v[1] = c->reference;
+        v[2] = "omni";
+        v[3] = NULL;
+        v[4] = c->to;
+        v[5] = c->sender;
+        v[6] = c->text;
+        v[7] = c->segments_s;
+        v[8] = og_sms_encoding_name(c->sms.encoding);
+        v[9] = c->sms_status;
+        v[10] = c->sms_provider_id;
+        v[11] = c->sms_error_text;
+    }
+    n += og_idem_complete_stmt(&c->idem, op, n, ok ? "200" : "502", c->response_text);
+    op->nstmts = n;
+    op->write = true;
+    op->done = complete_done;
+    op->arg = c;
+    c->completing = true;
+    og_db_submit(c->gw->db, op);
+}
+
+static void attempt_done(og_attempt_t *a)
+{
+    send_ctx_t *c = a->arg;
+    og_engine_attempt_done(&c->engine, (int)(a - c->att), a->result.sent);
+}
+
+static void engine_start(og_engine_t *e, int i)
+{
+    send_ctx_t *c = e->arg;
+    c->att_at_ms[i] = og_ids_now_ms();
+    c->att[i].done = attempt_done;
+    c->att[i].arg = c;
+    og_attempt_start(c->gw->hc, c->gw->w->cfg, c->ch[i], &c->params[i], &c->att[i]);
+}
+
+/* The pending row (and the idempotency key) is committed: call the providers, or replay. */
+static void inserted(og_db_op_t *op, og_db_status_t st)
+{
+    send_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        db_error_answer(c, st, "inserting a message failed");
+        ctx_free(c);
+        return;
+    }
+    og_db_op_clear(op);
+    c->engine =
+        (og_engine_t){.n = c->nch, .all = c->all, .start = engine_start, .done = engine_done, .arg = c};
+    og_engine_run(&c->engine);
+}
+
+/* The key (if any) is ours: commit the pending message row. */
+static void claimed(og_idem_t *i)
+{
+    send_ctx_t *c = i->arg;
+    if (i->answered) {
+        ctx_free(c);
+        return;
+    }
+    og_ids_reference(c->reference, og_ids_now_ms());
+    char *p = c->channels_lit;
+    *p++ = '{';
+    for (int k = 0; k < c->nch; k++)
+        p += sprintf(p, "%s%s", k ? "," : "", og_channel_name(c->ch[k]));
+    strcpy(p, "}");
+    c->skipped_text = json_dumps(c->skipped, JSON_COMPACT);
+    if (c->skipped_text == NULL) {
+        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+        ctx_free(c);
+        return;
+    }
+    og_db_op_t *op = &c->op;
+    const char **v = op->stmts[0].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = c->to;
+    v[3] = c->text;
+    v[4] = c->all ? "all" : "fallback";
+    v[5] = c->channels_lit;
+    v[6] = c->skipped_text;
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_MSG_INSERT;
+    op->write = true;
+    op->done = inserted;
+    op->arg = c;
+    og_db_submit(c->gw->db, op);
+}
+
+static void authed(og_auth_req_t *a)
+{
+    send_ctx_t *c = (send_ctx_t *)a;
+    if (a->tenant == NULL) {
+        ctx_free(c);
+        return;
+    }
+    static const char *const allowed[] = {"to",           "text",   "channels", "deliveryMode",
+                                          "whatsappFrom", "sender", NULL};
+    og_api_err_t err = {0};
+    json_t *body = og_json_decode_body(c->req, allowed, &err);
+    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
+    json_decref(body);
+    if (!ok) {
+        og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
+        ctx_free(c);
+        return;
+    }
+    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, "omni", claimed, c);
+}
+
+void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    send_ctx_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        return;
+    }
+    c->gw = gw;
+    c->req = req;
+    c->auth.req = req;
+    c->auth.scope = OG_SCOPE_SEND;
+    c->auth.unified = true;
+    c->auth.done = authed;
+    og_auth_tenant(gw->auth, &c->auth);
+}
