@@ -10,6 +10,7 @@
 #include "omnigate/cli.h"
 #include "omnigate/config.h"
 #include "omnigate/gateway.h"
+#include "omnigate/metrics.h"
 #include "omnigate/supervisor.h"
 
 extern char **environ;
@@ -53,6 +54,8 @@ int main(int argc, char **argv)
         printf("omnigate %s\n", OG_VERSION);
     } else if (strcmp(cmd, "config-markdown") == 0) {
         og_config_markdown(stdout);
+    } else if (strcmp(cmd, "metrics-markdown") == 0) {
+        og_metrics_markdown(stdout);
     } else if (strcmp(cmd, "serve") == 0) {
         rc = og_cli_serve_check(&cfg);
         if (rc == 0)

@@ -1,9 +1,14 @@
 /*
  * Metrics in shared memory, summed at scrape. See include/base/omnigate/metrics.h.
+ *
+ * Every metric is one row of `metrics`: its name, type, help, the label dimensions of its
+ * slot field and how the slots combine. The exposition and the list in docs/operations.md
+ * are both walks of that table, so neither can name a metric the other does not.
  */
 #include "omnigate/metrics.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +17,17 @@
 static const int statuses[OG_M_STATUSES - 1] = {200, 201, 204, 400, 401, 403, 404, 405, 409, 410,
                                                 413, 415, 422, 429, 431, 500, 502, 503, 504};
 
-/* Upper bounds of the buckets but the last (+Inf). */
-static const double latency_le_s[OG_M_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                      0.1,    0.25,  0.5,    1,     2.5,  5,     10};
-static const double batch_le[OG_M_BUCKETS - 1] = {1,   2,   4,   8,    16,   32,   64,
-                                                  128, 256, 512, 1024, 2048, 4096, 8192};
+/* A histogram's buckets: upper bounds in the base unit (seconds, operations) but the last
+ * (+Inf), and what a recorded value is divided by to be in that unit. */
+typedef struct buckets {
+    double le[OG_M_BUCKETS - 1];
+    double divisor;
+} buckets_t;
+
+/* Latencies are recorded in µs and exposed in seconds. */
+static const buckets_t latency_s = {
+    {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}, 1e6};
+static const buckets_t batch_ops = {{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}, 1};
 
 bool og_metrics_map(og_metrics_t *m, int workers)
 {
@@ -58,11 +69,11 @@ static inline uint64_t get(const uint64_t *c)
     return __atomic_load_n(c, __ATOMIC_RELAXED);
 }
 
-static void observe(og_m_hist_t *h, const double *le, double scale, uint64_t v)
+static void observe(og_m_hist_t *h, const buckets_t *bk, uint64_t v)
 {
     int b = 0;
-    double x = (double)v / scale;
-    while (b < OG_M_BUCKETS - 1 && x > le[b])
+    double x = (double)v / bk->divisor;
+    while (b < OG_M_BUCKETS - 1 && x > bk->le[b])
         b++;
     og_metrics_add(&h->bucket[b], 1);
     og_metrics_add(&h->sum, v);
@@ -83,7 +94,7 @@ void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint6
         return;
     int r = route_index >= 0 && route_index < OG_M_ROUTES ? route_index : OG_M_ROUTES;
     og_metrics_add(&s->requests[r][status_index(status)], 1);
-    observe(&s->request_us[r], latency_le_s, 1e6, duration_us);
+    observe(&s->request_us[r], &latency_s, duration_us);
 }
 
 void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, uint64_t latency_us)
@@ -97,16 +108,98 @@ void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, 
             break;
         }
     og_metrics_add(&s->attempts[channel][o], 1);
-    observe(&s->attempt_us[channel], latency_le_s, 1e6, latency_us);
+    observe(&s->attempt_us[channel], &latency_s, latency_us);
 }
 
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us)
 {
     if (s == NULL)
         return;
-    observe(&s->db_batch_ops, batch_le, 1, ops);
-    observe(&s->db_commit_us, latency_le_s, 1e6, commit_us);
+    observe(&s->db_batch_ops, &batch_ops, ops);
+    observe(&s->db_commit_us, &latency_s, commit_us);
 }
+
+/* ---- the metric table ------------------------------------------------------------------------ */
+
+typedef enum { M_COUNTER, M_GAUGE, M_HISTOGRAM } metric_type_t;
+
+static const char *const type_names[] = {
+    [M_COUNTER] = "counter", [M_GAUGE] = "gauge", [M_HISTOGRAM] = "histogram"};
+
+/* A label dimension: one index of a slot field's array, and the labels that name each index. */
+typedef enum { DIM_NONE, DIM_ROUTE, DIM_STATUS, DIM_CHANNEL, DIM_OUTCOME } dim_t;
+
+static const struct dim {
+    int n;                 /* indexes */
+    const char *labels[2]; /* label names, for the docs */
+} dims[] = {
+    [DIM_NONE] = {1, {NULL, NULL}},
+    [DIM_ROUTE] = {OG_M_ROUTES + 1, {"method", "route"}}, /* the last index is every other route */
+    [DIM_STATUS] = {OG_M_STATUSES, {"status", NULL}},
+    [DIM_CHANNEL] = {OG_M_CHANNELS, {"channel", NULL}},
+    [DIM_OUTCOME] = {OG_M_OUTCOMES, {"outcome", NULL}},
+};
+
+/* How the slots' values of a series make the instance's value. */
+typedef enum {
+    FOLD_SUM,   /* the sum */
+    FOLD_ANY,   /* 1 if any slot is non-zero, else 0 */
+    FOLD_SLOTS, /* the number of slots; reads no field */
+} fold_t;
+
+/* One metric. Its slot field is an array [rows][cols] of uint64_t, or of og_m_hist_t for a
+ * histogram (DIM_NONE: no such index); each index present in the exposition is one series. */
+typedef struct metric {
+    const char *name;
+    metric_type_t type;
+    dim_t rows, cols;
+    size_t offset; /* of the field in og_metrics_slot_t */
+    fold_t fold;
+    const buckets_t *buckets; /* histograms only */
+    bool sparse;              /* omit zero series (count zero for a histogram): there would be many */
+    const char *help;
+} metric_t;
+
+#define SLOT(field) offsetof(og_metrics_slot_t, field)
+/* A counter or gauge of one series, the sum of the slots' `field`. */
+// clang-format off
+#define SUMMED(name, type, field, help) \
+    {name, type, DIM_NONE, DIM_NONE, SLOT(field), FOLD_SUM, NULL, false, help}
+// clang-format on
+
+/* The exposition, in this order, and the list in docs/operations.md (`omnigate metrics-markdown`). */
+static const metric_t metrics[] = {
+    {"omnigate_http_requests_total", M_COUNTER, DIM_ROUTE, DIM_STATUS, SLOT(requests), FOLD_SUM, NULL, true,
+     "HTTP requests answered, by route and status."},
+    {"omnigate_http_request_duration_seconds", M_HISTOGRAM, DIM_ROUTE, DIM_NONE, SLOT(request_us), FOLD_SUM,
+     &latency_s, true, "Time from the first byte of a request to its response being queued, by route."},
+    {"omnigate_provider_attempts_total", M_COUNTER, DIM_CHANNEL, DIM_OUTCOME, SLOT(attempts), FOLD_SUM, NULL,
+     false, "Provider attempts by channel and outcome (sent or the attempt error code)."},
+    {"omnigate_provider_attempt_duration_seconds", M_HISTOGRAM, DIM_CHANNEL, DIM_NONE, SLOT(attempt_us),
+     FOLD_SUM, &latency_s, false,
+     "Provider attempt latency (request sent to answer classified), by channel."},
+    {"omnigate_db_batch_operations", M_HISTOGRAM, DIM_NONE, DIM_NONE, SLOT(db_batch_ops), FOLD_SUM,
+     &batch_ops, false, "Operations per group-committed write transaction."},
+    {"omnigate_db_commit_duration_seconds", M_HISTOGRAM, DIM_NONE, DIM_NONE, SLOT(db_commit_us), FOLD_SUM,
+     &latency_s, false, "Write batch latency: sent to PostgreSQL until its COMMIT answered."},
+    SUMMED("omnigate_db_batch_retries_total", M_COUNTER, db_retries,
+           "Write batches that failed and were retried op by op."),
+    SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),
+    SUMMED("omnigate_db_connections_ready", M_GAUGE, db_connected,
+           "Database connections ready, all workers."),
+    SUMMED("omnigate_http_connections_accepted_total", M_COUNTER, accepted, "Client connections accepted."),
+    SUMMED("omnigate_http_connections_open", M_GAUGE, conns_open, "Client connections open."),
+    SUMMED("omnigate_http_connections_idle", M_GAUGE, conns_idle,
+           "Client connections idle in keep-alive (sampled every second)."),
+    SUMMED("omnigate_rate_limited_total", M_COUNTER, rate_limited,
+           "Tenant requests refused by the rate limit (429)."),
+    {"omnigate_workers", M_GAUGE, DIM_NONE, DIM_NONE, 0, FOLD_SLOTS, NULL, false,
+     "Worker processes of this instance."},
+    {"omnigate_draining", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(draining), FOLD_ANY, NULL, false,
+     "1 while the instance drains after SIGTERM, else 0."},
+};
+
+#define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
 
 /* ---- rendering ----------------------------------------------------------------------------- */
 
@@ -145,46 +238,127 @@ static void put(out_t *o, const char *fmt, ...)
     }
 }
 
-static void header(out_t *o, const char *name, const char *type, const char *help)
+/* The name of a sample line: `name_suffix{labels}`, without braces when there are no labels. */
+static void sample_name(out_t *o, const char *name, const char *suffix, const char *labels)
 {
-    put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void sum_hist(og_m_hist_t *dst, const og_m_hist_t *src)
-{
-    for (int b = 0; b < OG_M_BUCKETS; b++)
-        dst->bucket[b] += get(&src->bucket[b]);
-    dst->sum += get(&src->sum);
-    dst->count += get(&src->count);
+    if (labels[0] != '\0')
+        put(o, "%s%s{%s}", name, suffix, labels);
+    else
+        put(o, "%s%s", name, suffix);
 }
 
 /* One histogram series: cumulative buckets, _sum (scaled to the base unit), _count. */
-static void hist(out_t *o, const char *name, const char *labels, const og_m_hist_t *h, const double *le,
-                 double scale)
+static void hist(out_t *o, const char *name, const char *labels, const og_m_hist_t *h, const buckets_t *bk)
 {
     uint64_t cum = 0;
-    const char *sep = labels[0] ? "," : "";
+    char with_le[400];
     for (int b = 0; b < OG_M_BUCKETS; b++) {
         cum += h->bucket[b];
+        const char *sep = labels[0] ? "," : "";
         if (b < OG_M_BUCKETS - 1)
-            put(o, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, le[b], (unsigned long long)cum);
+            snprintf(with_le, sizeof(with_le), "%s%sle=\"%g\"", labels, sep, bk->le[b]);
         else
-            put(o, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+            snprintf(with_le, sizeof(with_le), "%s%sle=\"+Inf\"", labels, sep);
+        sample_name(o, name, "_bucket", with_le);
+        put(o, " %llu\n", (unsigned long long)cum);
     }
-    put(o, "%s_sum%s%s%s %.6f\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "",
-        (double)h->sum / scale);
-    put(o, "%s_count%s%s%s %llu\n", name, labels[0] ? "{" : "", labels, labels[0] ? "}" : "",
-        (unsigned long long)h->count);
+    sample_name(o, name, "_sum", labels);
+    put(o, " %.6f\n", (double)h->sum / bk->divisor);
+    sample_name(o, name, "_count", labels);
+    put(o, " %llu\n", (unsigned long long)h->count);
 }
 
-static void route_labels(char *buf, size_t n, const og_metrics_routes_t *routes, int r)
+/* The labels of index i of dimension d (empty for DIM_NONE); false when that index is no
+ * series (a route the app does not have). */
+static bool dim_labels(dim_t d, int i, const og_metrics_routes_t *routes, char *buf, size_t n)
 {
     const char *method, *pattern;
-    if (r < (int)routes->n && r < OG_M_ROUTES) {
-        routes->label(routes->ctx, (size_t)r, &method, &pattern);
-        snprintf(buf, n, "method=\"%s\",route=\"%s\"", method, pattern);
-    } else {
+    switch (d) {
+    case DIM_NONE:
+        buf[0] = '\0';
+        return true;
+    case DIM_ROUTE:
+        if (i < (int)routes->n && i < OG_M_ROUTES) {
+            routes->label(routes->ctx, (size_t)i, &method, &pattern);
+            snprintf(buf, n, "method=\"%s\",route=\"%s\"", method, pattern);
+            return true;
+        }
         snprintf(buf, n, "method=\"-\",route=\"-\"");
+        return i == OG_M_ROUTES;
+    case DIM_STATUS:
+        if (i < OG_M_STATUSES - 1)
+            snprintf(buf, n, "status=\"%d\"", statuses[i]);
+        else
+            snprintf(buf, n, "status=\"other\"");
+        return true;
+    case DIM_CHANNEL:
+        snprintf(buf, n, "channel=\"%s\"", og_channel_name((og_channel_t)i));
+        return true;
+    case DIM_OUTCOME:
+        snprintf(buf, n, "outcome=\"%s\"", og_attempt_outcomes[i]);
+        return true;
+    }
+    return false;
+}
+
+static const void *field(const og_metrics_slot_t *s, size_t offset)
+{
+    return (const char *)s + offset;
+}
+
+/* Series i (row * cols + col) of metric d, folded over the slots. */
+static uint64_t fold(const metric_t *d, const og_metrics_t *m, int i)
+{
+    if (d->fold == FOLD_SLOTS)
+        return (uint64_t)m->nslots;
+    uint64_t v = 0;
+    for (int w = 0; w < m->nslots; w++)
+        v += get((const uint64_t *)field(&m->slots[w], d->offset) + i);
+    return d->fold == FOLD_ANY ? v > 0 : v;
+}
+
+static void fold_hist(const metric_t *d, const og_metrics_t *m, int i, og_m_hist_t *h)
+{
+    for (int w = 0; w < m->nslots; w++) {
+        const og_m_hist_t *src = (const og_m_hist_t *)field(&m->slots[w], d->offset) + i;
+        for (int b = 0; b < OG_M_BUCKETS; b++)
+            h->bucket[b] += get(&src->bucket[b]);
+        h->sum += get(&src->sum);
+        h->count += get(&src->count);
+    }
+}
+
+static void series(out_t *o, const metric_t *d, const og_metrics_t *m, int i, const char *labels)
+{
+    if (d->type == M_HISTOGRAM) {
+        og_m_hist_t h = {0};
+        fold_hist(d, m, i, &h);
+        if (!d->sparse || h.count > 0)
+            hist(o, d->name, labels, &h, d->buckets);
+        return;
+    }
+    uint64_t v = fold(d, m, i);
+    if (d->sparse && v == 0)
+        return;
+    sample_name(o, d->name, "", labels);
+    put(o, " %llu\n", (unsigned long long)v);
+}
+
+static void render_metric(out_t *o, const metric_t *d, const og_metrics_t *m,
+                          const og_metrics_routes_t *routes)
+{
+    put(o, "# HELP %s %s\n# TYPE %s %s\n", d->name, d->help, d->name, type_names[d->type]);
+    int cols = dims[d->cols].n;
+    /* The row's labels are cut at 255 bytes (a route pattern that long is no pattern). */
+    char row[256], col[64], labels[sizeof(row) + sizeof(col) + 1];
+    for (int r = 0; r < dims[d->rows].n; r++) {
+        if (!dim_labels(d->rows, r, routes, row, sizeof(row)))
+            continue;
+        for (int c = 0; c < cols; c++) {
+            dim_labels(d->cols, c, routes, col, sizeof(col));
+            snprintf(labels, sizeof(labels), "%s%s%s", row, row[0] && col[0] ? "," : "", col);
+            series(o, d, m, r * cols + c, labels);
+        }
     }
 }
 
@@ -195,114 +369,30 @@ char *og_metrics_render(const og_metrics_t *m, const og_metrics_routes_t *routes
     if (o.buf == NULL)
         return NULL;
     o.buf[0] = '\0';
-    int nr = (int)(routes->n < OG_M_ROUTES ? routes->n : OG_M_ROUTES);
-    char labels[256];
-
-    /* Requests by route and status. */
-    header(&o, "omnigate_http_requests_total", "counter", "HTTP requests answered, by route and status.");
-    for (int r = 0; r <= OG_M_ROUTES; r++) {
-        if (r >= nr && r != OG_M_ROUTES)
-            continue;
-        route_labels(labels, sizeof(labels), routes, r);
-        for (int st = 0; st < OG_M_STATUSES; st++) {
-            uint64_t v = 0;
-            for (int w = 0; w < m->nslots; w++)
-                v += get(&m->slots[w].requests[r][st]);
-            if (v == 0)
-                continue;
-            if (st < OG_M_STATUSES - 1)
-                put(&o, "omnigate_http_requests_total{%s,status=\"%d\"} %llu\n", labels, statuses[st],
-                    (unsigned long long)v);
-            else
-                put(&o, "omnigate_http_requests_total{%s,status=\"other\"} %llu\n", labels,
-                    (unsigned long long)v);
-        }
-    }
-    header(&o, "omnigate_http_request_duration_seconds", "histogram",
-           "Time from the first byte of a request to its response being queued, by route.");
-    for (int r = 0; r <= OG_M_ROUTES; r++) {
-        if (r >= nr && r != OG_M_ROUTES)
-            continue;
-        og_m_hist_t h = {0};
-        for (int w = 0; w < m->nslots; w++)
-            sum_hist(&h, &m->slots[w].request_us[r]);
-        if (h.count == 0)
-            continue;
-        route_labels(labels, sizeof(labels), routes, r);
-        hist(&o, "omnigate_http_request_duration_seconds", labels, &h, latency_le_s, 1e6);
-    }
-
-    /* Provider attempts. */
-    header(&o, "omnigate_provider_attempts_total", "counter",
-           "Provider attempts by channel and outcome (sent or the attempt error code).");
-    for (int c = 0; c < OG_M_CHANNELS; c++)
-        for (int k = 0; k < OG_M_OUTCOMES; k++) {
-            uint64_t v = 0;
-            for (int w = 0; w < m->nslots; w++)
-                v += get(&m->slots[w].attempts[c][k]);
-            put(&o, "omnigate_provider_attempts_total{channel=\"%s\",outcome=\"%s\"} %llu\n",
-                og_channel_name((og_channel_t)c), og_attempt_outcomes[k], (unsigned long long)v);
-        }
-    header(&o, "omnigate_provider_attempt_duration_seconds", "histogram",
-           "Provider attempt latency (request sent to answer classified), by channel.");
-    for (int c = 0; c < OG_M_CHANNELS; c++) {
-        og_m_hist_t h = {0};
-        for (int w = 0; w < m->nslots; w++)
-            sum_hist(&h, &m->slots[w].attempt_us[c]);
-        snprintf(labels, sizeof(labels), "channel=\"%s\"", og_channel_name((og_channel_t)c));
-        hist(&o, "omnigate_provider_attempt_duration_seconds", labels, &h, latency_le_s, 1e6);
-    }
-
-    /* Database. */
-    og_m_hist_t batch = {0}, commit = {0};
-    uint64_t queue = 0, connected = 0, retries = 0, open = 0, idle = 0, draining = 0, limited = 0,
-             accepted = 0;
-    for (int w = 0; w < m->nslots; w++) {
-        const og_metrics_slot_t *s = &m->slots[w];
-        sum_hist(&batch, &s->db_batch_ops);
-        sum_hist(&commit, &s->db_commit_us);
-        queue += get(&s->db_queue);
-        connected += get(&s->db_connected);
-        retries += get(&s->db_retries);
-        open += get(&s->conns_open);
-        idle += get(&s->conns_idle);
-        draining += get(&s->draining);
-        limited += get(&s->rate_limited);
-        accepted += get(&s->accepted);
-    }
-    header(&o, "omnigate_db_batch_operations", "histogram",
-           "Operations per group-committed write transaction.");
-    hist(&o, "omnigate_db_batch_operations", "", &batch, batch_le, 1);
-    header(&o, "omnigate_db_commit_duration_seconds", "histogram",
-           "Write batch latency: sent to PostgreSQL until its COMMIT answered.");
-    hist(&o, "omnigate_db_commit_duration_seconds", "", &commit, latency_le_s, 1e6);
-    header(&o, "omnigate_db_batch_retries_total", "counter",
-           "Write batches that failed and were retried op by op.");
-    put(&o, "omnigate_db_batch_retries_total %llu\n", (unsigned long long)retries);
-    header(&o, "omnigate_db_queue_depth", "gauge", "Database operations waiting for a connection.");
-    put(&o, "omnigate_db_queue_depth %llu\n", (unsigned long long)queue);
-    header(&o, "omnigate_db_connections_ready", "gauge", "Database connections ready, all workers.");
-    put(&o, "omnigate_db_connections_ready %llu\n", (unsigned long long)connected);
-
-    /* Connections and lifecycle. */
-    header(&o, "omnigate_http_connections_accepted_total", "counter", "Client connections accepted.");
-    put(&o, "omnigate_http_connections_accepted_total %llu\n", (unsigned long long)accepted);
-    header(&o, "omnigate_http_connections_open", "gauge", "Client connections open.");
-    put(&o, "omnigate_http_connections_open %llu\n", (unsigned long long)open);
-    header(&o, "omnigate_http_connections_idle", "gauge",
-           "Client connections idle in keep-alive (sampled every second).");
-    put(&o, "omnigate_http_connections_idle %llu\n", (unsigned long long)idle);
-    header(&o, "omnigate_rate_limited_total", "counter", "Tenant requests refused by the rate limit (429).");
-    put(&o, "omnigate_rate_limited_total %llu\n", (unsigned long long)limited);
-    header(&o, "omnigate_workers", "gauge", "Worker processes of this instance.");
-    put(&o, "omnigate_workers %d\n", m->nslots);
-    header(&o, "omnigate_draining", "gauge", "1 while the instance drains after SIGTERM, else 0.");
-    put(&o, "omnigate_draining %d\n", draining > 0 ? 1 : 0);
-
+    for (size_t i = 0; i < NMETRICS; i++)
+        render_metric(&o, &metrics[i], m, routes);
     if (o.oom) {
         free(o.buf);
         return NULL;
     }
     *len = o.len;
     return o.buf;
+}
+
+void og_metrics_markdown(FILE *out)
+{
+    fprintf(out, "| Metric | Type | Labels | Meaning |\n");
+    fprintf(out, "|---|---|---|---|\n");
+    for (size_t i = 0; i < NMETRICS; i++) {
+        const metric_t *d = &metrics[i];
+        fprintf(out, "| `%s` | %s | ", d->name, type_names[d->type]);
+        const char *sep = "";
+        const dim_t both[2] = {d->rows, d->cols};
+        for (int k = 0; k < 2; k++)
+            for (int l = 0; l < 2 && dims[both[k]].labels[l] != NULL; l++) {
+                fprintf(out, "%s`%s`", sep, dims[both[k]].labels[l]);
+                sep = ", ";
+            }
+        fprintf(out, "%s | %s |\n", sep[0] ? "" : "(none)", d->help);
+    }
 }

@@ -173,117 +173,182 @@ static bool tenant_id_ok(const char *id)
     return false;
 }
 
+/* A verb handler: argv[0] is the verb, argv[1..argc-1] its arguments (the count already
+ * checked against the verb's table row). Returns the exit code. */
+typedef int admin_fn(PGconn *pg, const og_config_t *cfg, int argc, char **argv);
+
+static int admin_create_tenant(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    bool unified = argc == 3 && strcmp(argv[2], "unified") == 0;
+    if (argc == 3 && !unified) {
+        fprintf(stderr, "omnigate: create-tenant: the optional third word must be \"unified\"\n");
+        return 2;
+    }
+    json_t *defaults = og_settings_defaults();
+    char *settings = json_dumps(defaults, JSON_COMPACT);
+    json_decref(defaults);
+    const char *v[3] = {argv[1], unified ? "true" : "false", settings};
+    int rc = tenant_result(run(pg, OG_Q_TENANT_INSERT, 3, v));
+    free(settings);
+    return rc;
+}
+
+static int admin_get_tenant(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    if (!tenant_id_ok(argv[1]))
+        return 2;
+    const char *v[1] = {argv[1]};
+    return tenant_result(run(pg, OG_Q_TENANT_GET, 1, v));
+}
+
+/* Sets the tenant's plan lock: the update statement leaves the NULL columns as they are. */
+static int set_unified(PGconn *pg, const char *tenant_id, bool enabled)
+{
+    if (!tenant_id_ok(tenant_id))
+        return 2;
+    const char *v[5] = {tenant_id, NULL, enabled ? "true" : "false", NULL, NULL};
+    return tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+}
+
+static int admin_enable_unified(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    return set_unified(pg, argv[1], true);
+}
+
+static int admin_lock_unified(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    return set_unified(pg, argv[1], false);
+}
+
+static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    if (!tenant_id_ok(argv[1]))
+        return 2;
+    json_error_t jerr;
+    json_t *settings = json_loads(argv[2], JSON_REJECT_DUPLICATES, &jerr);
+    og_api_err_t err = {0};
+    if (settings == NULL) {
+        fprintf(stderr, "omnigate: set-settings: invalid JSON: %s\n", jerr.text);
+        return 2;
+    }
+    if (!og_settings_validate(settings, &err)) {
+        fprintf(stderr, "omnigate: set-settings: %s%s%s\n", err.field[0] ? err.field : "",
+                err.field[0] ? ": " : "", err.message);
+        json_decref(settings);
+        return 2;
+    }
+    char *text = json_dumps(settings, JSON_COMPACT);
+    json_decref(settings);
+    const char *v[5] = {argv[1], NULL, NULL, text, NULL};
+    int rc = tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    free(text);
+    return rc;
+}
+
+/* No row from the token insert: the tenant is missing, or its plan locks the unified API. */
+static void token_refused(PGconn *pg, const char *tenant_id)
+{
+    const char *v[1] = {tenant_id};
+    PGresult *t = run(pg, OG_Q_TENANT_UNIFIED, 1, v);
+    if (t != NULL && PQntuples(t) == 1)
+        fprintf(stderr,
+                "omnigate: unified_api_locked: the tenant's plan locks the unified API (run "
+                "`omnigate admin enable-unified %s` first)\n",
+                tenant_id);
+    else
+        fprintf(stderr, "omnigate: no such tenant\n");
+    PQclear(t);
+}
+
+static int admin_create_token(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    if (!tenant_id_ok(argv[1]))
+        return 2;
+    char token[64], prefix[16], hash[65];
+    og_token_generate(token);
+    og_token_prefix(token, prefix);
+    og_token_hash(cfg->secret, token, strlen(token), hash);
+    const char *v[5] = {argv[1], argc == 3 ? argv[2] : "", prefix, hash, "send,otp,logs"};
+    PGresult *r = run(pg, OG_Q_TOKEN_INSERT, 5, v);
+    if (r == NULL)
+        return 1;
+    int rc = 0;
+    if (PQntuples(r) == 0) {
+        token_refused(pg, argv[1]);
+        rc = 1;
+    } else {
+        print_json(json_pack("{s:s,s:s,s:s,s:s}", "id", PQgetvalue(r, 0, OG_TOKEN_ID), "token", token,
+                             "prefix", PQgetvalue(r, 0, OG_TOKEN_PREFIX), "createdAt",
+                             PQgetvalue(r, 0, OG_TOKEN_CREATED)));
+    }
+    PQclear(r);
+    return rc;
+}
+
+static int admin_revoke_token(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    if (!tenant_id_ok(argv[1]) || !og_store_uuid_valid(argv[2]))
+        return 2;
+    const char *v[2] = {argv[1], argv[2]};
+    PGresult *r = run(pg, OG_Q_TOKEN_REVOKE, 2, v);
+    if (r == NULL)
+        return 1;
+    int rc = PQntuples(r) == 1 ? 0 : 1;
+    if (rc == 0)
+        printf("revoked %s at %s\n", PQgetvalue(r, 0, OG_TOKEN_ID), PQgetvalue(r, 0, OG_TOKEN_REVOKED));
+    else
+        fprintf(stderr, "omnigate: no such token\n");
+    PQclear(r);
+    return rc;
+}
+
+/* The admin verbs: dispatch and the usage lines both walk this table, so the usage cannot
+ * promise what dispatch refuses. */
+typedef struct admin_verb {
+    const char *name;
+    int min_args, max_args; /* words after the verb */
+    const char *synopsis;   /* the arguments, as the usage shows them */
+    const char *desc;       /* one line; NULL: the synopsis says enough */
+    admin_fn *fn;
+} admin_verb_t;
+
+static const admin_verb_t admin_verbs[] = {
+    {"create-tenant", 1, 2, "NAME [unified]", "create a tenant (locked unless \"unified\")",
+     admin_create_tenant},
+    {"get-tenant", 1, 1, "TENANT_ID", NULL, admin_get_tenant},
+    {"enable-unified", 1, 1, "TENANT_ID", "unlock the unified API for the tenant", admin_enable_unified},
+    {"lock-unified", 1, 1, "TENANT_ID", NULL, admin_lock_unified},
+    {"set-settings", 2, 2, "TENANT_ID JSON", "replace the tenant's settings (API.md section 5)",
+     admin_set_settings},
+    {"create-token", 1, 2, "TENANT_ID [NAME]", "create a token with every scope; printed once",
+     admin_create_token},
+    {"revoke-token", 2, 2, "TENANT_ID TOKEN_ID", NULL, admin_revoke_token},
+};
+
+#define NVERBS (sizeof(admin_verbs) / sizeof(admin_verbs[0]))
+
 static int admin_verb(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    const char *verb = argv[0];
-    if (strcmp(verb, "create-tenant") == 0 && (argc == 2 || argc == 3)) {
-        bool unified = argc == 3 && strcmp(argv[2], "unified") == 0;
-        if (argc == 3 && !unified) {
-            fprintf(stderr, "omnigate: create-tenant: the optional third word must be \"unified\"\n");
-            return 2;
-        }
-        json_t *defaults = og_settings_defaults();
-        char *settings = json_dumps(defaults, JSON_COMPACT);
-        json_decref(defaults);
-        const char *v[3] = {argv[1], unified ? "true" : "false", settings};
-        int rc = tenant_result(run(pg, OG_Q_TENANT_INSERT, 3, v));
-        free(settings);
-        return rc;
+    for (size_t i = 0; i < NVERBS; i++) {
+        const admin_verb_t *v = &admin_verbs[i];
+        if (strcmp(argv[0], v->name) == 0 && argc - 1 >= v->min_args && argc - 1 <= v->max_args)
+            return v->fn(pg, cfg, argc, argv);
     }
-    if (strcmp(verb, "get-tenant") == 0 && argc == 2) {
-        if (!tenant_id_ok(argv[1]))
-            return 2;
-        const char *v[1] = {argv[1]};
-        return tenant_result(run(pg, OG_Q_TENANT_GET, 1, v));
-    }
-    if ((strcmp(verb, "enable-unified") == 0 || strcmp(verb, "lock-unified") == 0) && argc == 2) {
-        if (!tenant_id_ok(argv[1]))
-            return 2;
-        const char *v[5] = {argv[1], NULL, verb[0] == 'e' ? "true" : "false", NULL, NULL};
-        return tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
-    }
-    if (strcmp(verb, "set-settings") == 0 && argc == 3) {
-        if (!tenant_id_ok(argv[1]))
-            return 2;
-        json_error_t jerr;
-        json_t *settings = json_loads(argv[2], JSON_REJECT_DUPLICATES, &jerr);
-        og_api_err_t err = {0};
-        if (settings == NULL) {
-            fprintf(stderr, "omnigate: set-settings: invalid JSON: %s\n", jerr.text);
-            return 2;
-        }
-        if (!og_settings_validate(settings, &err)) {
-            fprintf(stderr, "omnigate: set-settings: %s%s%s\n", err.field[0] ? err.field : "",
-                    err.field[0] ? ": " : "", err.message);
-            json_decref(settings);
-            return 2;
-        }
-        char *text = json_dumps(settings, JSON_COMPACT);
-        json_decref(settings);
-        const char *v[5] = {argv[1], NULL, NULL, text, NULL};
-        int rc = tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
-        free(text);
-        return rc;
-    }
-    if (strcmp(verb, "create-token") == 0 && (argc == 2 || argc == 3)) {
-        if (!tenant_id_ok(argv[1]))
-            return 2;
-        char token[64], prefix[16], hash[65];
-        og_token_generate(token);
-        og_token_prefix(token, prefix);
-        og_token_hash(cfg->secret, token, strlen(token), hash);
-        const char *v[5] = {argv[1], argc == 3 ? argv[2] : "", prefix, hash, "send,otp,logs"};
-        PGresult *r = run(pg, OG_Q_TOKEN_INSERT, 5, v);
-        if (r == NULL)
-            return 1;
-        int rc = 0;
-        if (PQntuples(r) == 0) {
-            PGresult *t = run(pg, OG_Q_TENANT_UNIFIED, 1, v);
-            if (t != NULL && PQntuples(t) == 1)
-                fprintf(stderr,
-                        "omnigate: unified_api_locked: the tenant's plan locks the unified API (run "
-                        "`omnigate admin enable-unified %s` first)\n",
-                        argv[1]);
-            else
-                fprintf(stderr, "omnigate: no such tenant\n");
-            PQclear(t);
-            rc = 1;
-        } else {
-            print_json(json_pack("{s:s,s:s,s:s,s:s}", "id", PQgetvalue(r, 0, OG_TOKEN_ID), "token", token,
-                                 "prefix", PQgetvalue(r, 0, OG_TOKEN_PREFIX), "createdAt",
-                                 PQgetvalue(r, 0, OG_TOKEN_CREATED)));
-        }
-        PQclear(r);
-        return rc;
-    }
-    if (strcmp(verb, "revoke-token") == 0 && argc == 3) {
-        if (!tenant_id_ok(argv[1]) || !og_store_uuid_valid(argv[2]))
-            return 2;
-        const char *v[2] = {argv[1], argv[2]};
-        PGresult *r = run(pg, OG_Q_TOKEN_REVOKE, 2, v);
-        if (r == NULL)
-            return 1;
-        int rc = PQntuples(r) == 1 ? 0 : 1;
-        if (rc == 0)
-            printf("revoked %s at %s\n", PQgetvalue(r, 0, OG_TOKEN_ID), PQgetvalue(r, 0, OG_TOKEN_REVOKED));
-        else
-            fprintf(stderr, "omnigate: no such token\n");
-        PQclear(r);
-        return rc;
-    }
-    fprintf(stderr, "omnigate: admin: unknown verb or wrong arguments: %s (try omnigate --help)\n", verb);
+    fprintf(stderr, "omnigate: admin: unknown verb or wrong arguments: %s (try omnigate --help)\n", argv[0]);
     return 2;
 }
 
 void og_cli_admin_usage(FILE *out)
 {
-    fprintf(out, "  admin create-tenant NAME [unified]    create a tenant (locked unless \"unified\")\n"
-                 "  admin get-tenant TENANT_ID\n"
-                 "  admin enable-unified TENANT_ID        unlock the unified API for the tenant\n"
-                 "  admin lock-unified TENANT_ID\n"
-                 "  admin set-settings TENANT_ID JSON     replace the tenant's settings (API.md section 5)\n"
-                 "  admin create-token TENANT_ID [NAME]   create a token with every scope; printed once\n"
-                 "  admin revoke-token TENANT_ID TOKEN_ID\n");
+    char words[64];
+    for (size_t i = 0; i < NVERBS; i++) {
+        const admin_verb_t *v = &admin_verbs[i];
+        snprintf(words, sizeof(words), "%s %s", v->name, v->synopsis);
+        if (v->desc != NULL)
+            fprintf(out, "  admin %-32s%s\n", words, v->desc);
+        else
+            fprintf(out, "  admin %s\n", words);
+    }
 }
 
 int og_cli_admin(const og_config_t *cfg, int argc, char **argv)

@@ -267,3 +267,16 @@ def test_readme_configuration_table_matches_the_binary():
     end = readme.index("<!-- config-table:end -->")
     assert readme[begin:end].strip() == p.stdout.strip(), \
         "README configuration table is stale: regenerate it with `build/src/omnigate config-markdown`"
+
+
+def test_operations_metrics_list_matches_the_binary():
+    """docs/operations.md lists exactly the metrics the binary's metric table prints
+    (`omnigate metrics-markdown`): the table GET /metrics is rendered from, so the list
+    cannot drift from the exposition."""
+    p = run_cli(["metrics-markdown"])
+    assert p.returncode == 0, p
+    with open(os.path.join(ROOT, "docs", "operations.md"), encoding="utf-8") as f:
+        doc = f.read()
+    block = doc.split("<!-- metrics-table:begin", 1)[1].split("\n", 1)[1].split("<!-- metrics-table:end -->", 1)[0]
+    assert block.strip() == p.stdout.strip(), \
+        "docs/operations.md metrics list is stale: regenerate it with `bash deploy/readme-config.sh`"

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "omnigate/channel.h"
 
@@ -91,5 +92,9 @@ typedef struct og_metrics_routes {
  * as `routes` names it. Returns a malloc'd NUL-terminated string (caller frees) and its length,
  * or NULL on OOM. */
 char *og_metrics_render(const og_metrics_t *m, const og_metrics_routes_t *routes, size_t *len);
+
+/* The list of metrics as a Markdown table (name, type, labels, help), from the same table the
+ * exposition is rendered from: `omnigate metrics-markdown`, spliced into docs/operations.md. */
+void og_metrics_markdown(FILE *out);
 
 #endif
