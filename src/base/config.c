@@ -96,6 +96,18 @@ static const cfg_entry_t settings[] = {
      OFF(sms_account_sid), "account SID of the SMS provider"},
     {"sms_auth_token", "OMNIGATE_SMS_AUTH_TOKEN", "--sms-auth-token", CFG_STRING, NULL, 0, 0, NULL,
      CFG_SECRET, OFF(sms_auth_token), "auth token of the SMS provider"},
+    {"public_url", "OMNIGATE_PUBLIC_URL", "--public-url", CFG_STRING, NULL, 0, 0, NULL, CFG_URL,
+     OFF(public_url),
+     "externally visible base URL of this gateway, for provider callback URLs and Twilio's signature"},
+    {"meta_app_secret", "OMNIGATE_META_APP_SECRET", "--meta-app-secret", CFG_STRING, NULL, 0, 0, NULL,
+     CFG_SECRET, OFF(meta_app_secret),
+     "Meta app secret: checks X-Hub-Signature-256 of POST /webhooks/meta (unset: the route is 404)"},
+    {"meta_verify_token", "OMNIGATE_META_VERIFY_TOKEN", "--meta-verify-token", CFG_STRING, NULL, 0, 0, NULL,
+     CFG_SECRET, OFF(meta_verify_token),
+     "verify token of Meta's webhook subscription (GET /webhooks/meta; unset: the route is 404)"},
+    {"qr_webhook_secret", "OMNIGATE_QR_WEBHOOK_SECRET", "--qr-webhook-secret", CFG_STRING, NULL, 0, 0, NULL,
+     CFG_SECRET, OFF(qr_webhook_secret),
+     "HMAC key of WAHA's webhook (X-Webhook-Hmac of POST /webhooks/waha; unset: the route is 404)"},
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))

@@ -40,6 +40,11 @@ typedef struct og_config {
     char *sms_base_url;     /* OMNIGATE_SMS_BASE_URL, default https://api.twilio.com */
     char *sms_account_sid;  /* OMNIGATE_SMS_ACCOUNT_SID */
     char *sms_auth_token;   /* OMNIGATE_SMS_AUTH_TOKEN */
+    /* Delivery statuses in (API.md §10, §14). */
+    char *public_url;        /* OMNIGATE_PUBLIC_URL, NULL when unset */
+    char *meta_app_secret;   /* OMNIGATE_META_APP_SECRET, NULL: POST /webhooks/meta is 404 */
+    char *meta_verify_token; /* OMNIGATE_META_VERIFY_TOKEN, NULL: GET /webhooks/meta is 404 */
+    char *qr_webhook_secret; /* OMNIGATE_QR_WEBHOOK_SECRET, NULL: POST /webhooks/waha is 404 */
 } og_config_t;
 
 /* Fills `cfg` with defaults, then the environment (`envp`, NULL-terminated "K=V" strings;
