@@ -18,7 +18,24 @@
 #define BACKOFF_MAX_MS 5000
 #define NUDGE_MIN_MS   200
 
-typedef enum { C_DOWN, C_CONNECTING, C_PREPARING, C_READY } cstate_t;
+/* A connection's state. Only conn_set_state changes it, along the moves of conn_moves. */
+typedef enum {
+    C_DOWN = 0,   /* no PGconn: waiting for the retry timer or a nudge, or the pool is closing */
+    C_CONNECTING, /* PQconnectStart done, PQconnectPoll under way */
+    C_PREPARING,  /* connected; the unit preparing the statement table is in flight */
+    C_READY,      /* statements prepared: takes reads and write batches */
+    C_NSTATES
+} cstate_t;
+
+/* The legal moves, [from][to]. Every other is a bug in this file. */
+static const bool conn_moves[C_NSTATES][C_NSTATES] = {
+    [C_DOWN] = {[C_CONNECTING] = true},                       /* conn_start */
+    [C_CONNECTING] = {[C_PREPARING] = true, [C_DOWN] = true}, /* send_prepares; conn_broken */
+    [C_PREPARING] = {[C_READY] = true, [C_DOWN] = true},      /* unit_done; conn_broken */
+    [C_READY] = {[C_DOWN] = true},                            /* conn_broken */
+};
+
+static const char *const cstate_names[C_NSTATES] = {"down", "connecting", "preparing", "ready"};
 
 typedef struct dbconn dbconn_t;
 
@@ -69,6 +86,7 @@ struct og_db {
     int nstmts;
     dbconn_t *conns;
     int nconns;
+    int nstate[C_NSTATES]; /* connections in each state, kept exact by conn_set_state */
     opq_t writes, reads, failed;
     uv_check_t check;
     uv_idle_t idle; /* active while work is queued, so the loop does not block in poll */
@@ -232,6 +250,23 @@ static bool flush_out(dbconn_t *c)
 
 /* ---- connection lifecycle --------------------------------------------------------------- */
 
+/* Moves `c` to `to` and keeps the per-state counts exact. An impossible move means the pool
+ * lost track of a connection: stop loudly rather than run on a broken pool. */
+static void conn_set_state(dbconn_t *c, cstate_t to)
+{
+    og_db_t *db = c->db;
+    if (!conn_moves[c->state][to]) {
+        og_log(db->log, OG_LOG_ERROR, "impossible database connection state change",
+               "\"conn\":%d,\"from\":\"%s\",\"to\":\"%s\"", c->idx, cstate_names[c->state], cstate_names[to]);
+        og_log_flush(db->log);
+        abort();
+    }
+    db->nstate[c->state]--;
+    db->nstate[to]++;
+    db->stats.state_changes++;
+    c->state = to;
+}
+
 static void on_retry(uv_timer_t *t)
 {
     conn_start(t->data);
@@ -271,7 +306,8 @@ static void conn_broken(dbconn_t *c, const char *why)
         PQfinish(c->pg);
         c->pg = NULL;
     }
-    c->state = C_DOWN;
+    if (c->state != C_DOWN) /* closing the pool breaks connections that are down already */
+        conn_set_state(c, C_DOWN);
     fail_units(c);
     if (db->closing)
         return;
@@ -291,12 +327,12 @@ static void conn_start(dbconn_t *c)
     c->last_attempt_ms = uv_now(db->loop);
     c->pg = PQconnectStart(db->conninfo);
     if (c->pg == NULL || PQstatus(c->pg) == CONNECTION_BAD) {
-        c->state = C_CONNECTING; /* so conn_broken logs and backs off */
+        conn_set_state(c, C_CONNECTING); /* so conn_broken logs and backs off */
         conn_broken(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
         return;
     }
     PQsetnonblocking(c->pg, 1);
-    c->state = C_CONNECTING;
+    conn_set_state(c, C_CONNECTING);
     /* Per the libpq docs, start as if PQconnectPoll had said PGRES_POLLING_WRITING. */
     if (!poll_set(c, UV_WRITABLE))
         conn_broken(c, "cannot watch socket");
@@ -325,7 +361,7 @@ static void send_prepares(dbconn_t *c)
         return;
     }
     c->uhead = c->utail = u;
-    c->state = C_PREPARING;
+    conn_set_state(c, C_PREPARING);
     if (!flush_out(c))
         conn_broken(c, PQerrorMessage(c->pg));
 }
@@ -363,7 +399,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
             conn_broken(c, "preparing statements failed");
             return;
         }
-        c->state = C_READY;
+        conn_set_state(c, C_READY);
         c->backoff_ms = 0;
         og_log(db->log, OG_LOG_INFO, "database connected", "\"conn\":%d", c->idx);
         free(u);
@@ -568,14 +604,6 @@ static dbconn_t *pick(og_db_t *db, bool for_write)
     return best;
 }
 
-static int ready_count(const og_db_t *db)
-{
-    int n = 0;
-    for (int i = 0; i < db->nconns; i++)
-        n += db->conns[i].state == C_READY;
-    return n;
-}
-
 static void nudge(og_db_t *db)
 {
     uint64_t now = uv_now(db->loop);
@@ -592,14 +620,13 @@ static void run_queues(og_db_t *db)
     while ((op = q_pop(&db->failed)) != NULL)
         complete(op, OG_DB_UNAVAILABLE);
 
-    if (ready_count(db) == 0) {
+    if (db->nstate[C_READY] == 0) {
         if (db->reads.len || db->writes.len)
             nudge(db);
         /* A connection on its way up (start-up, or a reconnect the nudge just began) will
          * take the queue when ready; only with none coming do requests fail at once. */
-        for (int i = 0; i < db->nconns; i++)
-            if (db->conns[i].state == C_CONNECTING || db->conns[i].state == C_PREPARING)
-                return;
+        if (db->nstate[C_CONNECTING] + db->nstate[C_PREPARING] > 0)
+            return;
         while ((op = q_pop(&db->reads)) != NULL)
             complete(op, OG_DB_UNAVAILABLE);
         while ((op = q_pop(&db->writes)) != NULL)
@@ -650,7 +677,7 @@ static void on_check(uv_check_t *h)
     run_queues(db);
     if (db->metrics != NULL) {
         og_metrics_gauge(&db->metrics->db_queue, (uint64_t)(db->reads.len + db->writes.len));
-        og_metrics_gauge(&db->metrics->db_connected, (uint64_t)ready_count(db));
+        og_metrics_gauge(&db->metrics->db_connected, (uint64_t)db->nstate[C_READY]);
     }
 }
 
@@ -686,6 +713,7 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     db->stmts = stmts;
     db->nstmts = nstmts;
     db->nconns = pool;
+    db->nstate[C_DOWN] = pool; /* calloc made every connection C_DOWN */
     uv_check_init(loop, &db->check);
     db->check.data = db;
     uv_check_start(&db->check, on_check);
@@ -726,7 +754,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
 
 bool og_db_ready(og_db_t *db)
 {
-    if (ready_count(db) > 0)
+    if (db->nstate[C_READY] > 0)
         return true;
     nudge(db);
     return false;
@@ -736,7 +764,7 @@ void og_db_stats(const og_db_t *db, og_db_stats_t *out)
 {
     *out = db->stats;
     out->queued = db->reads.len + db->writes.len;
-    out->connected = ready_count(db);
+    out->connected = db->nstate[C_READY];
 }
 
 static void on_handle_closed(uv_handle_t *h)

@@ -37,6 +37,53 @@ static const char *const error_bodies[] = {
 static void process(og_http_conn_t *c);
 static void finish(og_http_conn_t *c, og_http_req_t *req, bool close_after, bool linger);
 
+/* ---- connection state: changed here only (STYLE.md §4) ---------------------------------- */
+
+/* The legal moves, [from][to]; the enum in http.h says what each state means. Besides the
+ * forward move of its row, every state before CLOSING may go to CLOSING (og_http_conn_close,
+ * an error answer, an answer with Connection: close), and every state but CLOSED to CLOSED
+ * (og_http_conn_io_closed: the transport is gone). Any other move is a bug in this file. */
+static const bool conn_moves[OG_CONN_NSTATES][OG_CONN_NSTATES] = {
+    /* on_message_begin: the first byte of a request */
+    [OG_CONN_IDLE] = {[OG_CONN_HEADERS] = true, [OG_CONN_CLOSING] = true, [OG_CONN_CLOSED] = true},
+    /* headers_done */
+    [OG_CONN_HEADERS] = {[OG_CONN_BODY] = true, [OG_CONN_CLOSING] = true, [OG_CONN_CLOSED] = true},
+    /* message_done: the request goes to the handler */
+    [OG_CONN_BODY] = {[OG_CONN_HANDLING] = true, [OG_CONN_CLOSING] = true, [OG_CONN_CLOSED] = true},
+    /* finish: answered, the connection is kept alive */
+    [OG_CONN_HANDLING] = {[OG_CONN_IDLE] = true, [OG_CONN_CLOSING] = true, [OG_CONN_CLOSED] = true},
+    [OG_CONN_CLOSING] = {[OG_CONN_CLOSED] = true},
+};
+
+static const char *const state_names[OG_CONN_NSTATES] = {
+    [OG_CONN_IDLE] = "idle",         [OG_CONN_HEADERS] = "headers", [OG_CONN_BODY] = "body",
+    [OG_CONN_HANDLING] = "handling", [OG_CONN_CLOSING] = "closing", [OG_CONN_CLOSED] = "closed",
+};
+
+/* Moves `c` to `to` and keeps the shared per-state counts exact. An impossible move means the
+ * core lost track of a connection: stop loudly rather than serve on a broken one. */
+static void conn_set_state(og_http_conn_t *c, og_http_conn_state_t to)
+{
+    og_http_conn_state_t from = c->state;
+    if (!conn_moves[from][to]) {
+        fprintf(stderr, "http_conn: connection %llu: impossible state change %s -> %s\n",
+                (unsigned long long)c->id, state_names[from], state_names[to]);
+        abort();
+    }
+    c->shared->conns[from]--;
+    c->shared->conns[to]++;
+    c->shared->conn_moves++;
+    c->state = to;
+}
+
+/* The core is done with `c` (CLOSED, nothing in flight): it leaves the counts, then the
+ * transport frees it. */
+static void conn_release(og_http_conn_t *c)
+{
+    c->shared->conns[c->state]--;
+    c->io->release(c);
+}
+
 /* ---- small helpers ---------------------------------------------------------------------- */
 
 static inline og_http_conn_t *conn_of(llhttp_t *p)
@@ -112,7 +159,7 @@ static int on_message_begin(llhttp_t *p)
     }
     c->hstate = HS_NONE;
     c->url_len = 0;
-    c->state = OG_CONN_HEADERS;
+    conn_set_state(c, OG_CONN_HEADERS);
     c->io->timer(c, c->shared->limits.header_timeout_ms);
     return HPE_OK;
 }
@@ -497,20 +544,19 @@ static void finish(og_http_conn_t *c, og_http_req_t *req, bool close_after, bool
     req_free(req);
 
     if (c->io_closed) {
-        c->state = OG_CONN_CLOSED;
-        c->io->release(c);
+        conn_release(c); /* og_http_conn_io_closed made it CLOSED */
         return;
     }
     if (c->state == OG_CONN_CLOSING)
         return; /* og_http_conn_io_closed will release it */
     if (close_after) {
-        c->state = OG_CONN_CLOSING;
+        conn_set_state(c, OG_CONN_CLOSING);
         c->io->timer(c, 0);
         set_reading(c, false);
         c->io->close(c, linger);
         return;
     }
-    c->state = OG_CONN_IDLE;
+    conn_set_state(c, OG_CONN_IDLE);
     c->io->timer(c, c->shared->limits.idle_timeout_ms);
     if (!c->feeding)
         process(c);
@@ -564,7 +610,7 @@ static void headers_done(og_http_conn_t *c, size_t remaining)
             c->io->write(c, buf, sizeof(cont) - 1);
         }
     }
-    c->state = OG_CONN_BODY;
+    conn_set_state(c, OG_CONN_BODY);
     c->io->timer(c, c->shared->limits.body_timeout_ms);
 }
 
@@ -579,7 +625,7 @@ static void message_done(og_http_conn_t *c)
         }
     }
     req->body[req->body_len] = '\0';
-    c->state = OG_CONN_HANDLING;
+    conn_set_state(c, OG_CONN_HANDLING);
     c->dispatched = true;
     c->io->timer(c, 0);
     c->shared->handler(req, c->shared->ctx);
@@ -652,7 +698,9 @@ void og_http_conn_init(og_http_conn_t *c, og_http_shared_t *shared, const og_htt
     c->shared = shared;
     c->io = io;
     c->id = id;
+    /* Born IDLE: the one assignment that is not a move, counted from here to conn_release. */
     c->state = OG_CONN_IDLE;
+    shared->conns[OG_CONN_IDLE]++;
 }
 
 void og_http_conn_start(og_http_conn_t *c)
@@ -733,7 +781,7 @@ void og_http_conn_close(og_http_conn_t *c)
         c->req = NULL;
     }
     stash_drop(c);
-    c->state = OG_CONN_CLOSING;
+    conn_set_state(c, OG_CONN_CLOSING);
     c->io->timer(c, 0);
     set_reading(c, false);
     c->io->close(c, false);
@@ -750,9 +798,9 @@ void og_http_conn_io_closed(og_http_conn_t *c)
         req_free(c->req);
         c->req = NULL;
     }
-    c->state = OG_CONN_CLOSED;
+    conn_set_state(c, OG_CONN_CLOSED);
     if (c->req == NULL)
-        c->io->release(c);
+        conn_release(c);
 }
 
 bool og_http_conn_is_idle(const og_http_conn_t *c)

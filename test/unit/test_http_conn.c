@@ -514,6 +514,90 @@ static void test_header_lookup_and_query(void **state)
     fake_free(f);
 }
 
+/* Asserts that f's connection is in `st` and that the shared counts hold it there and nowhere else. */
+static void assert_in_state(const fake_t *f, og_http_conn_state_t st)
+{
+    assert_int_equal(f->c.state, st);
+    for (int i = 0; i < OG_CONN_NSTATES; i++)
+        assert_int_equal(f->shared.conns[i], i == (int)st ? 1 : 0);
+}
+
+/* Asserts that no connection is counted in any state (the one there was is released). */
+static void assert_none_counted(const fake_t *f)
+{
+    for (int i = 0; i < OG_CONN_NSTATES; i++)
+        assert_int_equal(f->shared.conns[i], 0);
+}
+
+/* The per-state counts follow a connection through a request's life, one counted move at a time,
+ * and it leaves them when released. */
+static void test_state_counts_through_a_request(void **state)
+{
+    fake_t *f = fake_new();
+    f->async = true;
+    assert_in_state(f, OG_CONN_IDLE);
+    assert_int_equal(f->shared.conn_moves, 0);
+    feed(f, "POST /s HTTP/1.1\r\nContent-Length: 5\r\n");
+    assert_in_state(f, OG_CONN_HEADERS);
+    feed(f, "\r\nab");
+    assert_in_state(f, OG_CONN_BODY);
+    feed(f, "cde");
+    assert_in_state(f, OG_CONN_HANDLING);
+    og_http_respond(f->held[0], 200, NULL, 0, NULL, "ok", 2);
+    assert_in_state(f, OG_CONN_IDLE);
+    assert_int_equal(f->shared.conn_moves, 4);
+    og_http_conn_close(&f->c);
+    assert_in_state(f, OG_CONN_CLOSING);
+    og_http_conn_io_closed(&f->c);
+    assert_int_equal(f->c.state, OG_CONN_CLOSED);
+    assert_int_equal(f->releases, 1);
+    assert_none_counted(f);
+    assert_int_equal(f->shared.conn_moves, 6);
+    fake_free(f);
+}
+
+/* A connection whose socket goes away while its request is with the handler is counted CLOSED until
+ * the answer lets the core release it. */
+static void test_state_counts_closed_while_handling(void **state)
+{
+    fake_t *f = fake_new();
+    f->async = true;
+    feed(f, "GET /slow HTTP/1.1\r\n\r\n");
+    assert_in_state(f, OG_CONN_HANDLING);
+    og_http_conn_io_closed(&f->c);
+    assert_in_state(f, OG_CONN_CLOSED);
+    assert_int_equal(f->releases, 0);
+    og_http_respond(f->held[0], 200, NULL, 0, NULL, "late", 4);
+    assert_int_equal(f->releases, 1);
+    assert_none_counted(f);
+    assert_int_equal(f->shared.conn_moves, 4); /* idle, headers, body, handling, closed */
+    fake_free(f);
+}
+
+/* Pipelined requests answered within one read each make the four moves of a request. */
+static void test_state_counts_pipelined(void **state)
+{
+    fake_t *f = fake_new();
+    feed(f, "GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\nGET /c HTTP/1.1\r\n\r\n");
+    assert_int_equal(f->handled, 3);
+    assert_in_state(f, OG_CONN_IDLE);
+    assert_int_equal(f->shared.conn_moves, 12);
+    fake_free(f);
+}
+
+/* An error the core answers itself (a header timeout here) moves the connection to CLOSING. */
+static void test_state_counts_error_answer(void **state)
+{
+    fake_t *f = fake_new();
+    feed(f, "GET / HTTP/1.1\r\n");
+    assert_in_state(f, OG_CONN_HEADERS);
+    og_http_conn_timeout(&f->c);
+    assert_non_null(strstr(f->out, "HTTP/1.1 408 "));
+    assert_in_state(f, OG_CONN_CLOSING);
+    assert_int_equal(f->shared.conn_moves, 2);
+    fake_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +627,10 @@ int main(void)
         cmocka_unit_test(test_write_backpressure),
         cmocka_unit_test(test_extra_headers),
         cmocka_unit_test(test_header_lookup_and_query),
+        cmocka_unit_test(test_state_counts_through_a_request),
+        cmocka_unit_test(test_state_counts_closed_while_handling),
+        cmocka_unit_test(test_state_counts_pipelined),
+        cmocka_unit_test(test_state_counts_error_answer),
     };
     return cmocka_run_group_tests_name("http_conn", tests, NULL, NULL);
 }

@@ -78,6 +78,8 @@ typedef struct og_db_stats {
     uint64_t retries;   /* batches retried op by op */
     size_t queued;      /* operations waiting for a connection right now */
     int connected;      /* connections ready right now */
+    /* Connection state changes so far (down, connecting, preparing, ready; db.c has the table). */
+    uint64_t state_changes;
 } og_db_stats_t;
 
 /* Creates the pool and starts connecting. `stmts` must outlive the pool. */

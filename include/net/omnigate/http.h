@@ -64,6 +64,21 @@ typedef void (*og_http_handler_fn)(og_http_req_t *req, void *ctx);
  * numbers the access log needs. */
 typedef void (*og_http_done_fn)(const og_http_req_t *req, void *ctx);
 
+/* A connection's state. Only conn_set_state in http_conn.c changes it, and only along the
+ * moves of the table there: each request goes IDLE -> HEADERS -> BODY -> HANDLING -> IDLE;
+ * any of these may go to CLOSING (the core closes) or straight to CLOSED (the transport is
+ * gone); CLOSING goes only to CLOSED, and CLOSED nowhere. */
+typedef enum og_http_conn_state {
+    OG_CONN_IDLE,     /* between requests, nothing received: idle timeout */
+    OG_CONN_HEADERS,  /* receiving request line and headers: header timeout */
+    OG_CONN_BODY,     /* headers in, receiving the body (if any): body timeout */
+    OG_CONN_HANDLING, /* a complete request is with the handler; reading paused */
+    OG_CONN_CLOSING,  /* closing: final response (if any) queued, transport asked to close */
+    OG_CONN_CLOSED,   /* transport closed; waiting for the in-flight request, if any */
+} og_http_conn_state_t;
+
+#define OG_CONN_NSTATES (OG_CONN_CLOSED + 1)
+
 /* Everything a worker's connections share. Owned by the worker. */
 typedef struct og_http_shared {
     og_http_limits_t limits;
@@ -75,16 +90,11 @@ typedef struct og_http_shared {
     const char *(*date)(void *ctx); /* current IMF-fixdate for the Date header, or NULL */
     char rid_prefix[24];            /* random per worker start: generated request ids are prefix + counter */
     uint64_t rid_seq;
+    /* The connections sharing this struct, by state, kept exact by the core: one counts from
+     * og_http_conn_init until the core hands it to io->release. */
+    size_t conns[OG_CONN_NSTATES];
+    uint64_t conn_moves; /* state changes so far */
 } og_http_shared_t;
-
-typedef enum og_http_conn_state {
-    OG_CONN_IDLE,     /* between requests, nothing received: idle timeout */
-    OG_CONN_HEADERS,  /* receiving request line and headers: header timeout */
-    OG_CONN_BODY,     /* receiving the body: body timeout */
-    OG_CONN_HANDLING, /* a complete request is with the handler; reading paused */
-    OG_CONN_CLOSING,  /* final response queued, transport asked to close */
-    OG_CONN_CLOSED,   /* transport closed; waiting for the in-flight request, if any */
-} og_http_conn_state_t;
 
 struct og_http_req {
     og_http_conn_t *conn; /* outlives the request; if its socket is gone the response is dropped */
@@ -124,7 +134,7 @@ struct og_http_req {
 
 struct og_http_conn {
     llhttp_t parser;
-    og_http_conn_state_t state;
+    og_http_conn_state_t state; /* read freely; changed only by conn_set_state (http_conn.c) */
     const og_http_io_t *io;
     og_http_shared_t *shared;
     og_http_req_t *req; /* being parsed or with the handler; NULL when idle */
