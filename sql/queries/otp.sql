@@ -1,0 +1,107 @@
+-- One-time passwords, POST /api/sms/otp/send and /verify (src/product/otp.c, API.md §3).
+-- Every change of an OTP's status writes its event in the same statement, so the history
+-- that the logs show cannot miss a step. The send limits live in omnigate_otp_begin
+-- (sql/002_otp.sql).
+
+-- name: otp_begin
+-- Starts an OTP, unless the number's send limits refuse it; supersedes the pending one.
+-- $1 = tenant id
+-- $2 = to (E.164)
+-- $3 = reference
+-- $4 = code hash
+-- $5 = code length
+-- $6 = time to live, in seconds
+-- Returns outcome ('ok', 'cooldown' or 'hourly'), retry_after in seconds, and expires_at
+-- as RFC 3339 UTC with milliseconds.
+SELECT outcome, retry_after,
+    to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+FROM omnigate_otp_begin($1, $2, $3, $4, $5, $6);
+
+-- name: otp_sent
+-- Records whether the SMS with the code went out: the OTP fails unless it did, and the
+-- event is 'sent' or 'send_failed'.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = sent (boolean)
+WITH u AS (
+    UPDATE otp_requests
+    SET status = CASE WHEN $3::boolean THEN status ELSE 'failed' END
+    WHERE tenant_id = $1 AND reference = $2
+    RETURNING tenant_id, reference)
+INSERT INTO otp_events (tenant_id, otp_reference, event)
+SELECT tenant_id, reference, CASE WHEN $3::boolean THEN 'sent' ELSE 'send_failed' END
+FROM u;
+
+-- name: otp_find
+-- Finds the OTP a verify is about: by its reference, or else the newest of the number.
+-- $1 = tenant id
+-- $2 = reference, or NULL
+-- $3 = to (E.164), used when $2 is NULL
+-- Returns reference, code_hash, status, expired (boolean), failed_attempts.
+SELECT reference, code_hash, status, expires_at <= now(), failed_attempts
+FROM otp_requests
+WHERE tenant_id = $1
+    AND (($2::text IS NOT NULL AND reference = $2) OR ($2::text IS NULL AND to_number = $3))
+ORDER BY created_at DESC, reference DESC
+LIMIT 1;
+
+-- name: otp_verify_ok
+-- Verifies an OTP on the right code, if it is still pending, unexpired and not locked.
+-- $1 = tenant id
+-- $2 = reference
+-- Returns a row when this verify won (status verified, event 'verify_success'), none when
+-- the OTP was no longer pending.
+WITH u AS (
+    UPDATE otp_requests
+    SET status = 'verified', verified_at = now()
+    WHERE tenant_id = $1 AND reference = $2 AND status = 'pending' AND expires_at > now()
+        AND failed_attempts < 5
+    RETURNING tenant_id, reference)
+INSERT INTO otp_events (tenant_id, otp_reference, event)
+SELECT tenant_id, reference, 'verify_success'
+FROM u
+RETURNING 1;
+
+-- name: otp_verify_bad
+-- Counts a wrong code against a pending OTP: event 'verify_failed', and the OTP is locked
+-- (event 'locked') at the fifth. One INSERT writes both events in order, since
+-- data-modifying CTEs run in no set order.
+-- $1 = tenant id
+-- $2 = reference
+-- Returns failed_attempts and status after the count; no row when the OTP was no longer
+-- pending.
+WITH u AS (
+    UPDATE otp_requests
+    SET failed_attempts = failed_attempts + 1,
+        status = CASE WHEN failed_attempts + 1 >= 5 THEN 'locked' ELSE status END
+    WHERE tenant_id = $1 AND reference = $2 AND status = 'pending' AND expires_at > now()
+    RETURNING tenant_id, reference, failed_attempts, status),
+e AS (
+    INSERT INTO otp_events (tenant_id, otp_reference, event)
+    SELECT u.tenant_id, u.reference, v.event
+    FROM u, (VALUES (1, 'verify_failed'), (2, 'locked')) AS v(n, event)
+    WHERE v.n = 1 OR u.status = 'locked'
+    ORDER BY v.n)
+SELECT failed_attempts, status
+FROM u;
+
+-- name: otp_expire
+-- Expires a pending OTP past its time, with its event 'expired'.
+-- $1 = tenant id
+-- $2 = reference
+WITH u AS (
+    UPDATE otp_requests
+    SET status = 'expired'
+    WHERE tenant_id = $1 AND reference = $2 AND status = 'pending' AND expires_at <= now()
+    RETURNING tenant_id, reference)
+INSERT INTO otp_events (tenant_id, otp_reference, event)
+SELECT tenant_id, reference, 'expired'
+FROM u;
+
+-- name: otp_event
+-- Records an event of an OTP whose status does not change (a verify refused).
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = event
+INSERT INTO otp_events (tenant_id, otp_reference, event)
+VALUES ($1, $2, $3);

@@ -1,0 +1,36 @@
+-- Retention, `omnigate prune --before DATE` (src/product/cli.c, docs/operations.md): log
+-- data older than DATE is deleted in small batches, one short transaction each, so writers
+-- never wait. The batches are omnigate_prune_batch (sql/003_retention.sql).
+
+-- name: prune_check
+-- Reads --before as PostgreSQL does, and whether it is at least 24 h ago: sends may still be
+-- in flight, and idempotency keys live 24 h.
+-- $1 = before (a date or an RFC 3339 time)
+-- Returns before as RFC 3339 UTC with milliseconds, and whether it is old enough (boolean).
+SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    $1::timestamptz <= now() - interval '24 hours';
+
+-- name: prune_tenants
+-- Lists every tenant, for pruning tenant by tenant.
+-- Returns id.
+SELECT id
+FROM tenants
+ORDER BY id;
+
+-- name: prune_batch
+-- Deletes one batch of a tenant's log data created before a time.
+-- $1 = tenant id
+-- $2 = before (RFC 3339)
+-- $3 = batch size
+-- Returns the number of rows deleted.
+SELECT omnigate_prune_batch($1, $2, $3);
+
+-- name: prune_idem
+-- Deletes one batch of idempotency keys past their 24 h.
+-- $1 = batch size
+DELETE FROM idempotency_keys
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid
+    FROM idempotency_keys
+    WHERE created_at < now() - interval '24 hours'
+    LIMIT $1));

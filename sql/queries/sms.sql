@@ -1,0 +1,45 @@
+-- SMS records, one per SMS sent, whichever route sent it: POST /api/sms/send records it
+-- 'pending' and finishes it once the provider answered; the unified send and the OTP send
+-- record theirs in one go when done (src/product/otp.c, src/product/send.c).
+
+-- name: sms_pending
+-- Records an SMS of POST /api/sms/send before the provider is called.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = to (E.164)
+-- $4 = sender
+-- $5 = text
+-- $6 = segments
+-- $7 = encoding
+INSERT INTO sms_records (tenant_id, reference, source, to_number, sender, body, segments,
+    encoding, status)
+VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
+
+-- name: sms_finish
+-- Finishes an SMS of POST /api/sms/send with what the provider answered.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = status ('sent' or 'failed')
+-- $4 = provider message id, or NULL
+-- $5 = error (JSON object), or NULL
+UPDATE sms_records
+SET status = $3, provider_message_id = $4, error = $5::jsonb
+WHERE tenant_id = $1 AND reference = $2;
+
+-- name: sms_record
+-- Records an SMS a unified send or an OTP send has sent (or failed to send).
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = source ('omni' or 'otp')
+-- $4 = reference of the OTP it carried, or NULL
+-- $5 = to (E.164)
+-- $6 = sender
+-- $7 = text (of an OTP, with the code masked)
+-- $8 = segments
+-- $9 = encoding
+-- $10 = status ('sent' or 'failed')
+-- $11 = provider message id, or NULL
+-- $12 = error (JSON object), or NULL
+INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_number, sender,
+    body, segments, encoding, status, provider_message_id, error)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb);

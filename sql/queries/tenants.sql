@@ -1,0 +1,53 @@
+-- Tenants, for the admin API (src/product/admin.c) and the admin commands (src/product/cli.c).
+--
+-- A tenant row has the columns OG_TENANT_* of store.h, in this order: id, name,
+-- unified_api_enabled, settings as JSON text, created_at and updated_at as RFC 3339 UTC with
+-- milliseconds (API.md §0), and xmin as text: the row version a conditional update compares.
+
+-- name: tenant_insert
+-- Creates a tenant.
+-- $1 = name
+-- $2 = unified API enabled (boolean)
+-- $3 = settings (JSON text)
+-- Returns the tenant row.
+INSERT INTO tenants (name, unified_api_enabled, settings)
+VALUES ($1, $2, $3::jsonb)
+RETURNING id, name, unified_api_enabled, settings::text,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), xmin::text;
+
+-- name: tenant_get
+-- Reads one tenant.
+-- $1 = tenant id
+-- Returns the tenant row, or no row when there is no such tenant.
+SELECT id, name, unified_api_enabled, settings::text,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), xmin::text
+FROM tenants
+WHERE id = $1;
+
+-- name: tenant_update
+-- Changes the fields given (NULL keeps a field), only if the row is still the version read.
+-- $1 = tenant id
+-- $2 = name, or NULL
+-- $3 = unified API enabled (boolean), or NULL
+-- $4 = settings (JSON text), or NULL
+-- $5 = xmin of the row as read, or NULL to change it whatever its version
+-- Returns the tenant row; no row when the tenant is gone or changed since $5 was read.
+UPDATE tenants
+SET name = coalesce($2, name),
+    unified_api_enabled = coalesce($3::boolean, unified_api_enabled),
+    settings = coalesce($4::jsonb, settings),
+    updated_at = now()
+WHERE id = $1 AND ($5::text IS NULL OR xmin::text = $5::text)
+RETURNING id, name, unified_api_enabled, settings::text,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), xmin::text;
+
+-- name: tenant_unified
+-- Whether a tenant may use the unified API (and hold tokens).
+-- $1 = tenant id
+-- Returns unified_api_enabled, or no row when there is no such tenant.
+SELECT unified_api_enabled
+FROM tenants
+WHERE id = $1;
