@@ -239,7 +239,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     og_http_conn_t *c = conn_of(p);
     og_http_req_t *req = c->req;
-    size_t max = c->shared->limits.max_body_bytes;
+    size_t max = req->max_body;
     if (req->body_len + len > max) {
         c->reject_status = 413;
         return HPE_USER;
@@ -587,7 +587,9 @@ static void headers_done(og_http_conn_t *c, size_t remaining)
     assign_request_id(c, req);
     bool has_body = (c->parser.flags & F_CHUNKED) ||
                     ((c->parser.flags & F_CONTENT_LENGTH) && c->parser.content_length > 0);
-    if ((c->parser.flags & F_CONTENT_LENGTH) && c->parser.content_length > c->shared->limits.max_body_bytes) {
+    req->max_body = c->shared->body_limit != NULL ? c->shared->body_limit(req, c->shared->ctx)
+                                                  : c->shared->limits.max_body_bytes;
+    if ((c->parser.flags & F_CONTENT_LENGTH) && c->parser.content_length > req->max_body) {
         respond_error(c, 413);
         return;
     }

@@ -31,6 +31,19 @@ static const char *http_date(void *ctx)
     return w->date;
 }
 
+/* The route's own body limit, if it has one (provider webhooks carry up to 4 MiB). */
+static size_t body_limit(const og_http_req_t *req, void *ctx)
+{
+    og_worker_t *w = ctx;
+    og_route_match_t m;
+    char allow[64];
+    if (og_router_match(&w->router, req->method_str, req->path, req->path_len, &m, allow, sizeof(allow)) ==
+            OG_ROUTE_FOUND &&
+        m.route->max_body > 0)
+        return m.route->max_body;
+    return w->http.limits.max_body_bytes;
+}
+
 static void handle_request(og_http_req_t *req, void *ctx)
 {
     og_worker_t *w = ctx;
@@ -177,6 +190,7 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
         .max_write_backlog = 256 * 1024,
     };
     w->http.handler = handle_request;
+    w->http.body_limit = body_limit;
     w->http.done = request_done;
     w->http.ctx = w;
     w->http.now_us = now_us;

@@ -303,6 +303,56 @@ static void test_chunked_too_large(void **state)
     fake_free(f);
 }
 
+/* A per-request body limit: 16 bytes for /small, 1 MiB for /big, the shared limit elsewhere. */
+static size_t f_body_limit(const og_http_req_t *req, void *ctx)
+{
+    if (req->path_len == 4 && memcmp(req->path, "/big", 4) == 0)
+        return 1 << 20;
+    if (req->path_len == 6 && memcmp(req->path, "/small", 6) == 0)
+        return 16;
+    return ((fake_t *)ctx)->shared.limits.max_body_bytes;
+}
+
+/* The body_limit hook decides per request: a body over the shared limit is accepted on a route
+ * that allows it, and one under the shared limit is refused (413) on a route that allows less,
+ * by Content-Length and by chunks alike. */
+static void test_body_limit_per_request(void **state)
+{
+    fake_t *f = fake_new();
+    f->shared.body_limit = f_body_limit;
+    size_t n = 100000; /* over the shared 65536 */
+    char *req = malloc(n + 128);
+    int h = snprintf(req, 128, "POST /big HTTP/1.1\r\nContent-Length: %zu\r\n\r\n", n);
+    memset(req + h, 'x', n);
+    req[h + n] = '\0';
+    feed(f, req);
+    free(req);
+    assert_int_equal(f->handled, 1);
+    assert_non_null(strstr(f->out, "POST /big 100000"));
+    fake_free(f);
+
+    f = fake_new();
+    f->shared.body_limit = f_body_limit;
+    feed(f, "POST /x HTTP/1.1\r\nContent-Length: 100000\r\n\r\n");
+    assert_non_null(strstr(f->out, "HTTP/1.1 413 "));
+    fake_free(f);
+
+    f = fake_new();
+    f->shared.body_limit = f_body_limit;
+    feed(f, "POST /small HTTP/1.1\r\nContent-Length: 17\r\n\r\n");
+    assert_int_equal(f->handled, 0);
+    assert_non_null(strstr(f->out, "HTTP/1.1 413 "));
+    fake_free(f);
+
+    f = fake_new();
+    f->shared.body_limit = f_body_limit;
+    feed(f, "POST /small HTTP/1.1\r\nTransfer-Encoding: "
+            "chunked\r\n\r\n9\r\n123456789\r\n9\r\n123456789\r\n0\r\n\r\n");
+    assert_int_equal(f->handled, 0);
+    assert_non_null(strstr(f->out, "HTTP/1.1 413 "));
+    fake_free(f);
+}
+
 /* A malformed request line gets 400 bad_request and the connection is closed. */
 static void test_malformed_request_line(void **state)
 {
@@ -611,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_body_too_large_by_length),
         cmocka_unit_test(test_chunked_body),
         cmocka_unit_test(test_chunked_too_large),
+        cmocka_unit_test(test_body_limit_per_request),
         cmocka_unit_test(test_malformed_request_line),
         cmocka_unit_test(test_smuggling_cl_te),
         cmocka_unit_test(test_expect_continue),

@@ -88,6 +88,9 @@ typedef struct og_http_shared {
     bool draining;                  /* set by the worker: responses say Connection: close */
     uint64_t (*now_us)(void *ctx);  /* monotonic clock in µs, for request durations */
     const char *(*date)(void *ctx); /* current IMF-fixdate for the Date header, or NULL */
+    /* The body limit of one request, asked once its headers are in (a route may accept more
+     * than limits.max_body_bytes, e.g. provider webhooks); NULL: always limits.max_body_bytes. */
+    size_t (*body_limit)(const og_http_req_t *req, void *ctx);
     char rid_prefix[24];            /* random per worker start: generated request ids are prefix + counter */
     uint64_t rid_seq;
     /* The connections sharing this struct, by state, kept exact by the core: one counts from
@@ -118,6 +121,7 @@ struct og_http_req {
     size_t bytes_out;  /* response bytes queued */
     uint64_t start_us;
     uint64_t duration_us; /* set when the request is done */
+    size_t max_body;      /* this request's body limit, set when its headers are in */
     void *user;           /* for the handler */
     /* Header lines ("Name: value\r\n") added to whatever response the request gets, e.g. by
      * middleware such as the rate limiter before the handler answers. */

@@ -22,6 +22,7 @@ typedef struct og_route {
     const char *method; /* "GET", "POST", "PATCH", "DELETE", ... */
     const char *pattern;
     og_route_fn fn;
+    size_t max_body; /* largest request body this route accepts; 0: OMNIGATE_MAX_BODY_BYTES */
 } og_route_t;
 
 struct og_route_match {
