@@ -9,14 +9,12 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <openssl/core_names.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
+#include "omnigate/hmac.h"
 #include "omnigate/ids.h"
 
 static const char base62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-static const char hexdigits[] = "0123456789abcdef";
 
 /* Fills out[0..n) with characters of alphabet[0..size) drawn uniformly. */
 static void random_chars(char *out, size_t n, const char *alphabet, unsigned size)
@@ -71,42 +69,14 @@ bool og_token_format_valid(const char *s, size_t len)
 static bool hmac_hex(const char *secret, const void *const *parts, const size_t *lens, size_t n,
                      char out_hex[OG_HASH_HEX_SIZE])
 {
-    bool ok = false;
-    unsigned char md[32];
-    size_t mdlen = 0;
-    out_hex[0] = '\0';
-    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
-    if (ctx == NULL)
-        goto out;
-    char digest[] = "SHA256";
-    OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
-        OSSL_PARAM_construct_end(),
-    };
-    /* OpenSSL refuses a NULL key even with length 0; an empty key is still a valid HMAC key. */
-    static const unsigned char empty_key[1];
-    const unsigned char *key =
-        secret != NULL && secret[0] != '\0' ? (const unsigned char *)secret : empty_key;
-    size_t keylen = secret != NULL ? strlen(secret) : 0;
-    if (EVP_MAC_init(ctx, key, keylen, params) != 1)
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        if (lens[i] > 0 && EVP_MAC_update(ctx, parts[i], lens[i]) != 1)
-            goto out;
-    if (EVP_MAC_final(ctx, md, &mdlen, sizeof(md)) != 1 || mdlen != sizeof(md))
-        goto out;
-    for (size_t i = 0; i < sizeof(md); i++) {
-        out_hex[2 * i] = hexdigits[md[i] >> 4];
-        out_hex[2 * i + 1] = hexdigits[md[i] & 15];
-    }
-    out_hex[64] = '\0';
-    ok = true;
-out:
-    EVP_MAC_CTX_free(ctx);
-    EVP_MAC_free(mac);
+    unsigned char md[OG_HMAC_MAX];
+    size_t mdlen = og_hmac(OG_HMAC_SHA256, secret, secret != NULL ? strlen(secret) : 0, parts, lens, n, md);
+    if (mdlen != 32)
+        out_hex[0] = '\0';
+    else
+        og_hex_lower(md, mdlen, out_hex);
     OPENSSL_cleanse(md, sizeof(md));
-    return ok;
+    return mdlen == 32;
 }
 
 bool og_token_hash(const char *secret, const char *token, size_t len, char out_hex[OG_HASH_HEX_SIZE])
