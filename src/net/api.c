@@ -6,7 +6,6 @@
  */
 #include "omnigate/api.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +15,48 @@
 static const char oom_body[] = "{\"success\":false,\"message\":\"out of memory\",\"data\":null,"
                                "\"error\":{\"code\":\"unavailable\"}}";
 
-bool og_api_fail(og_api_err_t *err, int status, const char *code, const char *field, const char *fmt, ...)
+/* Every error code the gateway (and its provider simulator) answers with, and its status. */
+static const struct {
+    const char *code;
+    int status;
+} statuses[] = {
+    {"invalid_json", 400},
+    {"bad_request", 400},
+    {"unauthorized", 401},
+    {"unified_api_locked", 403},
+    {"insufficient_scope", 403},
+    {"not_found", 404},
+    {"method_not_allowed", 405},
+    {"idempotency_in_progress", 409},
+    {"otp_already_verified", 409},
+    {"conflict", 409},
+    {"otp_expired", 410},
+    {"payload_too_large", 413},
+    {"unsupported_media_type", 415},
+    {"validation_failed", 422},
+    {"unknown_field", 422},
+    {"idempotency_key_reused", 422},
+    {"whatsapp_from_not_registered", 422},
+    {"sender_not_approved", 422},
+    {"text_too_long", 422},
+    {"no_channel_available", 422},
+    {"otp_invalid", 422},
+    {"too_many_rules", 422}, /* test/sim's rule table is full */
+    {"rate_limited", 429},
+    {"otp_cooldown", 429},
+    {"otp_locked", 429},
+    {"headers_too_large", 431},
+    {"internal_error", 500},
+    {"delivery_failed", 502},
+    {"unavailable", 503},
+};
+
+int og_api_status(const char *code)
 {
-    err->status = status;
-    err->code = code;
-    snprintf(err->field, sizeof(err->field), "%s", field != NULL ? field : "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-    return false;
+    for (size_t i = 0; code != NULL && i < sizeof(statuses) / sizeof(statuses[0]); i++)
+        if (strcmp(code, statuses[i].code) == 0)
+            return statuses[i].status;
+    return 500;
 }
 
 /* A JSON string for `s`. Messages may quote client input (a JSON parser's "near '...'"), and
@@ -49,7 +80,7 @@ static json_t *message_string(const char *s)
     return v;
 }
 
-char *og_api_envelope(int status, const char *message, json_t *data, const og_api_err_t *err, json_t *details,
+char *og_api_envelope(int status, const char *message, json_t *data, const og_err_t *err, json_t *details,
                       size_t *len)
 {
     char *out = NULL;
@@ -149,11 +180,10 @@ void og_api_reply(og_http_req_t *req, int status, const char *message, json_t *d
     send_envelope(req, status, body, len, extra, nextra < OG_API_MAX_HEADERS ? nextra : OG_API_MAX_HEADERS);
 }
 
-void og_api_send_error(og_http_req_t *req, const og_api_err_t *err, json_t *details, json_t *data,
+void og_api_send_error(og_http_req_t *req, const og_err_t *err, json_t *details, json_t *data,
                        const og_http_header_t *extra, size_t nextra)
 {
-    /* A handler that sends an error it never recorded is a bug; answer 500 rather than 0. */
-    int status = err->status >= 400 ? err->status : 500;
+    int status = og_api_status(err->code);
     og_http_header_t hdrs[OG_API_MAX_HEADERS];
     size_t nhdrs = og_api_error_headers(status, extra, nextra, hdrs, OG_API_MAX_HEADERS);
     size_t len = 0;
@@ -161,9 +191,9 @@ void og_api_send_error(og_http_req_t *req, const og_api_err_t *err, json_t *deta
     send_envelope(req, status, body, len, hdrs, nhdrs);
 }
 
-void og_api_error(og_http_req_t *req, int status, const char *code, const char *field, const char *message)
+void og_api_error(og_http_req_t *req, const char *code, const char *field, const char *message)
 {
-    og_api_err_t err;
-    og_api_fail(&err, status, code, field, "%s", message != NULL ? message : "");
+    og_err_t err;
+    og_err_fail(&err, code, field, "%s", message != NULL ? message : "");
     og_api_send_error(req, &err, NULL, NULL, NULL, 0);
 }

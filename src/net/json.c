@@ -61,14 +61,14 @@ static bool key_allowed(const char *const *allowed, const char *key)
 }
 
 json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, size_t body_len,
-                       const char *const *allowed, og_api_err_t *err)
+                       const char *const *allowed, og_err_t *err)
 {
     if (ctype == NULL || !is_json_media_type(ctype, ctype_len)) {
-        og_api_fail(err, 415, "unsupported_media_type", NULL, "Content-Type must be application/json");
+        og_err_fail(err, "unsupported_media_type", NULL, "Content-Type must be application/json");
         return NULL;
     }
     if (body == NULL || body_len == 0) {
-        og_api_fail(err, 400, "invalid_json", NULL, "request body is empty; a JSON object is required");
+        og_err_fail(err, "invalid_json", NULL, "request body is empty; a JSON object is required");
         return NULL;
     }
     json_error_t jerr;
@@ -76,17 +76,16 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
      * parser message about expecting '[' or '{'. */
     json_t *root = json_loadb(body, body_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (root == NULL) {
-        og_api_fail(err, 400, "invalid_json", NULL, "invalid JSON: %s (line %d, column %d, byte %d)",
-                    jerr.text, jerr.line, jerr.column, jerr.position);
+        og_err_fail(err, "invalid_json", NULL, "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
+                    jerr.line, jerr.column, jerr.position);
         return NULL;
     }
     if (!json_is_object(root)) {
-        og_api_fail(err, 400, "invalid_json", NULL, "body must be a JSON object");
+        og_err_fail(err, "invalid_json", NULL, "body must be a JSON object");
         goto fail;
     }
     if (og_json_depth(root) > OG_JSON_MAX_DEPTH) {
-        og_api_fail(err, 400, "invalid_json", NULL, "JSON nesting is deeper than %d levels",
-                    OG_JSON_MAX_DEPTH);
+        og_err_fail(err, "invalid_json", NULL, "JSON nesting is deeper than %d levels", OG_JSON_MAX_DEPTH);
         goto fail;
     }
     if (allowed != NULL) {
@@ -97,7 +96,7 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
         json_object_foreach(root, key, value)
         {
             if (!key_allowed(allowed, key)) {
-                og_api_fail(err, 422, "unknown_field", key, "unknown field \"%s\"", key);
+                og_err_fail(err, "unknown_field", key, "unknown field \"%s\"", key);
                 goto fail;
             }
         }
@@ -108,23 +107,23 @@ fail:
     return NULL;
 }
 
-json_t *og_json_decode_body(const og_http_req_t *req, const char *const *allowed, og_api_err_t *err)
+json_t *og_json_decode_body(const og_http_req_t *req, const char *const *allowed, og_err_t *err)
 {
     size_t len = 0;
     const char *ctype = og_http_req_header(req, "content-type", &len);
     return og_json_decode(ctype, len, req->body, req->body_len, allowed, err);
 }
 
-/* Looks up `name`; false with 422 when it is required and missing. `*v` is NULL when absent. */
-static bool lookup(json_t *obj, const char *name, bool required, json_t **v, og_api_err_t *err)
+/* Looks up `name`; false with validation_failed when it is required and missing. `*v` is NULL when absent. */
+static bool lookup(json_t *obj, const char *name, bool required, json_t **v, og_err_t *err)
 {
     *v = json_object_get(obj, name);
     if (*v == NULL && required)
-        return og_api_fail(err, 422, "validation_failed", name, "%s is required", name);
+        return og_err_fail(err, "validation_failed", name, "%s is required", name);
     return true;
 }
 
-bool og_json_get_string(json_t *obj, const char *name, bool required, const char **out, og_api_err_t *err)
+bool og_json_get_string(json_t *obj, const char *name, bool required, const char **out, og_err_t *err)
 {
     json_t *v;
     if (!lookup(obj, name, required, &v, err))
@@ -132,13 +131,13 @@ bool og_json_get_string(json_t *obj, const char *name, bool required, const char
     if (v == NULL)
         return true;
     if (!json_is_string(v))
-        return og_api_fail(err, 422, "validation_failed", name, "%s must be a string", name);
+        return og_err_fail(err, "validation_failed", name, "%s must be a string", name);
     *out = json_string_value(v);
     return true;
 }
 
 bool og_json_get_int(json_t *obj, const char *name, bool required, long long min, long long max,
-                     long long *out, og_api_err_t *err)
+                     long long *out, og_err_t *err)
 {
     json_t *v;
     if (!lookup(obj, name, required, &v, err))
@@ -146,13 +145,13 @@ bool og_json_get_int(json_t *obj, const char *name, bool required, long long min
     if (v == NULL)
         return true;
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return og_api_fail(err, 422, "validation_failed", name, "%s must be an integer between %lld and %lld",
+        return og_err_fail(err, "validation_failed", name, "%s must be an integer between %lld and %lld",
                            name, min, max);
     *out = json_integer_value(v);
     return true;
 }
 
-bool og_json_get_bool(json_t *obj, const char *name, bool required, bool *out, og_api_err_t *err)
+bool og_json_get_bool(json_t *obj, const char *name, bool required, bool *out, og_err_t *err)
 {
     json_t *v;
     if (!lookup(obj, name, required, &v, err))
@@ -160,7 +159,7 @@ bool og_json_get_bool(json_t *obj, const char *name, bool required, bool *out, o
     if (v == NULL)
         return true;
     if (!json_is_boolean(v))
-        return og_api_fail(err, 422, "validation_failed", name, "%s must be true or false", name);
+        return og_err_fail(err, "validation_failed", name, "%s must be true or false", name);
     *out = json_is_true(v);
     return true;
 }

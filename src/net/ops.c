@@ -31,7 +31,7 @@ void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     og_metrics_routes_t routes = {w->app->nroutes, route_label, w->app};
     char *text = w->metrics ? og_metrics_render(w->metrics, &routes, &len) : NULL;
     if (text == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "metrics are not available");
+        og_api_error(req, "unavailable", NULL, "metrics are not available");
         return;
     }
     og_http_respond(req, 200, NULL, 0, "text/plain; version=0.0.4; charset=utf-8", text, len);
@@ -42,12 +42,12 @@ void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_worker_t *w = ctx;
     if (w->draining) {
-        og_api_error(req, 503, "unavailable", NULL, "instance is draining");
+        og_api_error(req, "unavailable", NULL, "instance is draining");
         return;
     }
     const char *why = w->app->not_ready ? w->app->not_ready(w) : NULL;
     if (why != NULL) {
-        og_api_error(req, 503, "unavailable", NULL, why);
+        og_api_error(req, "unavailable", NULL, why);
         return;
     }
     og_api_reply(req, 200, "ready", json_pack("{s:s}", "status", "ready"), NULL, 0);
@@ -80,12 +80,12 @@ void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     char *end = NULL;
     long ms = n > 0 ? strtol(buf, &end, 10) : -1;
     if (n <= 0 || *end != '\0' || ms < 0 || ms > 60000) {
-        og_api_error(req, 422, "validation_failed", "ms", "ms must be an integer between 0 and 60000");
+        og_api_error(req, "validation_failed", "ms", "ms must be an integer between 0 and 60000");
         return;
     }
     sleep_op_t *op = malloc(sizeof(*op));
     if (op == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
     op->req = req;
@@ -97,7 +97,7 @@ void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 /* POST /__test/echo: decodes the JSON body and returns it with its size. */
 void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = og_json_decode_body(req, NULL, &err);
     if (body == NULL) {
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);

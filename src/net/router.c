@@ -116,9 +116,9 @@ void og_router_dispatch(const og_router_t *r, og_http_req_t *req, void *ctx)
         return;
     case OG_ROUTE_BAD_METHOD: {
         req->route = "-";
-        og_api_err_t err;
-        og_api_fail(&err, 405, "method_not_allowed", NULL, "method %s is not allowed here; allowed: %s",
-                    method, allow);
+        og_err_t err;
+        og_err_fail(&err, "method_not_allowed", NULL, "method %s is not allowed here; allowed: %s", method,
+                    allow);
         og_http_header_t h = {"Allow", 5, allow, strlen(allow)};
         og_api_send_error(req, &err, NULL, NULL, &h, 1);
         return;
@@ -127,7 +127,7 @@ void og_router_dispatch(const og_router_t *r, og_http_req_t *req, void *ctx)
         break;
     }
     req->route = "-";
-    og_api_error(req, 404, "not_found", NULL, "no such route");
+    og_api_error(req, "not_found", NULL, "no such route");
 }
 
 /* Valid UTF-8 per RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF. */

@@ -65,9 +65,9 @@ static void db_failed(admin_op_t *a, og_db_status_t st)
         og_log(&a->gw->w->log, OG_LOG_ERROR, "admin query failed",
                "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", a->req->request_id,
                a->op.sqlstate, a->op.error);
-        og_api_error(a->req, 500, "internal_error", NULL, "database error");
+        og_api_error(a->req, "internal_error", NULL, "database error");
     } else {
-        og_api_error(a->req, 503, "unavailable", NULL, "database unavailable");
+        og_api_error(a->req, "unavailable", NULL, "database unavailable");
     }
 }
 
@@ -130,13 +130,13 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
         break;
     case A_TENANT_GET:
         if (rows == 0)
-            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, "not_found", NULL, "no such tenant");
         else
             og_api_reply(a->req, 200, "tenant", tenant_json(r, 0), NULL, 0);
         break;
     case A_TENANT_PATCH_READ:
         if (rows == 0) {
-            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, "not_found", NULL, "no such tenant");
             break;
         }
         patch_write(a, r);
@@ -151,9 +151,9 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
             submit(a);
             return;
         } else if (a->patch != NULL) {
-            og_api_error(a->req, 409, "conflict", NULL, "the tenant kept changing; try again");
+            og_api_error(a->req, "conflict", NULL, "the tenant kept changing; try again");
         } else {
-            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, "not_found", NULL, "no such tenant");
         }
         break;
     case A_TOKEN_CREATE: {
@@ -165,16 +165,16 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
             json_object_del(data, "revokedAt");
             og_api_reply(a->req, 201, "token created: it is shown only this once", data, NULL, 0);
         } else if (t != NULL && PQntuples(t) == 1) {
-            og_api_error(a->req, 403, "unified_api_locked", NULL,
+            og_api_error(a->req, "unified_api_locked", NULL,
                          "the tenant's plan locks the unified API: enable it before generating a token");
         } else {
-            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, "not_found", NULL, "no such tenant");
         }
         break;
     }
     case A_TOKEN_LIST: {
         if (op->res[1] == NULL || PQntuples(op->res[1]) == 0) {
-            og_api_error(a->req, 404, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, "not_found", NULL, "no such tenant");
             break;
         }
         json_t *items = json_array();
@@ -185,7 +185,7 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     }
     case A_TOKEN_REVOKE:
         if (rows == 0)
-            og_api_error(a->req, 404, "not_found", NULL, "no such token");
+            og_api_error(a->req, "not_found", NULL, "no such token");
         else
             og_api_reply(a->req, 200, "token revoked", token_json(r, 0), NULL, 0);
         break;
@@ -260,10 +260,10 @@ static void patch_write(admin_op_t *a, PGresult *current)
     json_t *stored = json_loads(PQgetvalue(current, 0, OG_TENANT_SETTINGS), 0, NULL);
     json_t *merged = stored ? og_settings_merge_patch(stored, a->patch) : NULL;
     json_decref(stored);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (merged == NULL || !og_settings_validate(merged, &err)) {
         if (merged == NULL)
-            og_api_fail(&err, 500, "internal_error", NULL, "cannot merge settings");
+            og_err_fail(&err, "internal_error", NULL, "cannot merge settings");
         json_decref(merged);
         og_api_send_error(a->req, &err, NULL, NULL, NULL, 0);
         admin_op_free(a);
@@ -286,12 +286,12 @@ static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind
     if (!og_auth_admin(req, gw->w->cfg->admin_token))
         return NULL;
     if (gw->db == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "no database configured");
+        og_api_error(req, "unavailable", NULL, "no database configured");
         return NULL;
     }
     admin_op_t *a = calloc(1, sizeof(*a));
     if (a == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         return NULL;
     }
     a->req = req;
@@ -305,14 +305,14 @@ static bool uuid_param(admin_op_t *a, const og_route_match_t *m, const char *nam
                        const char *what)
 {
     if (!og_route_param(m, name, buf, 37) || !og_store_uuid_valid(buf)) {
-        og_api_error(a->req, 404, "not_found", NULL, what);
+        og_api_error(a->req, "not_found", NULL, what);
         return false;
     }
     return true;
 }
 
 static bool name_field(json_t *body, const char *field, bool required, size_t max_chars, char **out,
-                       og_api_err_t *err)
+                       og_err_t *err)
 {
     const char *name = NULL;
     if (!og_json_get_string(body, field, required, &name, err))
@@ -323,14 +323,14 @@ static bool name_field(json_t *body, const char *field, bool required, size_t ma
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         chars += (*p & 0xC0) != 0x80;
     if ((required && chars == 0) || chars > max_chars)
-        return og_api_fail(err, 422, "validation_failed", field, "%s must be %s%zu characters", field,
+        return og_err_fail(err, "validation_failed", field, "%s must be %s%zu characters", field,
                            required ? "1-" : "at most ", max_chars);
     *out = strdup(name);
-    return *out != NULL || og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+    return *out != NULL || og_err_fail(err, "unavailable", NULL, "out of memory");
 }
 
 /* Answers a request refused while reading its body, and frees everything it took. */
-static void reject(admin_op_t *a, json_t *body, const og_api_err_t *err)
+static void reject(admin_op_t *a, json_t *body, const og_err_t *err)
 {
     json_decref(body);
     og_api_send_error(a->req, err, NULL, NULL, NULL, 0);
@@ -343,7 +343,7 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
     admin_op_t *a = admin_op_new(req, ctx, A_TENANT_CREATE);
     if (a == NULL)
         return;
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = og_json_decode_body(req, allowed, &err);
     bool unified = false;
     if (body == NULL || !name_field(body, "name", true, MAX_NAME_CHARS, &a->name, &err) ||
@@ -395,7 +395,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
         admin_op_free(a);
         return;
     }
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = og_json_decode_body(req, allowed, &err);
     bool unified = false;
     bool has_unified = body != NULL && json_object_get(body, "unifiedApiEnabled") != NULL;
@@ -403,7 +403,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
         !og_json_get_bool(body, "unifiedApiEnabled", false, &unified, &err))
         goto fail;
     if (a->name != NULL && a->name[0] == '\0') {
-        og_api_fail(&err, 422, "validation_failed", "name", "name must be 1-%d characters", MAX_NAME_CHARS);
+        og_err_fail(&err, "validation_failed", "name", "name must be 1-%d characters", MAX_NAME_CHARS);
         goto fail;
     }
     if (has_unified)
@@ -411,7 +411,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
     json_t *settings = json_object_get(body, "settings");
     if (settings != NULL) {
         if (!json_is_object(settings)) {
-            og_api_fail(&err, 422, "validation_failed", "settings",
+            og_err_fail(&err, "validation_failed", "settings",
                         "settings must be an object (applied as a JSON merge patch)");
             goto fail;
         }
@@ -435,12 +435,12 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
         admin_op_free(a);
         return;
     }
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = req->body_len == 0 ? json_object() : og_json_decode_body(req, allowed, &err);
     if (body == NULL || !name_field(body, "name", false, 100, &a->name, &err))
         goto fail;
     if (a->name == NULL && (a->name = strdup("")) == NULL) {
-        og_api_fail(&err, 503, "unavailable", NULL, "out of memory");
+        og_err_fail(&err, "unavailable", NULL, "out of memory");
         goto fail;
     }
     json_t *scopes = json_object_get(body, "scopes");
@@ -450,7 +450,7 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
         static const char *const names[] = {"send", "otp", "logs"};
         bool seen[3] = {false, false, false};
         if (!json_is_array(scopes) || json_array_size(scopes) == 0) {
-            og_api_fail(&err, 422, "validation_failed", "scopes",
+            og_err_fail(&err, "validation_failed", "scopes",
                         "scopes must be a non-empty array of send, otp, logs");
             goto fail;
         }
@@ -463,7 +463,7 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
                 if (json_is_string(v) && strcmp(json_string_value(v), names[j]) == 0)
                     k = j;
             if (k < 0 || seen[k]) {
-                og_api_fail(&err, 422, "validation_failed", "scopes",
+                og_err_fail(&err, "validation_failed", "scopes",
                             "scopes must be distinct values of send, otp, logs");
                 goto fail;
             }

@@ -104,9 +104,9 @@ static void touch(og_auth_t *auth, const char *token_id)
     /* Beyond that many distinct tokens in one second the extra ones wait for a later second. */
 }
 
-static void answer_error(og_http_req_t *req, int status, const char *code, const char *message)
+static void answer_error(og_http_req_t *req, const char *code, const char *message)
 {
-    og_api_error(req, status, code, NULL, message);
+    og_api_error(req, code, NULL, message);
 }
 
 /* Takes a token from the tenant's bucket and puts the RateLimit-* headers on the response;
@@ -121,7 +121,7 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
         return true;
     if (auth->metrics != NULL)
         og_metrics_add(&auth->metrics->rate_limited, 1);
-    og_api_error(req, 429, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
+    og_api_error(req, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
     return false;
 }
 
@@ -129,11 +129,11 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
 static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
 {
     if (!s->found || s->revoked) {
-        answer_error(a->req, 401, "unauthorized", s->revoked ? "token revoked" : "unknown token");
+        answer_error(a->req, "unauthorized", s->revoked ? "token revoked" : "unknown token");
     } else if (a->unified && !s->tenant->unified_api_enabled) {
-        answer_error(a->req, 403, "unified_api_locked", "the tenant's plan does not include the unified API");
+        answer_error(a->req, "unified_api_locked", "the tenant's plan does not include the unified API");
     } else if ((s->scopes & a->scope) != a->scope) {
-        answer_error(a->req, 403, "insufficient_scope", "the token lacks the scope this route needs");
+        answer_error(a->req, "insufficient_scope", "the token lacks the scope this route needs");
     } else if (!rate_ok(auth, a->req, s->tenant)) {
         /* answered 429 rate_limited */
     } else {
@@ -152,7 +152,7 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
         if (st == OG_DB_ERROR)
             og_log(auth->log, OG_LOG_ERROR, "auth lookup failed", "\"error\":\"%s\"", op->error);
         og_db_op_clear(op);
-        answer_error(a->req, 503, "unavailable", "database unavailable");
+        answer_error(a->req, "unavailable", "database unavailable");
         a->done(a);
         return;
     }
@@ -169,7 +169,7 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
             json_decref(settings);
             memset(s, 0, sizeof(*s));
             og_db_op_clear(op);
-            answer_error(a->req, 503, "unavailable", "out of memory");
+            answer_error(a->req, "unavailable", "out of memory");
             a->done(a);
             return;
         }
@@ -195,7 +195,7 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     size_t len;
     const char *v = og_http_req_header(a->req, "authorization", &len);
     if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
-        answer_error(a->req, 401, "unauthorized", "missing bearer token");
+        answer_error(a->req, "unauthorized", "missing bearer token");
         a->done(a);
         return;
     }
@@ -204,12 +204,12 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     while (tlen > 0 && *tok == ' ')
         tok++, tlen--;
     if (!og_token_format_valid(tok, tlen)) {
-        answer_error(a->req, 401, "unauthorized", "malformed bearer token");
+        answer_error(a->req, "unauthorized", "malformed bearer token");
         a->done(a);
         return;
     }
     if (auth->db == NULL) {
-        answer_error(a->req, 503, "unavailable", "no database configured");
+        answer_error(a->req, "unavailable", "no database configured");
         a->done(a);
         return;
     }
@@ -234,11 +234,11 @@ bool og_auth_admin(og_http_req_t *req, const char *admin_token)
     size_t len;
     const char *v = og_http_req_header(req, "authorization", &len);
     if (admin_token == NULL) {
-        answer_error(req, 401, "unauthorized", "the admin API is disabled (OMNIGATE_ADMIN_TOKEN is not set)");
+        answer_error(req, "unauthorized", "the admin API is disabled (OMNIGATE_ADMIN_TOKEN is not set)");
         return false;
     }
     if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
-        answer_error(req, 401, "unauthorized", "missing bearer token");
+        answer_error(req, "unauthorized", "missing bearer token");
         return false;
     }
     /* Compare digests so neither the content nor the length of the admin token leaks
@@ -247,7 +247,7 @@ bool og_auth_admin(og_http_req_t *req, const char *admin_token)
     SHA256((const unsigned char *)admin_token, strlen(admin_token), want);
     SHA256((const unsigned char *)v + 7, len - 7, got);
     if (CRYPTO_memcmp(want, got, sizeof(want)) != 0) {
-        answer_error(req, 401, "unauthorized", "invalid admin token");
+        answer_error(req, "unauthorized", "invalid admin token");
         return false;
     }
     return true;

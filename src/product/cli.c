@@ -226,7 +226,7 @@ static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char
         return 2;
     json_error_t jerr;
     json_t *settings = json_loads(argv[2], JSON_REJECT_DUPLICATES, &jerr);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (settings == NULL) {
         fprintf(stderr, "omnigate: set-settings: invalid JSON: %s\n", jerr.text);
         return 2;

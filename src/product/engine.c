@@ -3,22 +3,15 @@
  */
 #include "omnigate/engine.h"
 
-static void finish(og_engine_t *e)
-{
-    e->running = false;
-    e->done(e);
-}
-
 void og_engine_run(og_engine_t *e)
 {
     e->started = 0;
     e->completed = 0;
     e->winner = -1;
-    e->running = true;
     for (int i = 0; i < OG_ENGINE_MAX; i++)
         e->ok[i] = false;
     if (e->n <= 0) {
-        finish(e);
+        e->done(e);
         return;
     }
     if (!e->all) {
@@ -41,11 +34,11 @@ void og_engine_attempt_done(og_engine_t *e, int i, bool ok)
         e->winner = i; /* all: the first to succeed in time; fallback: the only success */
     if (e->all) {
         if (e->completed == e->n)
-            finish(e);
+            e->done(e);
         return;
     }
     if (ok || e->started == e->n) {
-        finish(e);
+        e->done(e);
         return;
     }
     e->start(e, e->started++);

@@ -10,7 +10,7 @@
 
 #include "omnigate/store.h"
 
-bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_api_err_t *err)
+bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
 {
     i->req = req;
     size_t len;
@@ -22,7 +22,7 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_api_err_t *err)
     for (size_t k = 0; ok && k < len; k++)
         ok = v[k] >= 0x20 && v[k] <= 0x7e;
     if (!ok)
-        return og_api_fail(err, 422, "validation_failed", "Idempotency-Key",
+        return og_err_fail(err, "validation_failed", "Idempotency-Key",
                            "Idempotency-Key must be 1-255 printable ASCII characters");
     memcpy(i->key, v, len);
     i->key[len] = '\0';
@@ -38,7 +38,7 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
 {
     og_idem_t *i = op->arg;
     if (st != OG_DB_OK) {
-        og_api_error(i->req, 503, "unavailable", NULL, "database unavailable: nothing was sent");
+        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
         i->answered = true;
     } else if (op->res[0] != NULL && PQntuples(op->res[0]) == 1) {
         i->claimed = true;
@@ -49,16 +49,16 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
             /* The row vanished between the two statements (expired and pruned): rare; let
              * the client retry. */
             og_http_header_t h = {"Retry-After", 11, "1", 1};
-            og_api_err_t err = {0};
-            og_api_fail(&err, 409, "idempotency_in_progress", NULL, "retry this request");
+            og_err_t err = {0};
+            og_err_fail(&err, "idempotency_in_progress", NULL, "retry this request");
             og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
         } else if (strcmp(PQgetvalue(k, 0, 0), i->route) != 0 || strcmp(PQgetvalue(k, 0, 1), i->hash) != 0) {
-            og_api_error(i->req, 422, "idempotency_key_reused", "Idempotency-Key",
+            og_api_error(i->req, "idempotency_key_reused", "Idempotency-Key",
                          "this Idempotency-Key was used with a different request");
         } else if (PQgetisnull(k, 0, 2)) {
             og_http_header_t h = {"Retry-After", 11, "1", 1};
-            og_api_err_t err = {0};
-            og_api_fail(&err, 409, "idempotency_in_progress", NULL,
+            og_err_t err = {0};
+            og_err_fail(&err, "idempotency_in_progress", NULL,
                         "the first request with this Idempotency-Key is still in flight");
             og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
         } else {

@@ -93,7 +93,7 @@ static bool rfc3339_valid(const char *s)
 }
 
 /* Reads every query parameter; false with `err` set on the first bad one. */
-static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_api_err_t *err)
+static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
 {
     static const char *const known[] = {"limit",  "cursor",    "to",    "status", "channel",
                                         "source", "reference", "since", "until",  NULL};
@@ -117,7 +117,7 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_api_err_t *er
             if (!ok || (other4 && !own4)) {
                 char name[64];
                 snprintf(name, sizeof(name), "%.*s", (int)(k < 60 ? k : 60), q);
-                return og_api_fail(err, 422, "validation_failed", name, "unknown query parameter %s", name);
+                return og_err_fail(err, "validation_failed", name, "unknown query parameter %s", name);
             }
         }
         q += n;
@@ -135,8 +135,8 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_api_err_t *er
         char *end = NULL;
         long v = n > 0 ? strtol(buf, &end, 10) : 0;
         if (n <= 0 || *end != '\0' || buf[0] == '+' || buf[0] == '-' || v < 1 || v > LOGS_MAX_LIMIT)
-            return og_api_fail(err, 422, "validation_failed", "limit",
-                               "limit must be an integer from 1 to %d", LOGS_MAX_LIMIT);
+            return og_err_fail(err, "validation_failed", "limit", "limit must be an integer from 1 to %d",
+                               LOGS_MAX_LIMIT);
         l->limit = (int)v;
     }
     snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
@@ -161,24 +161,23 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_api_err_t *er
             continue;
         }
         if (n <= 0)
-            return og_api_fail(err, 422, "validation_failed", fields[i].name, "%s is empty or malformed",
+            return og_err_fail(err, "validation_failed", fields[i].name, "%s is empty or malformed",
                                fields[i].name);
     }
     if (l->cursor[0] && !og_ids_reference_valid(l->cursor))
-        return og_api_fail(err, 422, "validation_failed", "cursor", "cursor is not one this API returned");
+        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
     if (l->reference[0] && !og_ids_reference_valid(l->reference))
-        return og_api_fail(err, 422, "validation_failed", "reference", "reference must look like kf_...");
+        return og_err_fail(err, "validation_failed", "reference", "reference must look like kf_...");
     if (l->to[0] && !og_phone_e164_valid(l->to))
-        return og_api_fail(err, 422, "validation_failed", "to",
-                           "to must be an E.164 number (+ and 8-15 digits)");
+        return og_err_fail(err, "validation_failed", "to", "to must be an E.164 number (+ and 8-15 digits)");
     if (l->status[0] && !one_of(l->status, l->kind->status_values))
-        return og_api_fail(err, 422, "validation_failed", "status", "unknown status");
+        return og_err_fail(err, "validation_failed", "status", "unknown status");
     if (l->filter4[0] && !one_of(l->filter4, l->kind->filter4_values))
-        return og_api_fail(err, 422, "validation_failed", l->kind->filter4, "unknown %s", l->kind->filter4);
+        return og_err_fail(err, "validation_failed", l->kind->filter4, "unknown %s", l->kind->filter4);
     if (l->since[0] && !rfc3339_valid(l->since))
-        return og_api_fail(err, 422, "validation_failed", "since", "since must be an RFC 3339 time");
+        return og_err_fail(err, "validation_failed", "since", "since must be an RFC 3339 time");
     if (l->until[0] && !rfc3339_valid(l->until))
-        return og_api_fail(err, 422, "validation_failed", "until", "until must be an RFC 3339 time");
+        return og_err_fail(err, "validation_failed", "until", "until must be an RFC 3339 time");
     return true;
 }
 
@@ -195,9 +194,9 @@ static void page_done(og_db_op_t *op, og_db_status_t st)
         if (st == OG_DB_ERROR) {
             og_log(&l->gw->w->log, OG_LOG_ERROR, "logs query failed", "\"requestId\":\"%s\",\"error\":\"%s\"",
                    req->request_id, op->error);
-            og_api_error(req, 500, "internal_error", NULL, "database error");
+            og_api_error(req, "internal_error", NULL, "database error");
         } else {
-            og_api_error(req, 503, "unavailable", NULL, "database unavailable");
+            og_api_error(req, "unavailable", NULL, "database unavailable");
         }
         goto out;
     }
@@ -214,7 +213,7 @@ static void page_done(og_db_op_t *op, og_db_status_t st)
         len += (size_t)PQgetlength(r, i, 1) + 1;
     char *body = malloc(len);
     if (body == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         goto out;
     }
     size_t n = 0;
@@ -269,12 +268,12 @@ static void logs(og_http_req_t *req, void *ctx, const logs_kind_t *kind)
     og_gw_t *gw = og_gw(ctx);
     logs_op_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
     l->gw = gw;
     l->kind = kind;
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (!parse_query(req, l, &err)) {
         free(l);
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);

@@ -87,9 +87,9 @@ static void db_failed(sms_ctx_t *c, og_db_status_t st)
         og_log(&c->gw->w->log, OG_LOG_ERROR, "sms/otp query failed",
                "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", c->req->request_id,
                c->op.sqlstate, c->op.error);
-        og_api_error(c->req, 500, "internal_error", NULL, "database error");
+        og_api_error(c->req, "internal_error", NULL, "database error");
     } else {
-        og_api_error(c->req, 503, "unavailable", NULL, "database unavailable");
+        og_api_error(c->req, "unavailable", NULL, "database unavailable");
     }
     ctx_free(c);
 }
@@ -123,16 +123,16 @@ static void committed(og_db_op_t *op, og_db_status_t st)
     answer(c);
 }
 
-/* Builds the answer into c->response_text; on failure (out of memory) answers 503, frees c
- * and returns false. */
-static bool build_answer(sms_ctx_t *c, int status, const char *message, json_t *data, og_api_err_t *err)
+/* Builds the answer into c->response_text: 200 without `err`, else the status of its code. On
+ * failure (out of memory) answers 503, frees c and returns false. */
+static bool build_answer(sms_ctx_t *c, const char *message, json_t *data, const og_err_t *err)
 {
-    c->status = status;
-    snprintf(c->status_s, sizeof(c->status_s), "%d", status);
-    c->response_text = og_api_envelope(status, message, data, err, NULL, &c->response_len);
+    c->status = err != NULL ? og_api_status(err->code) : 200;
+    snprintf(c->status_s, sizeof(c->status_s), "%d", c->status);
+    c->response_text = og_api_envelope(c->status, message, data, err, NULL, &c->response_len);
     if (c->response_text != NULL)
         return true;
-    og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+    og_api_error(c->req, "unavailable", NULL, "out of memory");
     ctx_free(c);
     return false;
 }
@@ -140,24 +140,24 @@ static bool build_answer(sms_ctx_t *c, int status, const char *message, json_t *
 /* ---- shared validation --------------------------------------------------------------------- */
 
 /* The sms channel must be enabled; the sender must be approved (or the default exists). */
-static bool sms_sender(sms_ctx_t *c, const char *sender, og_api_err_t *err)
+static bool sms_sender(sms_ctx_t *c, const char *sender, og_err_t *err)
 {
     json_t *settings = c->auth.tenant->settings;
     if (!og_settings_channel_enabled(settings, "sms"))
-        return og_api_fail(err, 422, "no_channel_available", NULL,
+        return og_err_fail(err, "no_channel_available", NULL,
                            "the sms channel is not enabled for this tenant");
     return og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err);
 }
 
-static bool text_segments(sms_ctx_t *c, const char *field, og_api_err_t *err)
+static bool text_segments(sms_ctx_t *c, const char *field, og_err_t *err)
 {
     size_t nchars;
     if (!og_text_validate(c->text, strlen(c->text), &nchars))
-        return og_api_fail(err, 422, "validation_failed", field,
+        return og_err_fail(err, "validation_failed", field,
                            "%s must be 1-4096 characters of valid UTF-8, not only whitespace", field);
     og_sms_encode_info(c->text, strlen(c->text), &c->sms);
     if (c->sms.segments > SMS_MAX_SEGMENTS)
-        return og_api_fail(err, 422, "text_too_long", field, "the text needs %zu SMS segments, more than %d",
+        return og_err_fail(err, "text_too_long", field, "the text needs %zu SMS segments, more than %d",
                            c->sms.segments, SMS_MAX_SEGMENTS);
     snprintf(c->segments_s, sizeof(c->segments_s), "%zu", c->sms.segments);
     return true;
@@ -180,17 +180,16 @@ static void sms_attempted(og_attempt_t *a)
     json_t *data =
         json_pack("{s:s,s:s,s:i,s:s}", "reference", c->reference, "status", r->sent ? "sent" : "failed",
                   "segments", (int)c->sms.segments, "encoding", og_sms_encoding_name(c->sms.encoding));
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (r->sent) {
         json_object_set_new(data, "providerMessageId", json_string(r->provider_message_id));
     } else {
         json_t *e = og_attempt_error_json(r);
         c->error_text = json_dumps(e, JSON_COMPACT);
         json_object_set_new(data, "error", e);
-        og_api_fail(&err, 502, "delivery_failed", NULL, "the SMS provider did not accept the message");
+        og_err_fail(&err, "delivery_failed", NULL, "the SMS provider did not accept the message");
     }
-    if (!build_answer(c, r->sent ? 200 : 502, r->sent ? "SMS sent" : err.message, data,
-                      r->sent ? NULL : &err))
+    if (!build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err))
         return;
     og_db_op_clear(&c->op);
     const char **v = c->op.stmts[0].values;
@@ -229,7 +228,7 @@ static void sms_claimed(sms_ctx_t *c)
     submit(c, 1, true, sms_pending_done);
 }
 
-static bool sms_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
+static bool sms_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *to = NULL, *text = NULL, *sender = NULL;
     if (!og_json_get_string(body, "to", true, &to, err) ||
@@ -237,11 +236,11 @@ static bool sms_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
         !og_json_get_string(body, "sender", false, &sender, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_api_fail(err, 422, "validation_failed", "to",
+        return og_err_fail(err, "validation_failed", "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     snprintf(c->to, sizeof(c->to), "%s", to);
     if ((c->text = strdup(text)) == NULL)
-        return og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
     return text_segments(c, "text", err) && sms_sender(c, sender, err);
 }
 
@@ -254,15 +253,14 @@ static void otp_attempted(og_attempt_t *a)
     OPENSSL_cleanse(c->text, strlen(c->text));
     json_t *data = json_pack("{s:s,s:s,s:s,s:i,s:s}", "reference", c->reference, "to", c->to, "expiresAt",
                              c->expires_at, "length", c->length, "status", r->sent ? "sent" : "failed");
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (!r->sent) {
         json_t *e = og_attempt_error_json(r);
         c->error_text = json_dumps(e, JSON_COMPACT);
         json_decref(e);
-        og_api_fail(&err, 502, "delivery_failed", NULL, "the SMS with the code could not be sent");
+        og_err_fail(&err, "delivery_failed", NULL, "the SMS with the code could not be sent");
     }
-    if (!build_answer(c, r->sent ? 200 : 502, r->sent ? "OTP sent" : err.message, data,
-                      r->sent ? NULL : &err))
+    if (!build_answer(c, r->sent ? "OTP sent" : err.message, data, r->sent ? NULL : &err))
         return;
     og_db_op_clear(&c->op);
     og_db_op_t *op = &c->op;
@@ -301,12 +299,12 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
     if (strcmp(outcome, "ok") != 0) {
         const char *retry = PQgetvalue(r, 0, 1);
         og_http_header_t h = {"Retry-After", 11, retry, strlen(retry)};
-        og_api_err_t err = {0};
+        og_err_t err = {0};
         if (strcmp(outcome, "cooldown") == 0)
-            og_api_fail(&err, 429, "otp_cooldown", NULL, "one OTP per number every 30 seconds: retry in %s s",
+            og_err_fail(&err, "otp_cooldown", NULL, "one OTP per number every 30 seconds: retry in %s s",
                         retry);
         else
-            og_api_fail(&err, 429, "rate_limited", NULL, "at most 5 OTPs per number an hour: retry in %s s",
+            og_err_fail(&err, "rate_limited", NULL, "at most 5 OTPs per number an hour: retry in %s s",
                         retry);
         /* Not stored for idempotency: a limit is not an outcome, a retry later may succeed. */
         og_api_send_error(c->req, &err, NULL, NULL, &h, 1);
@@ -323,7 +321,7 @@ static void otp_claimed(sms_ctx_t *c)
     og_ids_reference(c->reference, og_ids_now_ms());
     if (!og_otp_generate(c->code, c->length) ||
         !og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, c->code_hash)) {
-        og_api_error(c->req, 503, "unavailable", NULL, "cannot generate a code");
+        og_api_error(c->req, "unavailable", NULL, "cannot generate a code");
         ctx_free(c);
         return;
     }
@@ -335,7 +333,7 @@ static void otp_claimed(sms_ctx_t *c)
     char *masked = malloc(len + 1);
     if (c->text == NULL || masked == NULL) {
         free(masked);
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(c->req, "unavailable", NULL, "out of memory");
         ctx_free(c);
         return;
     }
@@ -354,7 +352,7 @@ static void otp_claimed(sms_ctx_t *c)
     submit(c, 1, true, otp_begun);
 }
 
-static bool otp_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
+static bool otp_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *to = NULL, *tpl = OTP_DEFAULT_TPL, *sender = NULL;
     long long length = 6, ttl = 300;
@@ -365,11 +363,11 @@ static bool otp_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
         !og_json_get_string(body, "sender", false, &sender, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_api_fail(err, 422, "validation_failed", "to",
+        return og_err_fail(err, "validation_failed", "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     const char *at = strstr(tpl, "{code}");
     if (at == NULL || strstr(at + 6, "{code}") != NULL || strlen(tpl) > OTP_TEMPLATE_MAX)
-        return og_api_fail(err, 422, "validation_failed", "template",
+        return og_err_fail(err, "validation_failed", "template",
                            "template must contain {code} exactly once and be at most %d bytes",
                            OTP_TEMPLATE_MAX);
     snprintf(c->to, sizeof(c->to), "%s", to);
@@ -378,11 +376,11 @@ static bool otp_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
     snprintf(c->length_s, sizeof(c->length_s), "%d", c->length);
     snprintf(c->ttl_s, sizeof(c->ttl_s), "%d", c->ttl);
     if ((c->logged_text = strdup(tpl)) == NULL)
-        return og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
     /* Validate and count segments on the text as sent: digits stand in for the code. */
     size_t len = strlen(tpl) - 6 + (size_t)c->length;
     if ((c->text = malloc(len + 1)) == NULL)
-        return og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
     snprintf(c->text, len + 1, "%.*s%.*s%s", (int)(at - tpl), tpl, c->length, "0000000000", at + 6);
     bool ok = text_segments(c, "template", err) && sms_sender(c, sender, err);
     free(c->text);
@@ -394,11 +392,11 @@ static bool otp_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
 
 static void verify_find(sms_ctx_t *c);
 
-static void verify_answer_error(sms_ctx_t *c, int status, const char *code, const char *message, json_t *data)
+static void verify_answer_error(sms_ctx_t *c, const char *code, const char *message, json_t *data)
 {
-    og_api_err_t err = {0};
-    og_api_fail(&err, status, code, NULL, "%s", message);
-    if (!build_answer(c, status, message, data, &err))
+    og_err_t err = {0};
+    og_err_fail(&err, code, NULL, "%s", message);
+    if (!build_answer(c, message, data, &err))
         return;
     if (!c->idem.claimed) {
         answer(c);
@@ -422,19 +420,19 @@ static void verify_record(sms_ctx_t *c, const char *event)
     submit(c, n, true, committed);
 }
 
-static void verify_refused(sms_ctx_t *c, int status, const char *code, const char *message, const char *event)
+static void verify_refused(sms_ctx_t *c, const char *code, const char *message, const char *event)
 {
-    og_api_err_t err = {0};
-    og_api_fail(&err, status, code, NULL, "%s", message);
-    if (!build_answer(c, status, message, NULL, &err))
+    og_err_t err = {0};
+    og_err_fail(&err, code, NULL, "%s", message);
+    if (!build_answer(c, message, NULL, &err))
         return;
     verify_record(c, event);
 }
 
 /* The conditional update of a verify has committed. True when it changed the OTP's row;
  * otherwise the request is dealt with: a database error answered, or (another verify, a lock
- * or the clock got there first) the row judged again once, then refused with status/code. */
-static bool verify_updated(sms_ctx_t *c, og_db_op_t *op, og_db_status_t st, int status, const char *code)
+ * or the clock got there first) the row judged again once, then refused with `code`. */
+static bool verify_updated(sms_ctx_t *c, og_db_op_t *op, og_db_status_t st, const char *code)
 {
     if (st != OG_DB_OK) {
         db_failed(c, st);
@@ -447,7 +445,7 @@ static bool verify_updated(sms_ctx_t *c, og_db_op_t *op, og_db_status_t st, int 
         og_db_op_clear(op);
         verify_find(c);
     } else {
-        verify_refused(c, status, code, "this OTP can no longer be verified", "verify_failed");
+        verify_refused(c, code, "this OTP can no longer be verified", "verify_failed");
     }
     return false;
 }
@@ -455,20 +453,20 @@ static bool verify_updated(sms_ctx_t *c, og_db_op_t *op, og_db_status_t st, int 
 static void verify_ok_done(og_db_op_t *op, og_db_status_t st)
 {
     sms_ctx_t *c = op->arg;
-    if (verify_updated(c, op, st, 409, "otp_already_verified"))
+    if (verify_updated(c, op, st, "otp_already_verified"))
         answer(c);
 }
 
 static void verify_bad_done(og_db_op_t *op, og_db_status_t st)
 {
     sms_ctx_t *c = op->arg;
-    if (!verify_updated(c, op, st, 410, "otp_expired"))
+    if (!verify_updated(c, op, st, "otp_expired"))
         return;
     int failed = atoi(PQgetvalue(op->res[0], 0, 0));
     int remaining = failed >= OTP_MAX_FAILURES ? 0 : OTP_MAX_FAILURES - failed;
     og_db_op_clear(op);
     json_t *data = json_pack("{s:s,s:i}", "reference", c->reference, "attemptsRemaining", remaining);
-    verify_answer_error(c, 422, "otp_invalid", "wrong code", data);
+    verify_answer_error(c, "otp_invalid", "wrong code", data);
 }
 
 static void verify_found(og_db_op_t *op, og_db_status_t st)
@@ -481,7 +479,7 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
     PGresult *r = op->res[0];
     if (r == NULL || PQntuples(r) == 0) {
         og_db_op_clear(op);
-        verify_answer_error(c, 404, "not_found", "no such OTP", NULL);
+        verify_answer_error(c, "not_found", "no such OTP", NULL);
         return;
     }
     snprintf(c->reference, sizeof(c->reference), "%s", PQgetvalue(r, 0, 0));
@@ -493,15 +491,15 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
     og_db_op_clear(op);
 
     if (strcmp(status, "verified") == 0) {
-        verify_refused(c, 409, "otp_already_verified", "this OTP was already verified", "verify_failed");
+        verify_refused(c, "otp_already_verified", "this OTP was already verified", "verify_failed");
     } else if (strcmp(status, "locked") == 0) {
         /* A new OTP can be asked for once the send cooldown has passed. */
         snprintf(c->retry_after, sizeof(c->retry_after), "30");
-        verify_refused(c, 429, "otp_locked", "too many wrong codes: request a new OTP", "verify_failed");
+        verify_refused(c, "otp_locked", "too many wrong codes: request a new OTP", "verify_failed");
     } else if (strcmp(status, "pending") == 0 && expired) {
-        verify_refused(c, 410, "otp_expired", "this OTP has expired", NULL);
+        verify_refused(c, "otp_expired", "this OTP has expired", NULL);
     } else if (strcmp(status, "pending") != 0) {
-        verify_refused(c, 410, "otp_expired",
+        verify_refused(c, "otp_expired",
                        strcmp(status, "superseded") == 0 ? "this OTP was superseded by a newer one"
                                                          : "this OTP is no longer valid",
                        "verify_failed");
@@ -515,7 +513,7 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
         v[1] = c->reference;
         if (right) {
             json_t *data = json_pack("{s:s,s:b}", "reference", c->reference, "verified", 1);
-            if (!build_answer(c, 200, "OTP verified", data, NULL))
+            if (!build_answer(c, "OTP verified", data, NULL))
                 return;
             int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
             submit(c, n, true, verify_ok_done);
@@ -535,7 +533,7 @@ static void verify_find(sms_ctx_t *c)
     submit(c, 1, false, verify_found);
 }
 
-static bool verify_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
+static bool verify_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *ref = NULL, *to = NULL, *code = NULL;
     if (!og_json_get_string(body, "reference", false, &ref, err) ||
@@ -543,15 +541,15 @@ static bool verify_validate(sms_ctx_t *c, json_t *body, og_api_err_t *err)
         !og_json_get_string(body, "code", true, &code, err))
         return false;
     if ((ref == NULL) == (to == NULL))
-        return og_api_fail(err, 422, "validation_failed", ref ? "to" : "reference",
+        return og_err_fail(err, "validation_failed", ref ? "to" : "reference",
                            "give either reference or to, not both");
     if (ref != NULL && !og_ids_reference_valid(ref))
-        return og_api_fail(err, 422, "validation_failed", "reference", "reference must look like kf_...");
+        return og_err_fail(err, "validation_failed", "reference", "reference must look like kf_...");
     if (to != NULL && !og_phone_e164_valid(to))
-        return og_api_fail(err, 422, "validation_failed", "to", "to must be an E.164 number");
+        return og_err_fail(err, "validation_failed", "to", "to must be an E.164 number");
     size_t n = strlen(code);
     if (n < OG_OTP_MIN_LEN || n > OG_OTP_MAX_LEN || strspn(code, "0123456789") != n)
-        return og_api_fail(err, 422, "validation_failed", "code", "code must be 4-10 digits");
+        return og_err_fail(err, "validation_failed", "code", "code must be 4-10 digits");
     snprintf(c->reference, sizeof(c->reference), "%s", ref ? ref : "");
     snprintf(c->to, sizeof(c->to), "%s", to ? to : "");
     snprintf(c->code, sizeof(c->code), "%s", code);
@@ -586,7 +584,7 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     const char *const *fields = c->kind == K_SMS        ? sms_fields
                                 : c->kind == K_OTP_SEND ? otp_fields
                                                         : verify_fields;
@@ -610,7 +608,7 @@ static void start(og_http_req_t *req, void *ctx, kind_t kind)
 {
     sms_ctx_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
     c->gw = og_gw(ctx);

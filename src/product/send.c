@@ -29,8 +29,7 @@ typedef struct send_ctx {
     og_gw_t *gw;
     og_http_req_t *req;
     og_engine_t engine;
-    og_db_op_t op;
-    bool completing; /* op is the completion write (else the pending insert) */
+    og_db_op_t op; /* the pending insert, then the completion write */
 
     char reference[32];
     char to[20];
@@ -42,7 +41,6 @@ typedef struct send_ctx {
     char wa_from[20];
     char sender[20];
     og_sms_info_t sms;
-    bool sms_tried;
     og_send_params_t params[OG_ENGINE_MAX];
     og_attempt_t att[OG_ENGINE_MAX];
     uint64_t att_at_ms[OG_ENGINE_MAX];
@@ -56,6 +54,7 @@ typedef struct send_ctx {
     char *response_text;
     size_t response_len;
     int response_status;
+    char response_status_s[4];
     char status_s[8];
     char segments_s[8];
     char *sms_error_text;
@@ -78,39 +77,45 @@ static void ctx_free(send_ctx_t *c)
 
 /* ---- validation ------------------------------------------------------------------------- */
 
-/* Reads and checks the body against the tenant's settings; fills the plan of attempts. */
-static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
+/* Reads the fields of the body and checks their form; keeps to and text in `c`, and hands back
+ * the requested whatsappFrom and sender (borrowed from `body`, NULL when absent). */
+static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const char **sender, og_err_t *err)
 {
-    json_t *settings = c->auth.tenant->settings;
-    const char *to = NULL, *text = NULL, *mode = "fallback", *wa_from = NULL, *sender = NULL;
+    const char *to = NULL, *text = NULL, *mode = "fallback";
     if (!og_json_get_string(body, "to", true, &to, err) ||
         !og_json_get_string(body, "text", true, &text, err) ||
         !og_json_get_string(body, "deliveryMode", false, &mode, err) ||
-        !og_json_get_string(body, "whatsappFrom", false, &wa_from, err) ||
-        !og_json_get_string(body, "sender", false, &sender, err))
+        !og_json_get_string(body, "whatsappFrom", false, wa_from, err) ||
+        !og_json_get_string(body, "sender", false, sender, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_api_fail(err, 422, "validation_failed", "to",
+        return og_err_fail(err, "validation_failed", "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     size_t nchars = 0;
     if (!og_text_validate(text, strlen(text), &nchars))
-        return og_api_fail(err, 422, "validation_failed", "text",
+        return og_err_fail(err, "validation_failed", "text",
                            "text must be 1-4096 characters of valid UTF-8, not only whitespace");
     if (strcmp(mode, "fallback") != 0 && strcmp(mode, "all") != 0)
-        return og_api_fail(err, 422, "validation_failed", "deliveryMode",
-                           "deliveryMode must be fallback or all");
-    if (wa_from != NULL && !og_phone_wa_from_valid(wa_from))
-        return og_api_fail(err, 422, "validation_failed", "whatsappFrom",
+        return og_err_fail(err, "validation_failed", "deliveryMode", "deliveryMode must be fallback or all");
+    if (*wa_from != NULL && !og_phone_wa_from_valid(*wa_from))
+        return og_err_fail(err, "validation_failed", "whatsappFrom",
                            "whatsappFrom must be 8-15 digits, no +");
-    if (sender != NULL && !og_phone_sender_valid(sender))
-        return og_api_fail(err, 422, "validation_failed", "sender",
+    if (*sender != NULL && !og_phone_sender_valid(*sender))
+        return og_err_fail(err, "validation_failed", "sender",
                            "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
     c->all = strcmp(mode, "all") == 0;
     snprintf(c->to, sizeof(c->to), "%s", to);
     c->text = strdup(text);
     if (c->text == NULL)
-        return og_api_fail(err, 503, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
+    return true;
+}
 
+/* Chooses the channels to try: the requested ones (else the tenant's defaults) that the tenant
+ * has enabled, in order, into c->ch; the others into c->skipped. */
+static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
     json_t *channels = json_object_get(body, "channels");
     og_channel_t wanted[OG_CH__COUNT];
     int nwanted = 0;
@@ -123,7 +128,7 @@ static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
     } else {
         if (!json_is_array(channels) || json_array_size(channels) == 0 ||
             json_array_size(channels) > OG_CH__COUNT)
-            return og_api_fail(err, 422, "validation_failed", "channels",
+            return og_err_fail(err, "validation_failed", "channels",
                                "channels must be a non-empty array of whatsapp_qr, whatsapp_meta, sms");
         size_t i;
         json_t *v;
@@ -131,12 +136,11 @@ static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
         {
             og_channel_t ch;
             if (!json_is_string(v) || !og_channel_parse(json_string_value(v), &ch))
-                return og_api_fail(err, 422, "validation_failed", "channels",
+                return og_err_fail(err, "validation_failed", "channels",
                                    "channels[%zu] must be one of whatsapp_qr, whatsapp_meta, sms", i);
             for (int k = 0; k < nwanted; k++)
                 if (wanted[k] == ch)
-                    return og_api_fail(err, 422, "validation_failed", "channels",
-                                       "channels must be distinct");
+                    return og_err_fail(err, "validation_failed", "channels", "channels must be distinct");
             wanted[nwanted++] = ch;
         }
     }
@@ -149,35 +153,40 @@ static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
                                                         "reason", "channel_disabled"));
     }
     if (c->nch == 0)
-        return og_api_fail(err, 422, "no_channel_available", "channels",
+        return og_err_fail(err, "no_channel_available", "channels",
                            "none of the requested channels is enabled for this tenant");
+    return true;
+}
 
+/* Resolves, for each channel to try, the number or sender id it sends from (the requested one,
+ * else the tenant's default) and fills its provider parameters. */
+static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *sender, og_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
     for (int i = 0; i < c->nch; i++) {
         og_send_params_t *p = &c->params[i];
         p->to = c->to;
         p->text = c->text;
         if (c->ch[i] == OG_CH_SMS) {
-            c->sms_tried = true;
             if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
                 return false;
             p->from = c->sender;
             og_sms_encode_info(c->text, strlen(c->text), &c->sms);
             if (c->sms.segments > SMS_MAX_SEGMENTS)
-                return og_api_fail(err, 422, "text_too_long", "text",
-                                   "text needs %d SMS segments, more than %d", (int)c->sms.segments,
-                                   SMS_MAX_SEGMENTS);
+                return og_err_fail(err, "text_too_long", "text", "text needs %d SMS segments, more than %d",
+                                   (int)c->sms.segments, SMS_MAX_SEGMENTS);
             continue;
         }
         if (c->wa_from[0] == '\0') {
             const char *def = wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
             if (def == NULL)
-                return og_api_fail(err, 422, "validation_failed", "whatsappFrom",
+                return og_err_fail(err, "validation_failed", "whatsappFrom",
                                    "whatsappFrom is required: the tenant has no default WhatsApp number");
             snprintf(c->wa_from, sizeof(c->wa_from), "%s", def);
         }
         og_settings_wa_number_t num;
         if (!og_settings_wa_number(settings, og_channel_name(c->ch[i]), c->wa_from, &num))
-            return og_api_fail(err, 422, "whatsapp_from_not_registered", "whatsappFrom",
+            return og_err_fail(err, "whatsapp_from_not_registered", "whatsappFrom",
                                "%s is not registered for %s", c->wa_from, og_channel_name(c->ch[i]));
         p->from = c->wa_from;
         p->session = num.session;
@@ -185,6 +194,14 @@ static bool validate(send_ctx_t *c, json_t *body, og_api_err_t *err)
         p->access_token = num.access_token;
     }
     return true;
+}
+
+/* Checks the body against the tenant's settings and fills the plan of attempts. */
+static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
+{
+    const char *wa_from = NULL, *sender = NULL;
+    return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
+           resolve_senders(c, wa_from, sender, err);
 }
 
 /* ---- answers ---------------------------------------------------------------------------- */
@@ -195,9 +212,9 @@ static void db_error_answer(send_ctx_t *c, og_db_status_t st, const char *what)
         og_log(&c->gw->w->log, OG_LOG_ERROR, what,
                "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", c->req->request_id,
                c->op.sqlstate, c->op.error);
-        og_api_error(c->req, 500, "internal_error", NULL, "database error");
+        og_api_error(c->req, "internal_error", NULL, "database error");
     } else {
-        og_api_error(c->req, 503, "unavailable", NULL, "database unavailable: nothing was sent");
+        og_api_error(c->req, "unavailable", NULL, "database unavailable: nothing was sent");
     }
 }
 
@@ -244,42 +261,84 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
     ctx_free(c);
 }
 
-static void engine_done(og_engine_t *e)
+/* The winning channel's name, or NULL when no attempt succeeded. */
+static const char *winner_name(const send_ctx_t *c, const og_engine_t *e)
 {
-    send_ctx_t *c = e->arg;
-    bool ok = e->winner >= 0;
-    json_t *resp_attempts = json_array(), *db_attempts = json_array();
-    int sms_idx = -1;
-    for (int k = 0; k < e->started; k++) {
-        /* Attempts are listed in channel order; in `all` mode they ran at once. */
-        const og_attempt_result_t *r = &c->att[k].result;
-        json_array_append_new(resp_attempts, attempt_json(r, c->ch[k], false, k, c->att_at_ms[k]));
-        json_array_append_new(db_attempts, attempt_json(r, c->ch[k], true, k, c->att_at_ms[k]));
-        if (c->ch[k] == OG_CH_SMS)
-            sms_idx = k;
-    }
-    const char *winner = ok ? og_channel_name(c->ch[e->winner]) : NULL;
+    return e->winner >= 0 ? og_channel_name(c->ch[e->winner]) : NULL;
+}
+
+/* Builds the answer of API.md §2 into c->response_text and c->response_status: 200 when a
+ * channel won, else delivery_failed with the same data. False when out of memory. */
+static bool build_answer(send_ctx_t *c, const og_engine_t *e)
+{
+    const char *winner = winner_name(c, e);
+    json_t *attempts = json_array();
+    /* Attempts are listed in channel order; in `all` mode they ran at once. */
+    for (int k = 0; k < e->started; k++)
+        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
     json_t *data =
         json_pack("{s:s,s:s,s:o,s:o,s:O}", "reference", c->reference, "deliveryMode",
                   c->all ? "all" : "fallback", "winningChannel", winner ? json_string(winner) : json_null(),
-                  "attempts", resp_attempts, "skipped", c->skipped);
+                  "attempts", attempts, "skipped", c->skipped);
     char message[64];
-    og_api_err_t err = {0};
-    if (ok)
+    og_err_t err = {0};
+    if (winner != NULL)
         snprintf(message, sizeof(message), "Message sent via %s", winner);
     else
-        og_api_fail(&err, 502, "delivery_failed", NULL, "every attempted channel failed");
-    c->response_status = ok ? 200 : 502;
-    c->response_text = og_api_envelope(c->response_status, ok ? message : err.message, data, ok ? NULL : &err,
-                                       NULL, &c->response_len);
-    c->attempts_text = json_dumps(db_attempts, JSON_COMPACT);
-    json_decref(db_attempts);
-    if (c->response_text == NULL || c->attempts_text == NULL) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
-        ctx_free(c);
-        return;
+        og_err_fail(&err, "delivery_failed", NULL, "every attempted channel failed");
+    c->response_status = winner != NULL ? 200 : og_api_status(err.code);
+    snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
+    c->response_text = og_api_envelope(c->response_status, winner != NULL ? message : err.message, data,
+                                       winner != NULL ? NULL : &err, NULL, &c->response_len);
+    return c->response_text != NULL;
+}
+
+/* Fills statement n of `op` with the SMS record of the sms attempt `r`; returns 1. */
+static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attempt_result_t *r)
+{
+    snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
+    c->sms_status = r->sent ? "sent" : "failed";
+    c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
+    if (!r->sent) {
+        json_t *err_json = og_attempt_error_json(r);
+        c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
+        json_decref(err_json);
     }
-    snprintf(c->status_s, sizeof(c->status_s), "%s", ok ? "sent" : "failed");
+    op->stmts[n].stmt = OG_Q_SMS_RECORD;
+    const char **v = op->stmts[n].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = "omni";
+    v[3] = NULL;
+    v[4] = c->to;
+    v[5] = c->sender;
+    v[6] = c->text;
+    v[7] = c->segments_s;
+    v[8] = og_sms_encoding_name(c->sms.encoding);
+    v[9] = c->sms_status;
+    v[10] = c->sms_provider_id;
+    v[11] = c->sms_error_text;
+    return 1;
+}
+
+/* Builds the completion write into c->op: the message's final status and attempts, the SMS
+ * record when the sms channel was attempted, and the answer stored for idempotent repeats.
+ * False when out of memory. */
+static bool build_completion(send_ctx_t *c, const og_engine_t *e)
+{
+    const char *winner = winner_name(c, e);
+    json_t *attempts = json_array();
+    int sms_idx = -1;
+    for (int k = 0; k < e->started; k++) {
+        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], true, k, c->att_at_ms[k]));
+        if (c->ch[k] == OG_CH_SMS)
+            sms_idx = k;
+    }
+    c->attempts_text = json_dumps(attempts, JSON_COMPACT);
+    json_decref(attempts);
+    if (c->attempts_text == NULL)
+        return false;
+    snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
 
     og_db_op_clear(&c->op);
     og_db_op_t *op = &c->op;
@@ -291,38 +350,27 @@ static void engine_done(og_engine_t *e)
     v[2] = c->status_s;
     v[3] = winner;
     v[4] = c->attempts_text;
-    if (sms_idx >= 0) {
-        const og_attempt_result_t *r = &c->att[sms_idx].result;
-        snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
-        c->sms_status = r->sent ? "sent" : "failed";
-        c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
-        if (!r->sent) {
-            json_t *err_json = og_attempt_error_json(r);
-            c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
-            json_decref(err_json);
-        }
-        op->stmts[n].stmt = OG_Q_SMS_RECORD;
-        v = op->stmts[n++].values;
-        v[0] = c->auth.tenant->id;
-        v[1] = c->reference;
-        v[2] = "omni";
-        v[3] = NULL;
-        v[4] = c->to;
-        v[5] = c->sender;
-        v[6] = c->text;
-        v[7] = c->segments_s;
-        v[8] = og_sms_encoding_name(c->sms.encoding);
-        v[9] = c->sms_status;
-        v[10] = c->sms_provider_id;
-        v[11] = c->sms_error_text;
-    }
-    n += og_idem_complete_stmt(&c->idem, op, n, ok ? "200" : "502", c->response_text);
+    if (sms_idx >= 0)
+        n += sms_record_stmt(c, op, n, &c->att[sms_idx].result);
+    n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
     op->nstmts = n;
     op->write = true;
     op->done = complete_done;
     op->arg = c;
-    c->completing = true;
-    og_db_submit(c->gw->db, op);
+    return true;
+}
+
+/* Every attempt is over: build the answer and record it with the outcome; the answer is sent
+ * once that write commits (complete_done). */
+static void engine_done(og_engine_t *e)
+{
+    send_ctx_t *c = e->arg;
+    if (!build_answer(c, e) || !build_completion(c, e)) {
+        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        ctx_free(c);
+        return;
+    }
+    og_db_submit(c->gw->db, &c->op);
 }
 
 static void attempt_done(og_attempt_t *a)
@@ -371,7 +419,7 @@ static void claimed(og_idem_t *i)
     strcpy(p, "}");
     c->skipped_text = json_dumps(c->skipped, JSON_COMPACT);
     if (c->skipped_text == NULL) {
-        og_api_error(c->req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(c->req, "unavailable", NULL, "out of memory");
         ctx_free(c);
         return;
     }
@@ -401,7 +449,7 @@ static void authed(og_auth_req_t *a)
     }
     static const char *const allowed[] = {"to",           "text",   "channels", "deliveryMode",
                                           "whatsappFrom", "sender", NULL};
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);
     bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
     json_decref(body);
@@ -418,7 +466,7 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     og_gw_t *gw = og_gw(ctx);
     send_ctx_t *c = calloc(1, sizeof(*c));
     if (c == NULL) {
-        og_api_error(req, 503, "unavailable", NULL, "out of memory");
+        og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
     c->gw = gw;

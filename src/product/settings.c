@@ -26,7 +26,7 @@ bool og_settings_channel_name_valid(const char *name)
 
 /* ---- validation ---------------------------------------------------------------------------- */
 
-typedef char path_t[sizeof(((og_api_err_t *)0)->field)];
+typedef char path_t[sizeof(((og_err_t *)0)->field)];
 
 static void path_fmt(path_t out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void path_fmt(path_t out, const char *fmt, ...)
@@ -49,15 +49,15 @@ static void key_excerpt(const char *key, char out[40])
     strcpy(out + n, key[n] != '\0' ? "..." : "");
 }
 
-/* 422 validation_failed for `field`, with "<field> <what>" as the message. */
-static bool invalid(og_api_err_t *err, const char *field, const char *what)
+/* validation_failed for `field`, with "<field> <what>" as the message. */
+static bool invalid(og_err_t *err, const char *field, const char *what)
 {
-    return og_api_fail(err, 422, "validation_failed", field, "%s %s", field, what);
+    return og_err_fail(err, "validation_failed", field, "%s %s", field, what);
 }
 
 /* Requires `obj` to be an object whose keys are all in `known` (NULL-terminated); `path` names
  * the object. */
-static bool object_with_keys(const json_t *obj, const char *path, const char *const *known, og_api_err_t *err)
+static bool object_with_keys(const json_t *obj, const char *path, const char *const *known, og_err_t *err)
 {
     if (!json_is_object(obj))
         return invalid(err, path, "must be an object");
@@ -73,13 +73,13 @@ static bool object_with_keys(const json_t *obj, const char *path, const char *co
             char ex[40];
             key_excerpt(key, ex);
             path_fmt(field, "%s.%s", path, ex);
-            return og_api_fail(err, 422, "unknown_field", field, "%s is not a known setting", field);
+            return og_err_fail(err, "unknown_field", field, "%s is not a known setting", field);
         }
     }
     return true;
 }
 
-static bool optional_bool(const json_t *obj, const char *key, const char *path, og_api_err_t *err)
+static bool optional_bool(const json_t *obj, const char *key, const char *path, og_err_t *err)
 {
     json_t *v = json_object_get(obj, key);
     if (v == NULL || json_is_boolean(v))
@@ -115,9 +115,9 @@ static bool digits_only(const char *s, size_t max)
 }
 
 /* The per-number object of a WhatsApp channel; `path` names it. */
-typedef bool (*number_check_fn)(const json_t *num, const char *path, og_api_err_t *err);
+typedef bool (*number_check_fn)(const json_t *num, const char *path, og_err_t *err);
 
-static bool qr_number(const json_t *num, const char *path, og_api_err_t *err)
+static bool qr_number(const json_t *num, const char *path, og_err_t *err)
 {
     static const char *const keys[] = {"session", NULL};
     if (!object_with_keys(num, path, keys, err))
@@ -130,7 +130,7 @@ static bool qr_number(const json_t *num, const char *path, og_api_err_t *err)
     return true;
 }
 
-static bool meta_number(const json_t *num, const char *path, og_api_err_t *err)
+static bool meta_number(const json_t *num, const char *path, og_err_t *err)
 {
     static const char *const keys[] = {"phoneNumberId", "accessToken", NULL};
     if (!object_with_keys(num, path, keys, err))
@@ -151,7 +151,7 @@ static bool meta_number(const json_t *num, const char *path, og_api_err_t *err)
     return true;
 }
 
-static bool wa_channel(const json_t *ch, const char *name, number_check_fn check, og_api_err_t *err)
+static bool wa_channel(const json_t *ch, const char *name, number_check_fn check, og_err_t *err)
 {
     static const char *const keys[] = {"enabled", "numbers", NULL};
     path_t path, npath, field;
@@ -179,7 +179,7 @@ static bool wa_channel(const json_t *ch, const char *name, number_check_fn check
     return true;
 }
 
-static bool sms_channel(const json_t *ch, og_api_err_t *err)
+static bool sms_channel(const json_t *ch, og_err_t *err)
 {
     static const char *const keys[] = {"enabled", "senders", "defaultSender", NULL};
     static const char path[] = "settings.channels.sms";
@@ -219,7 +219,7 @@ static bool sms_channel(const json_t *ch, og_api_err_t *err)
     return true;
 }
 
-static bool validate_channels(const json_t *chs, og_api_err_t *err)
+static bool validate_channels(const json_t *chs, og_err_t *err)
 {
     if (!object_with_keys(chs, "settings.channels", channel_names, err))
         return false;
@@ -234,7 +234,7 @@ static bool validate_channels(const json_t *chs, og_api_err_t *err)
     return true;
 }
 
-static bool validate_default_channels(const json_t *dc, og_api_err_t *err)
+static bool validate_default_channels(const json_t *dc, og_err_t *err)
 {
     static const char path[] = "settings.defaultChannels";
     if (!json_is_array(dc) || json_array_size(dc) == 0)
@@ -254,7 +254,7 @@ static bool validate_default_channels(const json_t *dc, og_api_err_t *err)
     return true;
 }
 
-bool og_settings_validate(json_t *settings, og_api_err_t *err)
+bool og_settings_validate(json_t *settings, og_err_t *err)
 {
     static const char *const keys[] = {"defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond",
                                        "channels", NULL};
@@ -469,19 +469,19 @@ bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)
 }
 
 bool og_settings_sms_sender(const json_t *settings, const char *requested, char *out, size_t outlen,
-                            og_api_err_t *err)
+                            og_err_t *err)
 {
     const char *sender = requested;
     if (sender != NULL) {
         if (!og_phone_sender_valid(sender))
-            return og_api_fail(
-                err, 422, "validation_failed", "sender",
+            return og_err_fail(
+                err, "validation_failed", "sender",
                 "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
         if (!og_settings_sms_sender_approved(settings, sender))
-            return og_api_fail(err, 422, "sender_not_approved", "sender",
+            return og_err_fail(err, "sender_not_approved", "sender",
                                "sender %s is not on the tenant's approved list", sender);
     } else if ((sender = og_settings_sms_default_sender(settings)) == NULL) {
-        return og_api_fail(err, 422, "validation_failed", "sender",
+        return og_err_fail(err, "validation_failed", "sender",
                            "sender is required: the tenant has no default sender");
     }
     snprintf(out, outlen, "%s", sender);

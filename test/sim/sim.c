@@ -547,7 +547,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     static const char *const allowed[] = {"channel", "to", "behaviour", "latencyMs", NULL};
     sim_t *s = sim_of(ctx);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *body = og_json_decode_body(req, allowed, &err);
     const char *channel = NULL, *to = NULL, *behaviour = NULL;
     long long latency = 0;
@@ -562,23 +562,23 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_channel_t ch;
     if (channel != NULL) {
         if (!channel_parse(channel, &ch)) {
-            og_api_fail(&err, 422, "validation_failed", "channel",
+            og_err_fail(&err, "validation_failed", "channel",
                         "channel must be whatsapp_qr, whatsapp_meta or sms");
             goto failed;
         }
         rule.channel = (int)ch;
     }
     if (to != NULL && !sim_to_digits(to, strlen(to), rule.to)) {
-        og_api_fail(&err, 422, "validation_failed", "to", "to must be +digits (at most 20)");
+        og_err_fail(&err, "validation_failed", "to", "to must be +digits (at most 20)");
         goto failed;
     }
     if (!behaviour_parse(behaviour, &rule.behaviour)) {
-        og_api_fail(&err, 422, "validation_failed", "behaviour",
+        og_err_fail(&err, "validation_failed", "behaviour",
                     "behaviour must be ok, reject, error, hang, reset, garbage, throttle or auth");
         goto failed;
     }
     if (s->nrules == SIM_RULES_MAX) {
-        og_api_fail(&err, 422, "too_many_rules", NULL, "at most %d rules; DELETE /__sim/rules first",
+        og_err_fail(&err, "too_many_rules", NULL, "at most %d rules; DELETE /__sim/rules first",
                     SIM_RULES_MAX);
         goto failed;
     }
@@ -586,7 +586,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         size_t cap = s->rules_cap ? s->rules_cap * 2 : 16;
         sim_rule_t *n = realloc(s->rules, cap * sizeof(*n));
         if (n == NULL) {
-            og_api_fail(&err, 503, "unavailable", NULL, "out of memory");
+            og_err_fail(&err, "unavailable", NULL, "out of memory");
             goto failed;
         }
         s->rules = n;
@@ -632,18 +632,18 @@ static void requests_list(og_http_req_t *req, const og_route_match_t *m, void *c
     if (n > 0) {
         sim_channel_t ch;
         if (!channel_parse(buf, &ch)) {
-            og_api_error(req, 422, "validation_failed", "channel",
+            og_api_error(req, "validation_failed", "channel",
                          "channel must be whatsapp_qr, whatsapp_meta or sms");
             return;
         }
         want_ch = (int)ch;
     } else if (n == -2) {
-        og_api_error(req, 422, "validation_failed", "channel", "channel is malformed");
+        og_api_error(req, "validation_failed", "channel", "channel is malformed");
         return;
     }
     n = og_query_param(req->query, req->query_len, "to", buf, sizeof(buf));
     if ((n > 0 && !sim_to_digits(buf, (size_t)n, to)) || n == -2) {
-        og_api_error(req, 422, "validation_failed", "to", "to must be +digits (encode '+' as %2B)");
+        og_api_error(req, "validation_failed", "to", "to must be +digits (encode '+' as %2B)");
         return;
     }
     json_t *items = json_array();

@@ -16,12 +16,13 @@
 
 /* ---- the pure builders ------------------------------------------------------------------ */
 
-/* og_api_fail records status, code, field and the formatted message, and returns false. */
+/* og_err_fail records code, field and the formatted message, and returns false; the code
+ * answers with its status. */
 static void test_fail_fills_error(void **state)
 {
-    og_api_err_t err = {0};
-    assert_false(og_api_fail(&err, 422, "validation_failed", "to", "%s must have %d digits", "to", 8));
-    assert_int_equal(err.status, 422);
+    og_err_t err = {0};
+    assert_false(og_err_fail(&err, "validation_failed", "to", "%s must have %d digits", "to", 8));
+    assert_int_equal(og_api_status(err.code), 422);
     assert_string_equal(err.code, "validation_failed");
     assert_string_equal(err.field, "to");
     assert_string_equal(err.message, "to must have 8 digits");
@@ -30,14 +31,50 @@ static void test_fail_fills_error(void **state)
 /* A NULL field is recorded as "" and an over-long message is truncated, not overflowed. */
 static void test_fail_null_field_and_truncation(void **state)
 {
-    og_api_err_t err;
+    og_err_t err;
     memset(&err, 'x', sizeof(err));
     char big[600];
     memset(big, 'm', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
-    og_api_fail(&err, 400, "invalid_json", NULL, "%s", big);
+    og_err_fail(&err, "invalid_json", NULL, "%s", big);
     assert_string_equal(err.field, "");
     assert_int_equal(strlen(err.message), sizeof(err.message) - 1);
+}
+
+/* Fails unless every code of the NULL-terminated `codes` answers with `status`. */
+static void assert_status(int status, const char *const *codes)
+{
+    for (; *codes != NULL; codes++)
+        if (og_api_status(*codes) != status)
+            fail_msg("%s: %d, want %d", *codes, og_api_status(*codes), status);
+}
+
+/* Every error code of API.md §0, and those of §2-§6, answers with its status. */
+static void test_status_of_codes(void **state)
+{
+    assert_status(400, (const char *const[]){"invalid_json", "bad_request", NULL});
+    assert_status(401, (const char *const[]){"unauthorized", NULL});
+    assert_status(403, (const char *const[]){"unified_api_locked", "insufficient_scope", NULL});
+    assert_status(404, (const char *const[]){"not_found", NULL});
+    assert_status(405, (const char *const[]){"method_not_allowed", NULL});
+    assert_status(409, (const char *const[]){"idempotency_in_progress", "otp_already_verified", NULL});
+    assert_status(410, (const char *const[]){"otp_expired", NULL});
+    assert_status(413, (const char *const[]){"payload_too_large", NULL});
+    assert_status(415, (const char *const[]){"unsupported_media_type", NULL});
+    assert_status(422, (const char *const[]){"validation_failed", "unknown_field", "idempotency_key_reused",
+                                             "whatsapp_from_not_registered", "sender_not_approved",
+                                             "text_too_long", "no_channel_available", "otp_invalid", NULL});
+    assert_status(429, (const char *const[]){"rate_limited", "otp_cooldown", "otp_locked", NULL});
+    assert_status(431, (const char *const[]){"headers_too_large", NULL});
+    assert_status(502, (const char *const[]){"delivery_failed", NULL});
+    assert_status(503, (const char *const[]){"unavailable", NULL});
+}
+
+/* A code the table does not know, or no code at all (an error never recorded), is a bug: 500. */
+static void test_status_of_unknown_code(void **state)
+{
+    assert_int_equal(og_api_status("no_such_code"), 500);
+    assert_int_equal(og_api_status(NULL), 500);
 }
 
 /* A success envelope has success, message and data in that order; NULL data is null. */
@@ -76,10 +113,10 @@ static void test_envelope_success_flag_boundary(void **state)
 /* An error envelope adds error.code and error.field after data. */
 static void test_envelope_error_with_field(void **state)
 {
-    og_api_err_t err;
+    og_err_t err;
     size_t len;
-    og_api_fail(&err, 422, "unknown_field", "deliverymode", "unknown field \"deliverymode\"");
-    char *s = og_api_envelope(err.status, err.message, NULL, &err, NULL, &len);
+    og_err_fail(&err, "unknown_field", "deliverymode", "unknown field \"deliverymode\"");
+    char *s = og_api_envelope(og_api_status(err.code), err.message, NULL, &err, NULL, &len);
     assert_string_equal(s,
                         "{\"success\":false,\"message\":\"unknown field \\\"deliverymode\\\"\",\"data\":null,"
                         "\"error\":{\"code\":\"unknown_field\",\"field\":\"deliverymode\"}}");
@@ -89,10 +126,10 @@ static void test_envelope_error_with_field(void **state)
 /* error.field is omitted when no field is at fault. */
 static void test_envelope_error_without_field(void **state)
 {
-    og_api_err_t err;
+    og_err_t err;
     size_t len;
-    og_api_fail(&err, 404, "not_found", NULL, "no such route");
-    char *s = og_api_envelope(err.status, err.message, NULL, &err, NULL, &len);
+    og_err_fail(&err, "not_found", NULL, "no such route");
+    char *s = og_api_envelope(og_api_status(err.code), err.message, NULL, &err, NULL, &len);
     assert_string_equal(
         s,
         "{\"success\":false,\"message\":\"no such route\",\"data\":null,\"error\":{\"code\":\"not_found\"}}");
@@ -102,12 +139,12 @@ static void test_envelope_error_without_field(void **state)
 /* Details go under error.details and data stays at the top level (502 with attempts). */
 static void test_envelope_error_details_and_data(void **state)
 {
-    og_api_err_t err;
+    og_err_t err;
     size_t len;
-    og_api_fail(&err, 502, "delivery_failed", NULL, "all channels failed");
+    og_err_fail(&err, "delivery_failed", NULL, "all channels failed");
     json_t *data = json_pack("{s:s}", "reference", "kf_1");
     json_t *details = json_pack("{s:i}", "attempts", 2);
-    char *s = og_api_envelope(err.status, err.message, data, &err, details, &len);
+    char *s = og_api_envelope(og_api_status(err.code), err.message, data, &err, details, &len);
     assert_string_equal(
         s, "{\"success\":false,\"message\":\"all channels failed\",\"data\":{\"reference\":\"kf_1\"},"
            "\"error\":{\"code\":\"delivery_failed\",\"details\":{\"attempts\":2}}}");
@@ -271,10 +308,10 @@ static void test_reply_sends_envelope(void **state)
 
 static void answer_401(og_http_req_t *req)
 {
-    og_api_error(req, 401, "unauthorized", NULL, "missing bearer token");
+    og_api_error(req, "unauthorized", NULL, "missing bearer token");
 }
 
-/* og_api_error with 401 sends the error envelope and WWW-Authenticate: Bearer. */
+/* og_api_error with unauthorized (401) sends the error envelope and WWW-Authenticate: Bearer. */
 static void test_error_401_sends_www_authenticate(void **state)
 {
     fake_t f;
@@ -288,8 +325,8 @@ static void test_error_401_sends_www_authenticate(void **state)
 
 static void answer_503(og_http_req_t *req)
 {
-    og_api_err_t err;
-    og_api_fail(&err, 503, "unavailable", NULL, "database unreachable");
+    og_err_t err;
+    og_err_fail(&err, "unavailable", NULL, "database unreachable");
     og_api_send_error(req, &err, NULL, NULL, NULL, 0);
 }
 
@@ -305,8 +342,8 @@ static void test_send_error_503_retry_after(void **state)
 
 static void answer_503_own_retry(og_http_req_t *req)
 {
-    og_api_err_t err;
-    og_api_fail(&err, 503, "unavailable", NULL, "draining");
+    og_err_t err;
+    og_err_fail(&err, "unavailable", NULL, "draining");
     og_http_header_t h = {"Retry-After", 11, "5", 1};
     og_api_send_error(req, &err, NULL, NULL, &h, 1);
 }
@@ -325,6 +362,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail_fills_error),
         cmocka_unit_test(test_fail_null_field_and_truncation),
+        cmocka_unit_test(test_status_of_codes),
+        cmocka_unit_test(test_status_of_unknown_code),
         cmocka_unit_test(test_envelope_success_null_data),
         cmocka_unit_test(test_envelope_success_with_data),
         cmocka_unit_test(test_envelope_success_flag_boundary),

@@ -12,25 +12,26 @@
 
 #include <cmocka.h>
 
+#include "omnigate/api.h"
 #include "omnigate/json.h"
 
 static const char json_ct[] = "application/json";
 static const char *const send_fields[] = {"to", "text", "channels", "deliveryMode", NULL};
 
 /* Decodes `body` (a C string) with Content-Type application/json. */
-static json_t *decode(const char *body, const char *const *allowed, og_api_err_t *err)
+static json_t *decode(const char *body, const char *const *allowed, og_err_t *err)
 {
     return og_json_decode(json_ct, strlen(json_ct), body, strlen(body), allowed, err);
 }
 
-static json_t *decode_ct(const char *ctype, const char *body, og_api_err_t *err)
+static json_t *decode_ct(const char *ctype, const char *body, og_err_t *err)
 {
     return og_json_decode(ctype, ctype ? strlen(ctype) : 0, body, strlen(body), NULL, err);
 }
 
-static void assert_error(const og_api_err_t *err, int status, const char *code, const char *field)
+static void assert_error(const og_err_t *err, int status, const char *code, const char *field)
 {
-    assert_int_equal(err->status, status);
+    assert_int_equal(og_api_status(err->code), status);
     assert_string_equal(err->code, code);
     assert_string_equal(err->field, field);
 }
@@ -40,18 +41,18 @@ static void assert_error(const og_api_err_t *err, int status, const char *code, 
 /* A valid object with all keys allowed decodes. */
 static void test_decode_valid_object(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *v = decode("{\"to\":\"+6281234567890\",\"text\":\"hi\"}", send_fields, &err);
     assert_non_null(v);
     assert_string_equal(json_string_value(json_object_get(v, "to")), "+6281234567890");
-    assert_int_equal(err.status, 0);
+    assert_null(err.code);
     json_decref(v);
 }
 
 /* A missing Content-Type is 415 unsupported_media_type. */
 static void test_missing_content_type(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode_ct(NULL, "{}", &err));
     assert_error(&err, 415, "unsupported_media_type", "");
     assert_string_equal(err.message, "Content-Type must be application/json");
@@ -60,7 +61,7 @@ static void test_missing_content_type(void **state)
 /* Another media type is 415, even with a JSON body. */
 static void test_wrong_content_type(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode_ct("text/plain", "{}", &err));
     assert_error(&err, 415, "unsupported_media_type", "");
 }
@@ -68,7 +69,7 @@ static void test_wrong_content_type(void **state)
 /* A media type that merely starts with application/json is not it. */
 static void test_content_type_prefix_is_not_enough(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode_ct("application/jsonx", "{}", &err));
     assert_error(&err, 415, "unsupported_media_type", "");
 }
@@ -76,7 +77,7 @@ static void test_content_type_prefix_is_not_enough(void **state)
 /* Parameters, surrounding blanks and any case of the media type are accepted. */
 static void test_content_type_parameters_and_case(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *v = decode_ct(" Application/JSON ; charset=utf-8", "{}", &err);
     assert_non_null(v);
     json_decref(v);
@@ -85,10 +86,10 @@ static void test_content_type_parameters_and_case(void **state)
 /* The Content-Type value is taken by length, not up to a NUL. */
 static void test_content_type_uses_length(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     const char ct[] = "application/json-patch";
     assert_null(og_json_decode(ct, sizeof(ct) - 1, "{}", 2, NULL, &err));
-    assert_int_equal(err.status, 415);
+    assert_int_equal(og_api_status(err.code), 415);
     json_t *v = og_json_decode(ct, 16, "{}", 2, NULL, &err);
     assert_non_null(v);
     json_decref(v);
@@ -99,7 +100,7 @@ static void test_content_type_uses_length(void **state)
 /* An empty body is 400 invalid_json. */
 static void test_empty_body(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
 }
@@ -107,7 +108,7 @@ static void test_empty_body(void **state)
 /* A syntax error is 400 invalid_json with jansson's text and the position. */
 static void test_syntax_error_message(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"to\": }", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_string_equal(err.message, "invalid JSON: unexpected token near '}' (line 1, column 8, byte 8)");
@@ -116,7 +117,7 @@ static void test_syntax_error_message(void **state)
 /* Bytes after the object are a syntax error. */
 static void test_trailing_garbage(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{} x", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_non_null(strstr(err.message, "end of file expected"));
@@ -125,7 +126,7 @@ static void test_trailing_garbage(void **state)
 /* Invalid UTF-8 in a string is 400 invalid_json. */
 static void test_invalid_utf8(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"text\":\"caf\xc3\"}", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
 }
@@ -133,7 +134,7 @@ static void test_invalid_utf8(void **state)
 /* An overlong UTF-8 encoding ("/" as C0 AF) is 400 invalid_json. */
 static void test_overlong_utf8(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"text\":\"\xc0\xaf\"}", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
 }
@@ -141,7 +142,7 @@ static void test_overlong_utf8(void **state)
 /* An escaped NUL (\u0000) in a string is 400 invalid_json. */
 static void test_escaped_nul(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"text\":\"a\\u0000b\"}", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_non_null(strstr(err.message, "\\u0000 is not allowed"));
@@ -150,7 +151,7 @@ static void test_escaped_nul(void **state)
 /* A raw NUL byte inside the body is 400 invalid_json. */
 static void test_raw_nul_byte(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     static const char body[] = "{\"text\":\"a\0b\"}";
     assert_null(og_json_decode(json_ct, strlen(json_ct), body, sizeof(body) - 1, NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
@@ -159,7 +160,7 @@ static void test_raw_nul_byte(void **state)
 /* A lone surrogate escape is 400 invalid_json. */
 static void test_lone_surrogate_escape(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"text\":\"\\ud800\"}", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
 }
@@ -167,7 +168,7 @@ static void test_lone_surrogate_escape(void **state)
 /* A duplicate key is 400 invalid_json. */
 static void test_duplicate_key(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"to\":\"a\",\"to\":\"b\"}", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_non_null(strstr(err.message, "duplicate object key"));
@@ -176,7 +177,7 @@ static void test_duplicate_key(void **state)
 /* A top-level array is 400 invalid_json "body must be a JSON object". */
 static void test_top_level_array(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("[1,2]", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_string_equal(err.message, "body must be a JSON object");
@@ -185,7 +186,7 @@ static void test_top_level_array(void **state)
 /* A top-level scalar is 400 invalid_json "body must be a JSON object". */
 static void test_top_level_scalar(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("\"hello\"", NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
     assert_string_equal(err.message, "body must be a JSON object");
@@ -208,7 +209,7 @@ static char *nested(int depth)
 /* Nesting of exactly 16 levels is accepted. */
 static void test_depth_16_accepted(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     char *body = nested(16);
     json_t *v = decode(body, NULL, &err);
     assert_non_null(v);
@@ -220,7 +221,7 @@ static void test_depth_16_accepted(void **state)
 /* Nesting of 17 levels is 400 invalid_json. */
 static void test_depth_17_rejected(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     char *body = nested(17);
     assert_null(decode(body, NULL, &err));
     assert_error(&err, 400, "invalid_json", "");
@@ -244,7 +245,7 @@ static void test_depth_values(void **state)
 /* An unknown key is 422 unknown_field naming it. */
 static void test_unknown_field(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"to\":\"+1\",\"deliverymode\":\"all\"}", send_fields, &err));
     assert_error(&err, 422, "unknown_field", "deliverymode");
     assert_string_equal(err.message, "unknown field \"deliverymode\"");
@@ -253,7 +254,7 @@ static void test_unknown_field(void **state)
 /* With several unknown keys, the first in body order is reported. */
 static void test_unknown_field_first_in_body_order(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"zzz\":1,\"to\":\"+1\",\"aaa\":2,\"mmm\":3}", send_fields, &err));
     assert_error(&err, 422, "unknown_field", "zzz");
 }
@@ -261,7 +262,7 @@ static void test_unknown_field_first_in_body_order(void **state)
 /* Allowed keys are checked at the top level only. */
 static void test_allowed_top_level_only(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *v = decode("{\"channels\":[\"sms\"],\"to\":{\"nested\":1}}", send_fields, &err);
     assert_non_null(v);
     json_decref(v);
@@ -270,7 +271,7 @@ static void test_allowed_top_level_only(void **state)
 /* Syntax errors are reported before unknown keys. */
 static void test_invalid_json_beats_unknown_field(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_null(decode("{\"bogus\":1,}", send_fields, &err));
     assert_error(&err, 400, "invalid_json", "");
 }
@@ -280,7 +281,7 @@ static void test_invalid_json_beats_unknown_field(void **state)
 /* A present string is returned. */
 static void test_get_string_present(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:s}", "to", "+15551234567");
     const char *s = NULL;
     assert_true(og_json_get_string(o, "to", true, &s, &err));
@@ -291,7 +292,7 @@ static void test_get_string_present(void **state)
 /* A missing required string is 422 validation_failed naming the field. */
 static void test_get_string_missing_required(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_object();
     const char *s = NULL;
     assert_false(og_json_get_string(o, "to", true, &s, &err));
@@ -303,19 +304,19 @@ static void test_get_string_missing_required(void **state)
 /* A missing optional string leaves the output untouched. */
 static void test_get_string_missing_optional(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_object();
     const char *s = "default";
     assert_true(og_json_get_string(o, "sender", false, &s, &err));
     assert_string_equal(s, "default");
-    assert_int_equal(err.status, 0);
+    assert_null(err.code);
     json_decref(o);
 }
 
 /* A number where a string is expected is 422 "<name> must be a string". */
 static void test_get_string_wrong_type(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:i}", "to", 5);
     const char *s = NULL;
     assert_false(og_json_get_string(o, "to", true, &s, &err));
@@ -327,7 +328,7 @@ static void test_get_string_wrong_type(void **state)
 /* null is a wrong type, not an absent field. */
 static void test_get_string_null_is_wrong_type(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:n}", "sender");
     const char *s = NULL;
     assert_false(og_json_get_string(o, "sender", false, &s, &err));
@@ -338,7 +339,7 @@ static void test_get_string_null_is_wrong_type(void **state)
 /* An integer within the range is returned, bounds included. */
 static void test_get_int_bounds(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:i,s:i}", "lo", 4, "hi", 10);
     long long lo = 0, hi = 0;
     assert_true(og_json_get_int(o, "lo", true, 4, 10, &lo, &err));
@@ -351,7 +352,7 @@ static void test_get_int_bounds(void **state)
 /* An integer outside the range is 422 naming the field and the range. */
 static void test_get_int_out_of_range(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:i}", "length", 11);
     long long v = 6;
     assert_false(og_json_get_int(o, "length", false, 4, 10, &v, &err));
@@ -364,7 +365,7 @@ static void test_get_int_out_of_range(void **state)
 /* A real number, even 6.0, is not an integer. */
 static void test_get_int_rejects_real(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:f}", "length", 6.0);
     long long v = 0;
     assert_false(og_json_get_int(o, "length", true, 4, 10, &v, &err));
@@ -375,7 +376,7 @@ static void test_get_int_rejects_real(void **state)
 /* A numeric string is not an integer. */
 static void test_get_int_rejects_string(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:s}", "length", "6");
     long long v = 0;
     assert_false(og_json_get_int(o, "length", true, 4, 10, &v, &err));
@@ -386,7 +387,7 @@ static void test_get_int_rejects_string(void **state)
 /* A boolean is returned. */
 static void test_get_bool_present(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:b}", "unifiedApiEnabled", 1);
     bool b = false;
     assert_true(og_json_get_bool(o, "unifiedApiEnabled", true, &b, &err));
@@ -397,7 +398,7 @@ static void test_get_bool_present(void **state)
 /* 0/1 and "true" are not booleans. */
 static void test_get_bool_wrong_type(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_pack("{s:i}", "unifiedApiEnabled", 1);
     bool b = false;
     assert_false(og_json_get_bool(o, "unifiedApiEnabled", true, &b, &err));
@@ -409,7 +410,7 @@ static void test_get_bool_wrong_type(void **state)
 /* A missing required boolean is 422 naming it. */
 static void test_get_bool_missing_required(void **state)
 {
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     json_t *o = json_object();
     bool b = false;
     assert_false(og_json_get_bool(o, "enabled", true, &b, &err));
@@ -422,7 +423,7 @@ static void test_get_bool_missing_required(void **state)
 typedef struct fake {
     og_http_conn_t c;
     og_http_shared_t shared;
-    og_api_err_t err;
+    og_err_t err;
     char seen[128];
 } fake_t;
 
@@ -480,7 +481,7 @@ static void test_decode_body_from_request(void **state)
     fake_t f;
     exchange(&f, "POST /s HTTP/1.1\r\nHost: a\r\ncontent-TYPE: application/json; charset=utf-8\r\n"
                  "Content-Length: 11\r\n\r\n{\"to\":\"+1\"}");
-    assert_int_equal(f.err.status, 0);
+    assert_null(f.err.code);
     assert_string_equal(f.seen, "{\"to\":\"+1\"}");
 }
 
@@ -489,7 +490,7 @@ static void test_decode_body_without_content_type(void **state)
 {
     fake_t f;
     exchange(&f, "POST /s HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\n\r\n{}");
-    assert_int_equal(f.err.status, 415);
+    assert_int_equal(og_api_status(f.err.code), 415);
     assert_string_equal(f.err.code, "unsupported_media_type");
 }
 

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "omnigate/api.h"
 #include "omnigate/settings.h"
 
 /* The example of API.md §5, with a real-looking token. */
@@ -39,10 +40,10 @@ static json_t *parse(const char *text)
 static void assert_refused(const char *text, const char *code, const char *field)
 {
     json_t *s = parse(text);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (og_settings_validate(s, &err))
         fail_msg("accepted: %s", text);
-    assert_int_equal(err.status, 422);
+    assert_int_equal(og_api_status(err.code), 422);
     assert_string_equal(err.code, code);
     assert_string_equal(err.field, field);
     json_decref(s);
@@ -51,10 +52,10 @@ static void assert_refused(const char *text, const char *code, const char *field
 static void assert_accepted(const char *text)
 {
     json_t *s = parse(text);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     if (!og_settings_validate(s, &err))
         fail_msg("refused (%s: %s): %s", err.field, err.message, text);
-    assert_int_equal(err.status, 0);
+    assert_null(err.code);
     json_decref(s);
 }
 
@@ -89,7 +90,7 @@ static void test_defaults(void **state)
     assert_string_equal(text,
                         "{\"defaultChannels\":[\"whatsapp_qr\",\"whatsapp_meta\",\"sms\"],\"channels\":{}}");
     free(text);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_true(og_settings_validate(d, &err));
     for (int i = 0; i < 3; i++)
         assert_false(
@@ -278,7 +279,7 @@ static void test_sms_senders(void **state)
     assert_refused("{\"channels\": {\"sms\": {\"senders\": [null]}}}", "validation_failed",
                    "settings.channels.sms.senders[0]");
     json_t *s = parse("{\"channels\": {\"sms\": {\"senders\": [\"ACME\", \"AC-ME\"]}}}");
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_false(og_settings_validate(s, &err));
     assert_string_equal(err.message,
                         "settings.channels.sms.senders[1] must be a sender id: 1-11 letters, digits "
@@ -401,7 +402,7 @@ static void test_merge_settings(void **state)
     const char *dc[OG_SETTINGS_CHANNELS];
     assert_int_equal(og_settings_default_channels(m, dc), 1);
     assert_string_equal(dc[0], "sms");
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_true(og_settings_validate(m, &err));
     json_t *orig = parse(example);
     assert_true(json_equal(s, orig));
@@ -451,7 +452,7 @@ static void test_merge_new_token_replaces(void **state)
     p = parse("{\"channels\": {\"whatsapp_meta\": {\"numbers\": {\"6281234567890\": "
               "{\"accessToken\": \"****9999\"}}}}}");
     m = og_settings_merge_patch(s, p);
-    og_api_err_t err = {0};
+    og_err_t err = {0};
     assert_false(og_settings_validate(m, &err));
     assert_string_equal(err.field, "settings.channels.whatsapp_meta.numbers.6281234567890.accessToken");
     json_decref(m);

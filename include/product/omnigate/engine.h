@@ -30,8 +30,6 @@ struct og_engine {
     int winner;               /* index of the winning attempt, -1 when none succeeded */
     bool ok[OG_ENGINE_MAX];   /* outcome per attempt */
     int order[OG_ENGINE_MAX]; /* attempt indexes in completion order */
-    /* private */
-    bool running;
 };
 
 /* Starts the run; e->done is called once, possibly before this returns. */

@@ -38,7 +38,7 @@ struct og_idem {
 
 /* Reads the Idempotency-Key header of `req` (1-255 printable ASCII) and hashes the body.
  * False with 422 validation_failed in `err` when the header is malformed. */
-bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_api_err_t *err);
+bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err);
 
 /* Claims the key read by og_idem_read for `tenant_id` on `route`; done(i) is called once,
  * possibly before this returns (with `arg` in i->arg). Without a key it completes at once with

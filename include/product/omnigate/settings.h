@@ -1,5 +1,5 @@
 /*
- * Tenant settings of API.md §5 as a jansson value: validation (422 naming the dotted field
+ * Tenant settings of API.md §5 as a jansson value: validation (an error naming the dotted field
  * path), masking of secrets, RFC 7396 merge patch, defaults, and read-only getters for the send
  * path. Responsible for the shape and meaning of the document; not for storing it.
  */
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "omnigate/api.h"
+#include "omnigate/error.h"
 
 #define OG_SETTINGS_CHANNELS         3       /* whatsapp_qr, whatsapp_meta, sms */
 #define OG_SETTINGS_RATE_MAX         1000000 /* rateLimitPerSecond upper bound */
@@ -22,12 +22,12 @@
 /* True when `name` is one of the channel names whatsapp_qr, whatsapp_meta, sms. */
 bool og_settings_channel_name_valid(const char *name);
 
-/* Checks `settings` against API.md §5. On failure returns false with `err` set to 422
+/* Checks `settings` against API.md §5. On failure returns false with `err` set to
  * validation_failed (or unknown_field for a key the schema does not know), `field` naming the
  * value at fault from the root "settings", e.g. "settings.channels.sms.senders[1]". Every key is
  * optional; a channel without "enabled": true is disabled. An accessToken must be printable
  * ASCII (it goes into an HTTP header) and must not start with "****" (a masked value). */
-bool og_settings_validate(json_t *settings, og_api_err_t *err);
+bool og_settings_validate(json_t *settings, og_err_t *err);
 
 /* A deep copy of `settings` in which every "accessToken" member, at any depth, is replaced by
  * "****" + its last 4 characters, or by "****" when it has fewer than 12 characters or is not a
@@ -77,10 +77,10 @@ bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)
 const char *og_settings_sms_default_sender(const json_t *settings);
 
 /* The SMS sender of a request: `requested` when it is well-formed and approved, else (when
- * NULL) the tenant's default. False with the 422 of API.md §2 (validation_failed or
+ * NULL) the tenant's default. False with the error of API.md §2 (validation_failed or
  * sender_not_approved, field "sender") in `err`. */
 bool og_settings_sms_sender(const json_t *settings, const char *requested, char *out, size_t outlen,
-                            og_api_err_t *err);
+                            og_err_t *err);
 
 /* rateLimitPerSecond, or 0 (unlimited) when absent. */
 uint32_t og_settings_rate_limit(const json_t *settings);
