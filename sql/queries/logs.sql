@@ -21,14 +21,31 @@ SELECT m.reference, json_build_object(
         'reference', m.reference, 'to', m.to_number, 'text', m.body,
         'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
         'attempts', coalesce((
-            SELECT json_agg(json_strip_nulls(json_build_object(
+            SELECT json_agg(jsonb_strip_nulls(jsonb_build_object(
                     'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
                     'providerMessageId', a.provider_message_id,
-                    'error', CASE WHEN a.error_code IS NULL THEN NULL ELSE json_build_object(
+                    'error', CASE WHEN a.error_code IS NULL THEN NULL ELSE jsonb_build_object(
                         'code', a.error_code, 'message', a.error_message,
                         'providerCode', a.provider_code, 'httpStatus', a.http_status) END,
                     'attemptedAt',
                         to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+                    -- Delivery (API.md §10): present on every attempt, null when unknown.
+                    || jsonb_build_object(
+                    'deliveryStatus', a.delivery_status,
+                    'deliveredAt',
+                        to_char(a.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'readAt', to_char(a.read_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryError', CASE WHEN a.delivery_error IS NULL THEN NULL
+                        ELSE jsonb_strip_nulls(jsonb_build_object('code', a.delivery_error,
+                            'providerCode', a.delivery_provider_code, 'message', a.delivery_message)) END,
+                    'statusHistory', coalesce((
+                        SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('status', d.status,
+                                'at', to_char(d.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                                'providerCode', d.provider_code))
+                            ORDER BY d.at, og_status_rank(d.status))
+                        FROM delivery_statuses d
+                        WHERE a.provider_message_id IS NOT NULL AND d.channel = a.channel
+                            AND d.provider_message_id = a.provider_message_id), '[]'::jsonb))
                 ORDER BY a.seq)
             FROM attempts a
             WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),
@@ -52,7 +69,7 @@ LIMIT $9;
 -- One page of SMS records, whichever route sent them.
 -- $1 = tenant id
 -- $2 = to (E.164), or NULL
--- $3 = status, or NULL
+-- $3 = status or delivery status (delivered, read, undelivered, failed), or NULL
 -- $4 = source ('sms', 'omni' or 'otp'), or NULL
 -- $5 = reference (the record's own or its source's), or NULL
 -- $6 = since: created at or after, or NULL
@@ -64,11 +81,13 @@ SELECT s.reference, json_build_object(
         'reference', s.reference, 'source', s.source, 'to', s.to_number, 'sender', s.sender,
         'text', s.body, 'segments', s.segments, 'encoding', s.encoding, 'status', s.status,
         'providerMessageId', s.provider_message_id, 'error', s.error,
+        'deliveryStatus', s.delivery_status,
+        'deliveredAt', to_char(s.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
         'createdAt', to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
 FROM sms_records s
 WHERE s.tenant_id = $1
     AND ($2::text IS NULL OR s.to_number = $2)
-    AND ($3::text IS NULL OR s.status = $3)
+    AND ($3::text IS NULL OR s.status = $3 OR s.delivery_status = $3)
     AND ($4::text IS NULL OR s.source = $4)
     AND ($5::text IS NULL OR s.reference = $5 OR s.source_reference = $5)
     AND ($6::timestamptz IS NULL OR s.created_at >= $6)

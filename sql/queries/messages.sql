@@ -17,7 +17,9 @@ VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb)
 RETURNING reference;
 
 -- name: msg_complete
--- Completes a unified send: its outcome, and its attempts in one INSERT.
+-- Completes a unified send: its outcome, and its attempts in one INSERT. An accepted attempt
+-- is born with the delivery statuses its provider reported before this commit (API.md §10:
+-- the callback can beat the completion write), and the message's status follows them.
 -- $1 = tenant id
 -- $2 = reference
 -- $3 = status ('sent' or 'failed')
@@ -26,15 +28,31 @@ RETURNING reference;
 --      error_message, provider_code, http_status, latency_ms, attempted_at_ms}
 WITH a AS (
     INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
-        error_code, error_message, provider_code, http_status, latency_ms, attempted_at)
+        error_code, error_message, provider_code, http_status, latency_ms, attempted_at,
+        delivery_status, delivered_at, read_at, delivery_error, delivery_provider_code,
+        delivery_message)
     SELECT $1, $2, x.seq, x.channel, x.status, x.provider_message_id,
         x.error_code, x.error_message, x.provider_code, x.http_status, x.latency_ms,
-        to_timestamp(x.attempted_at_ms / 1000.0)
+        to_timestamp(x.attempted_at_ms / 1000.0),
+        CASE WHEN x.status = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at,
+        d.read_at, d.delivery_error, d.provider_code, d.error_message
     FROM json_to_recordset($5::json) AS x(seq smallint, channel text, status text,
         provider_message_id text, error_code text, error_message text, provider_code text,
-        http_status integer, latency_ms integer, attempted_at_ms bigint))
+        http_status integer, latency_ms integer, attempted_at_ms bigint)
+    LEFT JOIN LATERAL og_delivery_of(x.channel, x.provider_message_id) AS d
+        ON x.status = 'sent'
+    RETURNING status, delivery_status, channel, provider_message_id),
+adopted AS (
+    UPDATE delivery_statuses d
+    SET matched = true
+    FROM a
+    WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id
+        AND NOT d.matched)
 UPDATE messages
-SET status = $3, winning_channel = $4, completed_at = now()
+SET status = CASE WHEN $3 = 'sent'
+        THEN og_message_delivery(ARRAY(SELECT delivery_status FROM a WHERE status = 'sent'))
+        ELSE $3 END,
+    winning_channel = $4, completed_at = now()
 WHERE tenant_id = $1 AND reference = $2;
 
 -- name: msg_mark_unknown

@@ -16,18 +16,27 @@ INSERT INTO sms_records (tenant_id, reference, source, to_number, sender, body, 
 VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
 
 -- name: sms_finish
--- Finishes an SMS of POST /api/sms/send with what the provider answered.
+-- Finishes an SMS of POST /api/sms/send with what the provider answered, and the delivery
+-- statuses the provider reported before this commit.
 -- $1 = tenant id
 -- $2 = reference
 -- $3 = status ('sent' or 'failed')
 -- $4 = provider message id, or NULL
 -- $5 = error (JSON object), or NULL
-UPDATE sms_records
-SET status = $3, provider_message_id = $4, error = $5::jsonb
-WHERE tenant_id = $1 AND reference = $2;
+WITH adopted AS (
+    UPDATE delivery_statuses d
+    SET matched = true
+    WHERE $3 = 'sent' AND d.channel = 'sms' AND d.provider_message_id = $4 AND NOT d.matched)
+UPDATE sms_records s
+SET status = $3, provider_message_id = $4, error = $5::jsonb,
+    delivery_status = CASE WHEN $3 = 'sent' THEN coalesce(d.status, 'sent') END,
+    delivered_at = d.delivered_at
+FROM og_delivery_of('sms', $4) AS d
+WHERE s.tenant_id = $1 AND s.reference = $2;
 
 -- name: sms_record
--- Records an SMS a unified send or an OTP send has sent (or failed to send).
+-- Records an SMS a unified send or an OTP send has sent (or failed to send), with the
+-- delivery statuses the provider reported before this commit.
 -- $1 = tenant id
 -- $2 = reference
 -- $3 = source ('omni' or 'otp')
@@ -40,6 +49,12 @@ WHERE tenant_id = $1 AND reference = $2;
 -- $10 = status ('sent' or 'failed')
 -- $11 = provider message id, or NULL
 -- $12 = error (JSON object), or NULL
+WITH adopted AS (
+    UPDATE delivery_statuses d
+    SET matched = true
+    WHERE $10 = 'sent' AND d.channel = 'sms' AND d.provider_message_id = $11 AND NOT d.matched)
 INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_number, sender,
-    body, segments, encoding, status, provider_message_id, error)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb);
+    body, segments, encoding, status, provider_message_id, error, delivery_status, delivered_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb,
+    CASE WHEN $10 = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at
+FROM og_delivery_of('sms', $11) AS d;

@@ -33,6 +33,16 @@ const char *og_channel_name(og_channel_t ch)
     return (unsigned)ch < OG_CH__COUNT ? channel_names[ch] : "?";
 }
 
+const char *og_channel_provider(og_channel_t ch)
+{
+    static const char *const names[OG_CH__COUNT] = {
+        [OG_CH_WHATSAPP_QR] = "waha",
+        [OG_CH_WHATSAPP_META] = "meta",
+        [OG_CH_SMS] = "twilio",
+    };
+    return (unsigned)ch < OG_CH__COUNT ? names[ch] : "?";
+}
+
 bool og_channel_parse(const char *name, og_channel_t *out)
 {
     for (int i = 0; i < OG_CH__COUNT; i++) {

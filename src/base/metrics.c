@@ -111,6 +111,12 @@ void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, 
     observe(&s->attempt_us[channel], &latency_s, latency_us);
 }
 
+void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t outcome, uint64_t n)
+{
+    if (s != NULL && (unsigned)ch < OG_M_CHANNELS && (unsigned)outcome < OG_M_CB__COUNT && n > 0)
+        og_metrics_add(&s->callbacks[ch][outcome], n);
+}
+
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us)
 {
     if (s == NULL)
@@ -127,7 +133,7 @@ static const char *const type_names[] = {
     [M_COUNTER] = "counter", [M_GAUGE] = "gauge", [M_HISTOGRAM] = "histogram"};
 
 /* A label dimension: one index of a slot field's array, and the labels that name each index. */
-typedef enum { DIM_NONE, DIM_ROUTE, DIM_STATUS, DIM_CHANNEL, DIM_OUTCOME } dim_t;
+typedef enum { DIM_NONE, DIM_ROUTE, DIM_STATUS, DIM_CHANNEL, DIM_OUTCOME, DIM_PROVIDER, DIM_CALLBACK } dim_t;
 
 static const struct dim {
     int n;                 /* indexes */
@@ -138,6 +144,16 @@ static const struct dim {
     [DIM_STATUS] = {OG_M_STATUSES, {"status", NULL}},
     [DIM_CHANNEL] = {OG_M_CHANNELS, {"channel", NULL}},
     [DIM_OUTCOME] = {OG_M_OUTCOMES, {"outcome", NULL}},
+    [DIM_PROVIDER] = {OG_M_CHANNELS, {"provider", NULL}},
+    [DIM_CALLBACK] = {OG_M_CB__COUNT, {"outcome", NULL}},
+};
+
+static const char *const callback_outcomes[OG_M_CB__COUNT] = {
+    [OG_M_CB_APPLIED] = "applied",
+    [OG_M_CB_DUPLICATE] = "duplicate",
+    [OG_M_CB_UNKNOWN_MESSAGE] = "unknown_message",
+    [OG_M_CB_BAD_SIGNATURE] = "bad_signature",
+    [OG_M_CB_BAD_BODY] = "bad_body",
 };
 
 /* How the slots' values of a series make the instance's value. */
@@ -182,6 +198,13 @@ static const metric_t metrics[] = {
      &batch_ops, false, "Operations per group-committed write transaction."},
     {"omnigate_db_commit_duration_seconds", M_HISTOGRAM, DIM_NONE, DIM_NONE, SLOT(db_commit_us), FOLD_SUM,
      &latency_s, false, "Write batch latency: sent to PostgreSQL until its COMMIT answered."},
+    {"omnigate_status_callbacks_total", M_COUNTER, DIM_PROVIDER, DIM_CALLBACK, SLOT(callbacks), FOLD_SUM,
+     NULL, false,
+     "Provider status callbacks (API.md §10): statuses applied, duplicate or for an unknown message id, and "
+     "requests refused for a bad signature or body."},
+    SUMMED(
+        "omnigate_statuses_waiting", M_GAUGE, statuses_waiting,
+        "Statuses received in the last 10 minutes still waiting for their attempt (sampled every second)."),
     SUMMED("omnigate_db_batch_retries_total", M_COUNTER, db_retries,
            "Write batches that failed and were retried op by op."),
     SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),
@@ -296,6 +319,12 @@ static bool dim_labels(dim_t d, int i, const og_metrics_routes_t *routes, char *
         return true;
     case DIM_OUTCOME:
         snprintf(buf, n, "outcome=\"%s\"", og_attempt_outcomes[i]);
+        return true;
+    case DIM_PROVIDER:
+        snprintf(buf, n, "provider=\"%s\"", og_channel_provider((og_channel_t)i));
+        return true;
+    case DIM_CALLBACK:
+        snprintf(buf, n, "outcome=\"%s\"", callback_outcomes[i]);
         return true;
     }
     return false;

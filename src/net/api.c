@@ -22,7 +22,10 @@ static const struct {
 } statuses[] = {
     {"invalid_json", 400},
     {"bad_request", 400},
+    {"invalid_payload", 400}, /* a provider webhook body of the wrong shape */
     {"unauthorized", 401},
+    {"invalid_signature", 401}, /* a provider webhook's signature */
+    {"forbidden", 403},         /* Meta's subscription handshake with a wrong verify token */
     {"unified_api_locked", 403},
     {"insufficient_scope", 403},
     {"not_found", 404},

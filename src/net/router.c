@@ -216,31 +216,46 @@ bool og_route_param(const og_route_match_t *m, const char *name, char *buf, size
     return false;
 }
 
-int og_query_param(const char *query, size_t query_len, const char *name, char *buf, size_t buflen)
+bool og_form_next(const char *s, size_t len, size_t *pos, og_form_pair_t *p)
 {
-    char key[256];
-    size_t i = 0;
-    if (query == NULL)
-        return -1;
-    while (i < query_len) {
-        const char *pair = query + i;
-        const char *amp = memchr(pair, '&', query_len - i);
-        size_t plen = amp != NULL ? (size_t)(amp - pair) : query_len - i;
-        i += plen + 1;
+    while (s != NULL && *pos < len) {
+        const char *pair = s + *pos;
+        const char *amp = memchr(pair, '&', len - *pos);
+        size_t plen = amp != NULL ? (size_t)(amp - pair) : len - *pos;
+        *pos += plen + 1;
         if (plen == 0)
             continue;
         const char *eq = memchr(pair, '=', plen);
-        size_t klen = eq != NULL ? (size_t)(eq - pair) : plen;
+        p->key = pair;
+        p->key_len = eq != NULL ? (size_t)(eq - pair) : plen;
+        p->value = eq != NULL ? eq + 1 : NULL;
+        p->value_len = eq != NULL ? plen - p->key_len - 1 : 0;
+        return true;
+    }
+    return false;
+}
+
+int og_form_decode(const char *s, size_t n, char *out, size_t outlen)
+{
+    return pct_decode(s, n, true, out, outlen);
+}
+
+int og_query_param(const char *query, size_t query_len, const char *name, char *buf, size_t buflen)
+{
+    char key[256];
+    size_t pos = 0;
+    og_form_pair_t p;
+    while (og_form_next(query, query_len, &pos, &p)) {
         /* A key that does not decode cannot be the one asked for. */
-        if (pct_decode(pair, klen, true, key, sizeof(key)) < 0 || strcmp(key, name) != 0)
+        if (pct_decode(p.key, p.key_len, true, key, sizeof(key)) < 0 || strcmp(key, name) != 0)
             continue;
-        if (eq == NULL) {
+        if (p.value == NULL) {
             if (buflen == 0)
                 return -2;
             buf[0] = '\0';
             return 0;
         }
-        return pct_decode(eq + 1, plen - klen - 1, true, buf, buflen);
+        return pct_decode(p.value, p.value_len, true, buf, buflen);
     }
     return -1;
 }

@@ -13,6 +13,10 @@
 #include "omnigate/otp.h"
 #include "omnigate/send.h"
 #include "omnigate/store.h"
+#include "omnigate/util.h"
+#include "omnigate/webhooks_in.h"
+
+#define SWEEP_MS 1000
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
@@ -29,7 +33,36 @@ static const og_route_t routes[] = {
     {"GET", "/api/omni/logs", og_logs_omni},
     {"GET", "/api/sms/logs", og_logs_sms},
     {"GET", "/api/sms/otp/logs", og_logs_otp},
+    {"GET", "/webhooks/meta", og_webhook_meta_verify},
+    {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
+    {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
+    {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
 };
+
+/* ---- the status sweep (worker 0 of each instance) ------------------------------------------
+ * A status committed while its attempt's insert was in flight stays unmatched (neither
+ * transaction saw the other); once a second og_status_sweep adopts such statuses, prunes week-old
+ * unmatched ones and reports how many recent ones still wait (sql/005_delivery_status.sql). */
+
+static void swept(og_db_op_t *op, og_db_status_t st)
+{
+    og_gw_t *gw = container_of(op, og_gw_t, sweep_op);
+    if (st == OG_DB_OK && op->res[0] != NULL && PQntuples(op->res[0]) == 1 && gw->w->m != NULL)
+        og_metrics_gauge(&gw->w->m->statuses_waiting, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
+    og_db_op_clear(op);
+    gw->sweeping = false;
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+    og_gw_t *gw = container_of(t, og_gw_t, sweep_timer);
+    if (gw->sweeping || !og_db_ready(gw->db))
+        return;
+    gw->sweeping = true;
+    gw->sweep_op = (og_db_op_t){.nstmts = 1, .write = true, .done = swept};
+    gw->sweep_op.stmts[0].stmt = OG_Q_STATUS_SWEEP;
+    og_db_submit(gw->db, &gw->sweep_op);
+}
 
 static int gw_start(og_worker_t *w)
 {
@@ -54,6 +87,12 @@ static int gw_start(og_worker_t *w)
         return -1;
     og_rl_init(&gw->rl, w->cfg->workers);
     og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    if (gw->db != NULL && w->index == 0) {
+        uv_timer_init(&w->loop, &gw->sweep_timer);
+        uv_timer_start(&gw->sweep_timer, on_sweep, SWEEP_MS, SWEEP_MS);
+        uv_unref((uv_handle_t *)&gw->sweep_timer);
+        gw->sweep_started = true;
+    }
     return 0;
 }
 
@@ -83,12 +122,21 @@ static void auth_closed(void *arg)
     gw_piece_closed(gw);
 }
 
+static void sweep_closed(uv_handle_t *h)
+{
+    gw_piece_closed(container_of((uv_timer_t *)h, og_gw_t, sweep_timer));
+}
+
 static void gw_stop(og_worker_t *w)
 {
     og_gw_t *gw = w->app_data;
     if (gw == NULL)
         return;
     gw->closing = 1;
+    if (gw->sweep_started) {
+        gw->closing++;
+        uv_close((uv_handle_t *)&gw->sweep_timer, sweep_closed);
+    }
     if (gw->auth != NULL) {
         og_auth_close(gw->auth, auth_closed, gw);
         gw->auth = NULL;

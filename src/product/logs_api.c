@@ -31,8 +31,9 @@ typedef struct logs_kind {
 
 static const char *const channels[] = {"whatsapp_qr", "whatsapp_meta", "sms", NULL};
 static const char *const sources[] = {"sms", "omni", "otp", NULL};
-static const char *const omni_status[] = {"pending", "sent", "failed", "unknown", NULL};
-static const char *const sms_status[] = {"sent", "failed", "delivered", "undelivered", NULL};
+static const char *const omni_status[] = {"pending",   "sent", "failed",      "unknown",
+                                          "delivered", "read", "undelivered", NULL};
+static const char *const sms_status[] = {"sent", "failed", "delivered", "read", "undelivered", NULL};
 static const char *const otp_status[] = {"pending", "verified",   "expired", "locked",
                                          "failed",  "superseded", NULL};
 

@@ -197,11 +197,12 @@ def provider_env(sim, extra=None):
     return env
 
 
-def tenant_gateway(make_gateway, sim, workers=2):
+def tenant_gateway(make_gateway, sim, workers=2, env=None):
     """A ready gateway on the test's database talking to the simulator (attempt timeout 1 s),
     with a tenant that has every channel (.tenant) and a token with every scope (.token)."""
     sim.clear()
-    srv = make_gateway(workers=workers, env=provider_env(sim, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}))
+    srv = make_gateway(workers=workers, env=provider_env(sim, dict({"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"},
+                                                                   **(env or {}))))
     assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
     srv.tenant = new_tenant(srv, settings=SETTINGS_ALL)
     srv.token = new_token(srv, srv.tenant["id"])["token"]

@@ -13,6 +13,8 @@ typedef enum og_channel { OG_CH_WHATSAPP_QR, OG_CH_WHATSAPP_META, OG_CH_SMS, OG_
 
 /* "whatsapp_qr", "whatsapp_meta", "sms"; "?" for anything else. */
 const char *og_channel_name(og_channel_t ch);
+/* The provider behind a channel, for labels and logs: "waha", "meta", "twilio"; "?" else. */
+const char *og_channel_provider(og_channel_t ch);
 /* The inverse; false for an unknown name. */
 bool og_channel_parse(const char *name, og_channel_t *out);
 

@@ -25,6 +25,17 @@
 #define OG_M_OUTCOMES    OG_ATTEMPT_OUTCOMES
 #define OG_M_MAX_WORKERS 256
 
+/* What became of a provider's status callback (API.md §10), counted per status for the first
+ * three and per request for the last two. */
+typedef enum og_m_callback {
+    OG_M_CB_APPLIED,         /* a new status of one of our attempts or SMS records */
+    OG_M_CB_DUPLICATE,       /* a repeat: changed nothing */
+    OG_M_CB_UNKNOWN_MESSAGE, /* no attempt has that message id (yet): kept, waiting */
+    OG_M_CB_BAD_SIGNATURE,   /* a request refused with 401 */
+    OG_M_CB_BAD_BODY,        /* a request refused with 400 */
+    OG_M_CB__COUNT
+} og_m_callback_t;
+
 typedef struct og_m_hist {
     uint64_t bucket[OG_M_BUCKETS]; /* non-cumulative counts; rendered cumulative */
     uint64_t sum;                  /* in the histogram's unit (µs, or operations) */
@@ -41,9 +52,11 @@ typedef struct og_metrics_slot {
     og_m_hist_t attempt_us[OG_M_CHANNELS];
     og_m_hist_t db_batch_ops;
     og_m_hist_t db_commit_us;
+    uint64_t callbacks[OG_M_CHANNELS][OG_M_CB__COUNT]; /* by the provider of the channel */
     uint64_t db_retries;
     uint64_t rate_limited;
     /* gauges */
+    uint64_t statuses_waiting; /* set by the worker that sweeps (gateway.c) */
     uint64_t db_queue;
     uint64_t db_connected;
     uint64_t conns_open;
@@ -70,6 +83,8 @@ void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint6
 /* channel: og_channel_t value; outcome: "sent" or an attempt error code of API.md §2. */
 void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, uint64_t latency_us);
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us);
+/* `n` status callbacks of channel ch's provider ended as `outcome`. */
+void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t outcome, uint64_t n);
 /* A field of the caller's own slot: single writer, so a plain relaxed load and store. */
 static inline void og_metrics_gauge(uint64_t *g, uint64_t v)
 {

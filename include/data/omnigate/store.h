@@ -37,6 +37,9 @@ enum og_store_stmt {
     OG_Q_SMS_PENDING,
     OG_Q_SMS_FINISH,
     OG_Q_SMS_RECORD,
+    /* sql/queries/statuses.sql */
+    OG_Q_STATUS_APPLY,
+    OG_Q_STATUS_SWEEP,
     /* sql/queries/idempotency.sql */
     OG_Q_IDEM_CLAIM,
     OG_Q_IDEM_GET,

@@ -62,4 +62,20 @@ bool og_route_param(const og_route_match_t *m, const char *name, char *buf, size
  * buflen-1. Repeated parameters: the first wins. */
 int og_query_param(const char *query, size_t query_len, const char *name, char *buf, size_t buflen);
 
+/* One name=value pair of an application/x-www-form-urlencoded string (a query string or a
+ * form body), still encoded: key and value point into the string. */
+typedef struct og_form_pair {
+    const char *key;
+    size_t key_len;
+    const char *value; /* NULL for a bare "name" without '=' */
+    size_t value_len;
+} og_form_pair_t;
+
+/* The pair after s[*pos..len) (empty pairs skipped), advancing *pos; false at the end. */
+bool og_form_next(const char *s, size_t len, size_t *pos, og_form_pair_t *p);
+
+/* Percent-decodes s[0..n) as a form value ('+' is a space) into out (NUL-terminated). Returns
+ * the length, or -2 on a bad escape, a decoded NUL, invalid UTF-8 or no room. */
+int og_form_decode(const char *s, size_t n, char *out, size_t outlen);
+
 #endif

@@ -21,6 +21,11 @@ typedef struct og_gw {
     struct og_hc *hc; /* outbound HTTP to the providers */
     og_rl_t rl;       /* per-tenant rate limit buckets of this worker */
     int closing;      /* handles still closing in gateway stop */
+    /* Worker 0 only: the status sweep (gateway.c). */
+    uv_timer_t sweep_timer;
+    bool sweep_started;
+    bool sweeping; /* sweep_op in flight */
+    og_db_op_t sweep_op;
 } og_gw_t;
 
 static inline og_gw_t *og_gw(void *ctx)

@@ -3,6 +3,7 @@
  *   POST {sms_base_url}/2010-04-01/Accounts/{sms_account_sid}/Messages.json
  *   HTTP Basic auth: account sid, auth token
  *   To=<+E164>&From=<sender>&Body=<text>   (application/x-www-form-urlencoded, RFC 3986 %XX)
+ *   [&StatusCallback={public_url}/webhooks/twilio when OMNIGATE_PUBLIC_URL is set]
  * Success is a 2xx with a string `sid`; errors are {"code","message","more_info","status"},
  * classified by `code` first and the HTTP status second (docs/providers.md).
  */
@@ -45,8 +46,18 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
     char *text = og_provider_pct_encode(p->text, strlen(p->text));
     if (sid != NULL)
         req->url = og_provider_url(cfg->sms_base_url, "/2010-04-01/Accounts/%s/Messages.json", sid);
-    if (to != NULL && from != NULL && text != NULL) {
-        int n = asprintf(&req->body, "To=%s&From=%s&Body=%s", to, from, text);
+    /* With a public URL, Twilio reports delivery to us (API.md §10). */
+    char *callback = NULL;
+    bool callback_ok = true;
+    if (cfg->public_url != NULL && cfg->public_url[0] != '\0') {
+        char *url = og_provider_url(cfg->public_url, "/webhooks/twilio");
+        callback = url != NULL ? og_provider_pct_encode(url, strlen(url)) : NULL;
+        free(url);
+        callback_ok = callback != NULL;
+    }
+    if (callback_ok && to != NULL && from != NULL && text != NULL) {
+        int n = asprintf(&req->body, "To=%s&From=%s&Body=%s%s%s", to, from, text,
+                         callback != NULL ? "&StatusCallback=" : "", callback != NULL ? callback : "");
         if (n < 0)
             req->body = NULL;
         else
@@ -55,6 +66,7 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
     free(sid);
     free(to);
     free(from);
+    free(callback);
     if (text != NULL) { /* OTP codes travel in the text */
         explicit_bzero(text, strlen(text));
         free(text);
