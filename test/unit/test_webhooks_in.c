@@ -1,0 +1,161 @@
+/*
+ * The provider webhook parsers and Twilio's signature (src/product/webhooks_in.c): what each
+ * wire format becomes, what is left out, and that a malformed batch is refused whole.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "omnigate/webhooks_in.h"
+
+static const char *field(json_t *arr, size_t i, const char *name)
+{
+    return json_string_value(json_object_get(json_array_get(arr, i), name));
+}
+
+/* Meta: every status of every change of every entry, played as read, failed with its code,
+ * title and deliveryError; unknown statuses and other fields left out. */
+static void test_meta(void **state)
+{
+    const char body[] =
+        "{\"object\":\"whatsapp_business_account\",\"entry\":[{\"id\":\"1\",\"changes\":["
+        "{\"field\":\"messages\",\"value\":{\"statuses\":["
+        "{\"id\":\"wamid.A\",\"status\":\"delivered\",\"timestamp\":\"1700000000\"},"
+        "{\"id\":\"wamid.B\",\"status\":\"played\",\"timestamp\":1700000001},"
+        "{\"id\":\"wamid.C\",\"status\":\"deleted\",\"timestamp\":\"1700000002\"},"
+        "{\"id\":\"wamid.D\",\"status\":\"failed\",\"timestamp\":\"1700000003\",\"errors\":[{\"code\":131026,"
+        "\"title\":\"Message undeliverable\"}]}],\"messages\":[{\"id\":\"in\"}]}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"statuses\":[{\"bad\":1}]}}]}]}";
+    og_err_t err = {0};
+    json_t *a = og_webhook_parse_meta(body, strlen(body), 5, &err);
+    assert_non_null(a);
+    assert_int_equal(json_array_size(a), 3);
+    assert_string_equal(field(a, 0, "pid"), "wamid.A");
+    assert_string_equal(field(a, 0, "status"), "delivered");
+    assert_string_equal(field(a, 0, "channel"), "whatsapp_meta");
+    assert_true(json_real_value(json_object_get(json_array_get(a, 0), "at")) == 1700000000.0);
+    assert_null(json_object_get(json_array_get(a, 0), "error"));
+    assert_string_equal(field(a, 1, "status"), "read");
+    assert_string_equal(field(a, 2, "status"), "failed");
+    assert_string_equal(field(a, 2, "code"), "131026");
+    assert_string_equal(field(a, 2, "error"), "not_on_whatsapp");
+    assert_string_equal(field(a, 2, "message"), "Message undeliverable");
+    json_decref(a);
+}
+
+/* A batch with one bad status is refused whole, naming the problem. */
+static void test_meta_refused_whole(void **state)
+{
+    const char *bad[] = {
+        "not json",
+        "[]",
+        "{}",
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"statuses\":["
+        "{\"id\":\"wamid.A\",\"status\":\"read\",\"timestamp\":\"1\"},{\"status\":\"read\",\"timestamp\":"
+        "\"1\"}]}}]}]}",
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"statuses\":["
+        "{\"id\":\"wamid.A\",\"status\":\"read\",\"timestamp\":\"-1\"}]}}]}]}",
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"statuses\":{}}}]}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        og_err_t err = {0};
+        assert_null(og_webhook_parse_meta(bad[i], strlen(bad[i]), 5, &err));
+        assert_non_null(err.code);
+    }
+}
+
+/* WAHA: acks map by number, the envelope's milliseconds become seconds, PENDING and other
+ * events are left out. */
+static void test_waha(void **state)
+{
+    const char ack[] =
+        "{\"event\":\"message.ack\",\"timestamp\":1700000000500,\"payload\":{\"id\":\"true_1@c.us_X\","
+        "\"ack\":-1,\"ackName\":\"ERROR\"}}";
+    og_err_t err = {0};
+    json_t *a = og_webhook_parse_waha(ack, strlen(ack), 5, &err);
+    assert_int_equal(json_array_size(a), 1);
+    assert_string_equal(field(a, 0, "status"), "failed");
+    assert_string_equal(field(a, 0, "channel"), "whatsapp_qr");
+    assert_string_equal(field(a, 0, "error"), "provider_error");
+    assert_true(json_real_value(json_object_get(json_array_get(a, 0), "at")) == 1700000000.5);
+    json_decref(a);
+    const char pending[] = "{\"event\":\"message.ack\",\"payload\":{\"id\":\"x\",\"ack\":0}}";
+    a = og_webhook_parse_waha(pending, strlen(pending), 5, &err);
+    assert_int_equal(json_array_size(a), 0);
+    json_decref(a);
+    const char other[] = "{\"event\":\"message\",\"payload\":{\"body\":\"hi\"}}";
+    a = og_webhook_parse_waha(other, strlen(other), 5, &err);
+    assert_int_equal(json_array_size(a), 0);
+    json_decref(a);
+    const char bad[] = "{\"event\":\"message.ack\",\"payload\":{\"id\":\"x\",\"ack\":\"2\"}}";
+    assert_null(og_webhook_parse_waha(bad, strlen(bad), 5, &err));
+}
+
+/* Twilio: MessageSid/MessageStatus (or the Sms* twins), the receipt time, ErrorCode mapped;
+ * queued is left out; no sid is refused. */
+static void test_twilio(void **state)
+{
+    const char body[] =
+        "SmsSid=SM1&MessageStatus=undelivered&ErrorCode=30005&To=%2B6281&ErrorMessage=Unknown+handset";
+    og_err_t err = {0};
+    json_t *a = og_webhook_parse_twilio(body, strlen(body), 42, &err);
+    assert_int_equal(json_array_size(a), 1);
+    assert_string_equal(field(a, 0, "pid"), "SM1");
+    assert_string_equal(field(a, 0, "status"), "undelivered");
+    assert_string_equal(field(a, 0, "error"), "carrier_rejected");
+    assert_string_equal(field(a, 0, "message"), "Unknown handset");
+    assert_true(json_real_value(json_object_get(json_array_get(a, 0), "at")) == 42.0);
+    json_decref(a);
+    const char queued[] = "MessageSid=SM1&MessageStatus=queued";
+    a = og_webhook_parse_twilio(queued, strlen(queued), 42, &err);
+    assert_int_equal(json_array_size(a), 0);
+    json_decref(a);
+    const char nosid[] = "MessageStatus=delivered";
+    assert_null(og_webhook_parse_twilio(nosid, strlen(nosid), 42, &err));
+    assert_string_equal(err.code, "invalid_payload");
+}
+
+/* The signature covers the URL and the decoded fields in name order. */
+static void test_twilio_signature(void **state)
+{
+    /* Twilio's documented example, sent as a form in another order and percent-encoded. */
+    const char body[] =
+        "To=%2B18005551212&Digits=1234&From=%2B12349013030&Caller=%2B12349013030&CallSid=CA1234567890ABCDE";
+    const char url[] = "https://mycompany.com/myapp.php?foo=1&bar=2";
+    const char sig[] = "0/KCTR6DLpKmkAf8muzZqo1nDgQ=";
+    assert_true(og_webhook_twilio_signed("12345", url, body, strlen(body), sig, strlen(sig)));
+    assert_false(og_webhook_twilio_signed("12345", "https://mycompany.com/myapp.php?foo=1&bar=3", body,
+                                          strlen(body), sig, strlen(sig)));
+    const char changed[] =
+        "To=%2B18005551213&Digits=1234&From=%2B12349013030&Caller=%2B12349013030&CallSid=CA1234567890ABCDE";
+    assert_false(og_webhook_twilio_signed("12345", url, changed, strlen(changed), sig, strlen(sig)));
+    assert_false(og_webhook_twilio_signed("12345", url, "a=%zz", 5, sig, strlen(sig)));
+}
+
+static void test_delivery_errors(void **state)
+{
+    assert_string_equal(og_webhook_delivery_error("whatsapp_meta", "131047"), "outside_window");
+    assert_string_equal(og_webhook_delivery_error("whatsapp_meta", "131050"), "recipient_opted_out");
+    assert_string_equal(og_webhook_delivery_error("whatsapp_meta", NULL), "provider_error");
+    assert_string_equal(og_webhook_delivery_error("sms", "21610"), "recipient_opted_out");
+    assert_string_equal(og_webhook_delivery_error("sms", "30002"), "provider_error");
+    assert_string_equal(og_webhook_delivery_error("sms", "30003"), "carrier_rejected");
+    assert_string_equal(og_webhook_delivery_error("whatsapp_qr", "131026"), "provider_error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_meta),
+        cmocka_unit_test(test_meta_refused_whole),
+        cmocka_unit_test(test_waha),
+        cmocka_unit_test(test_twilio),
+        cmocka_unit_test(test_twilio_signature),
+        cmocka_unit_test(test_delivery_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
