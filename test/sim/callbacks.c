@@ -133,7 +133,7 @@ struct sim_cb_run {
     unsigned step;  /* index in the script of the callback being sent */
     unsigned tries; /* tries of that callback so far */
     bool inflight;  /* hreq is with the HTTP client */
-    bool dropped;   /* off the list; freed once hreq is back */
+    bool dropped;   /* out of cbs->runs; freed once hreq is back */
     int64_t sent_at;
     og_http_req_t *held; /* before_answer: the send whose answer waits */
     sim_answer_t held_ans;
