@@ -1,11 +1,15 @@
 """The provider simulator (test/sim, omnigate-sim) on its own: each provider's wire format and
 credential check, every magic behaviour digit, the /__sim control API (rules, recorded
-requests, stats), latency, and a clean SIGTERM with answers still waiting.
+requests, stats), latency, a clean SIGTERM with answers still waiting, and the status
+callbacks (signed webhooks) it sends after accepting a message, checked by a small receiver.
 
 The binary comes from OMNIGATE_SIM_BIN (test/e2e/meson.build sets it). Standard library only.
 """
 
 import base64
+import hashlib
+import hmac
+import http.server
 import json
 import os
 import re
@@ -40,14 +44,14 @@ START_TIMEOUT = 20.0
 class Sim:
     """One omnigate-sim process on a private loopback port, stderr captured to a file."""
 
-    def __init__(self, tmpdir, env=None):
+    def __init__(self, tmpdir, env=None, args=()):
         self.port = free_port()
         self.log_path = os.path.join(str(tmpdir), "sim-%d.stderr" % self.port)
         full = {"OMNIGATE_QR_API_KEY": QR_KEY, "OMNIGATE_SMS_ACCOUNT_SID": SMS_SID,
                 "OMNIGATE_SMS_AUTH_TOKEN": SMS_TOKEN, "OMNIGATE_ACCESS_LOG": "false"}
         full.update(env or {})
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([SIM_BIN, "--listen", "127.0.0.1:%d" % self.port],
+        self.proc = subprocess.Popen([SIM_BIN, "--listen", "127.0.0.1:%d" % self.port] + list(args),
                                      env=base_env({k: v for k, v in full.items() if v is not None}),
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)
         deadline = time.monotonic() + START_TIMEOUT
@@ -122,11 +126,18 @@ def sim(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def clean(request):
-    """Every test starts without rules or recorded requests."""
+    """Every test starts without rules or recorded requests; with the callback simulator, also
+    without callbacks under way, recorded or received, and with its counters at zero."""
     if "sim" in request.fixturenames:
         s = request.getfixturevalue("sim")
         s.control("DELETE", "/__sim/rules")
         s.control("DELETE", "/__sim/requests")
+    if "cbsim" in request.fixturenames:
+        s = request.getfixturevalue("cbsim")
+        assert wait_for(lambda: s.stats()["callbacks"]["pending"] == 0, CB_WAIT), s.stats()
+        for path in ("/__sim/rules", "/__sim/requests", "/__sim/callbacks", "/__sim/stats"):
+            s.control("DELETE", path)
+        request.getfixturevalue("rx").reset()
 
 
 # ---- the three wire formats --------------------------------------------------------------------
@@ -720,3 +731,515 @@ def test_help_and_bad_arguments():
     assert p.returncode == 0 and "omnigate-sim" in p.stdout and "/__sim" in p.stdout
     p = subprocess.run([SIM_BIN, "frobnicate"], env=base_env(), capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and "frobnicate" in p.stderr
+
+
+# ---- status callbacks ---------------------------------------------------------------------------
+
+META_SECRET = "sim-test-meta-app-secret"
+WAHA_SECRET = "sim-test-waha-webhook-secret"
+META_PHONE_ID = "109876543210"
+CB_WAIT = 10.0
+
+
+class Receiver:
+    """A stand-in for the gateway's /webhooks/*: a threaded loopback HTTP server that records
+    every POST (arrival time, path with query, lowercased headers, raw body) and answers 200, or
+    the statuses queued in `answers` first. `hold` maps a path prefix to seconds to wait before
+    answering (a slow gateway)."""
+
+    def __init__(self, port=0):
+        self.lock = threading.Lock()
+        self.items = []
+        self.answers = []
+        self.hold = {}
+        rx = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with rx.lock:
+                    status = rx.answers.pop(0) if rx.answers else 200
+                    hold = next((t for p, t in rx.hold.items() if self.path.startswith(p)), 0)
+                    rx.items.append({"at": time.monotonic(), "path": self.path, "body": body,
+                                     "headers": {k.lower(): v for k, v in self.headers.items()}})
+                if hold:
+                    time.sleep(hold)  # the slow gateway being simulated, not a wait of the test
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the simulator gave up on this try
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self.server.server_address[1]
+        self.url = "http://127.0.0.1:%d" % self.port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def got(self):
+        with self.lock:
+            return list(self.items)
+
+    def wait(self, n, timeout=CB_WAIT):
+        """Waits until n callbacks have arrived; returns them all, in arrival order."""
+        assert wait_for(lambda: len(self.got()) >= n, timeout), "wanted %d callbacks, got %r" % (n, self.got())
+        return self.got()
+
+    def reset(self):
+        with self.lock:
+            self.items.clear()
+            self.answers.clear()
+            self.hold.clear()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def rx():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def cbsim(tmp_path_factory, rx):
+    """A simulator that calls `rx` back, with every provider's signing secret set."""
+    s = Sim(tmp_path_factory.mktemp("cbsim"),
+            env={"OMNIGATE_SIM_CALLBACK_URL": rx.url, "OMNIGATE_META_APP_SECRET": META_SECRET,
+                 "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET})
+    yield s
+    assert_clean(s, s.stop())
+
+
+def cb_to(script, qr=0, meta=0, sms=0):
+    """A magic recipient with behaviour digits qr, meta, sms and the callback script digit."""
+    return "+1999%d%d%d%d000" % (qr, meta, sms, script)
+
+
+def meta_signature(body):
+    return "sha256=" + hmac.new(META_SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
+def waha_signature(body):
+    return hmac.new(WAHA_SECRET.encode(), body, hashlib.sha512).hexdigest()
+
+
+def twilio_signature(url, fields):
+    data = url + "".join(k + fields[k] for k in sorted(fields))
+    return base64.b64encode(hmac.new(SMS_TOKEN.encode(), data.encode(), hashlib.sha1).digest()).decode()
+
+
+def form_fields(body):
+    """A form body as a dict; every field must appear once."""
+    pairs = urllib.parse.parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=True)
+    assert len(pairs) == len(dict(pairs)), pairs
+    return dict(pairs)
+
+
+MESSAGE_ID = {"whatsapp_meta": lambda j: j["messages"][0]["id"], "whatsapp_qr": lambda j: j["id"],
+              "sms": lambda j: j["sid"]}
+WEBHOOK = {"whatsapp_meta": "/webhooks/meta", "whatsapp_qr": "/webhooks/waha", "sms": "/webhooks/twilio"}
+DIGIT_OF = {"whatsapp_qr": "qr", "whatsapp_meta": "meta", "sms": "sms"}
+
+
+def meta_status(item):
+    value = json.loads(item["body"])["entry"][0]["changes"][0]["value"]
+    assert len(value["statuses"]) == 1, value
+    return value["statuses"][0]
+
+
+def said(channel, item):
+    """(message id, status) of one callback, in the provider's own words."""
+    if channel == "whatsapp_meta":
+        st = meta_status(item)
+        return st["id"], st["status"]
+    if channel == "whatsapp_qr":
+        p = json.loads(item["body"])["payload"]
+        return p["id"], p["ackName"]
+    f = form_fields(item["body"])
+    return f["MessageSid"], f["MessageStatus"]
+
+
+def assert_signed(channel, item, url=None):
+    """The callback carries the provider's signature over exactly what arrived."""
+    h, body = item["headers"], item["body"]
+    if channel == "whatsapp_meta":
+        assert h["x-hub-signature-256"] == meta_signature(body), item
+    elif channel == "whatsapp_qr":
+        assert h["x-webhook-hmac"] == waha_signature(body) and h["x-webhook-hmac-algorithm"] == "sha512", item
+    else:
+        assert h["x-twilio-signature"] == twilio_signature(url, form_fields(body)), item
+
+
+def send_accepted(sim, channel, to, **kw):
+    r = SEND[channel](sim, to, **kw)
+    assert r.status in (200, 201), r
+    return MESSAGE_ID[channel](r.json())
+
+
+def cb_stats(sim):
+    return sim.stats()["callbacks"]
+
+
+def test_callbacks_meta_sent_delivered_read(cbsim, rx):
+    """Digit 1 on Meta: sent, delivered, read POSTed in that order to /webhooks/meta, each the
+    whatsapp_business_account statuses body for the wamid the send returned, with conversation
+    and pricing on sent and delivered only, signed with X-Hub-Signature-256 over the raw body."""
+    to = cb_to(1)
+    t0 = time.time()
+    wamid = send_accepted(cbsim, "whatsapp_meta", to)
+    items = rx.wait(3)
+    assert [said("whatsapp_meta", i) for i in items] == [(wamid, "sent"), (wamid, "delivered"), (wamid, "read")]
+    for item in items:
+        assert item["path"] == "/webhooks/meta" and item["headers"]["content-type"] == "application/json"
+        assert_signed("whatsapp_meta", item)
+        body = json.loads(item["body"])
+        assert body["object"] == "whatsapp_business_account" and len(body["entry"]) == 1
+        entry = body["entry"][0]
+        assert re.match(r"^\d+$", entry["id"]) and len(entry["changes"]) == 1
+        change = entry["changes"][0]
+        assert change["field"] == "messages"
+        value = change["value"]
+        assert value["messaging_product"] == "whatsapp"
+        assert value["metadata"]["phone_number_id"] == META_PHONE_ID
+        assert re.match(r"^\d+$", value["metadata"]["display_phone_number"])
+        st = meta_status(item)
+        assert st["recipient_id"] == to[1:] and "errors" not in st
+        assert re.match(r"^\d+$", st["timestamp"]) and abs(int(st["timestamp"]) - t0) < 60, st
+        billed = st["status"] != "read"
+        assert ("conversation" in st) is billed and ("pricing" in st) is billed, st
+        if billed:
+            assert st["pricing"] == {"billable": True, "pricing_model": "CBP", "category": "service"}
+            assert st["conversation"]["origin"] == {"type": "service"}
+    assert "expiration_timestamp" in meta_status(items[0])["conversation"]
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    assert len(rx.got()) == 3
+
+
+def test_callbacks_waha_acks(cbsim, rx):
+    """Digit 1 on WAHA: message.ack events with acks 1 SERVER, 2 DEVICE, 3 READ for the id
+    sendText returned, in the session of the send, signed with X-Webhook-Hmac (SHA-512)."""
+    to = cb_to(1)
+    t0 = time.time() * 1000
+    body = {"session": "sales", "chatId": to[1:] + "@c.us", "text": "hi"}
+    mid = send_accepted(cbsim, "whatsapp_qr", to, body=body)
+    items = rx.wait(3)
+    events = [json.loads(i["body"]) for i in items]
+    assert [(e["payload"]["ack"], e["payload"]["ackName"]) for e in events] == [(1, "SERVER"), (2, "DEVICE"),
+                                                                               (3, "READ")]
+    for item, e in zip(items, events):
+        assert item["path"] == "/webhooks/waha" and item["headers"]["content-type"] == "application/json"
+        assert_signed("whatsapp_qr", item)
+        assert e["event"] == "message.ack" and e["session"] == "sales"
+        assert re.match(r"^evt_[0-9a-z]+$", e["id"]) and abs(e["timestamp"] - t0) < 60000, e
+        p = e["payload"]
+        assert p["id"] == mid and p["to"] == to[1:] + "@c.us" and p["fromMe"] is True
+        assert p["from"].endswith("@c.us")
+    assert len({e["id"] for e in events}) == 3
+
+
+def test_callbacks_twilio_statuses(cbsim, rx):
+    """Digit 1 on Twilio: form-encoded status callbacks sent, delivered, read for the SM sid,
+    to /webhooks/twilio under the callback URL (no StatusCallback in the send), signed with
+    X-Twilio-Signature over that URL and the sorted fields."""
+    to = cb_to(1)
+    sid = send_accepted(cbsim, "sms", to)
+    items = rx.wait(3)
+    url = rx.url + "/webhooks/twilio"
+    assert [said("sms", i) for i in items] == [(sid, "sent"), (sid, "delivered"), (sid, "read")]
+    for item in items:
+        assert item["path"] == "/webhooks/twilio"
+        assert item["headers"]["content-type"] == "application/x-www-form-urlencoded"
+        assert_signed("sms", item, url)
+        f = form_fields(item["body"])
+        assert set(f) == {"MessageSid", "SmsSid", "AccountSid", "MessageStatus", "SmsStatus", "To", "From",
+                          "ApiVersion"}, f
+        assert (f["SmsSid"], f["AccountSid"], f["To"], f["From"], f["ApiVersion"]) == (sid, SMS_SID, to, "ACME",
+                                                                                      "2010-04-01")
+        assert f["SmsStatus"] == f["MessageStatus"]
+
+
+@pytest.mark.parametrize("digit,meta_code,twilio", [(2, 131026, ("failed", "30003")),
+                                                    (3, 131047, ("failed", "30007")),
+                                                    (4, 131000, ("undelivered", "30005"))])
+@pytest.mark.parametrize("channel", ["whatsapp_meta", "whatsapp_qr", "sms"])
+def test_callbacks_failures(cbsim, rx, channel, digit, meta_code, twilio):
+    """Digits 2 (not on WhatsApp), 3 (outside the 24 h window), 4 (undelivered): one failure
+    callback: Meta failed with its error code, title, message and details; WAHA ack -1 ERROR;
+    Twilio failed/undelivered with ErrorCode 30003/30007/30005."""
+    mid = send_accepted(cbsim, channel, cb_to(digit))
+    item = rx.wait(1)[0]
+    assert item["path"] == WEBHOOK[channel]
+    assert_signed(channel, item, rx.url + WEBHOOK[channel])
+    if channel == "whatsapp_meta":
+        st = meta_status(item)
+        assert st["id"] == mid and st["status"] == "failed" and "conversation" not in st
+        assert len(st["errors"]) == 1
+        err = st["errors"][0]
+        assert err["code"] == meta_code and err["title"] and err["message"] and err["error_data"]["details"], err
+    elif channel == "whatsapp_qr":
+        p = json.loads(item["body"])["payload"]
+        assert (p["id"], p["ack"], p["ackName"]) == (mid, -1, "ERROR")
+    else:
+        f = form_fields(item["body"])
+        assert (f["MessageSid"], f["MessageStatus"], f["SmsStatus"], f["ErrorCode"]) == (mid, twilio[0], twilio[0], twilio[1])
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    assert len(rx.got()) == 1 and cb_stats(cbsim)["sent"] == 1
+
+
+SCRIPTS = {
+    6: ["sent", "delivered", "delivered"],
+    7: ["sent", "read", "delivered"],
+    8: ["sent"],
+    9: ["delivered"],
+}
+WAHA_WORDS = {"sent": "SERVER", "delivered": "DEVICE", "read": "READ"}
+
+
+@pytest.mark.parametrize("digit", sorted(SCRIPTS))
+@pytest.mark.parametrize("channel", ["whatsapp_meta", "whatsapp_qr", "sms"])
+def test_callbacks_scripted_orders(cbsim, rx, channel, digit):
+    """Digits 6 (same status twice), 7 (read before delivered), 8 (sent only), 9 (delivered
+    only): exactly those callbacks, in that order, each signed."""
+    want = SCRIPTS[digit]
+    if channel == "whatsapp_qr":
+        want = [WAHA_WORDS[w] for w in want]
+    mid = send_accepted(cbsim, channel, cb_to(digit))
+    items = rx.wait(len(want))
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    items = rx.got()
+    assert [said(channel, i) for i in items] == [(mid, w) for w in want]
+    for item in items:
+        assert_signed(channel, item, rx.url + WEBHOOK[channel])
+
+
+@pytest.mark.parametrize("channel", ["whatsapp_meta", "whatsapp_qr", "sms"])
+def test_callbacks_before_answer(cbsim, rx, channel):
+    """Digit 5: sent and then delivered are POSTed before the send is answered; the answer waits
+    until the delivered POST has been answered (the receiver takes 0.3 s for each)."""
+    rx.hold[WEBHOOK[channel]] = 0.3
+    t0 = time.monotonic()
+    mid = send_accepted(cbsim, channel, cb_to(5))
+    answered = time.monotonic()
+    items = rx.got()
+    assert [said(channel, i)[1] for i in items] == (["SERVER", "DEVICE"] if channel == "whatsapp_qr"
+                                                  else ["sent", "delivered"])
+    assert all(said(channel, i)[0] == mid for i in items)
+    assert items[1]["at"] + 0.3 <= answered + 0.01, (items, answered)
+    assert answered - t0 >= 0.6
+
+
+def test_callbacks_before_answer_released_by_a_failed_try(cbsim, rx):
+    """Digit 5: when the first callback's POST fails (500), the send is answered at once; the
+    callbacks then go on (the failed one retried after 1 s)."""
+    rx.answers.append(500)
+    t0 = time.monotonic()
+    mid = send_accepted(cbsim, "whatsapp_meta", cb_to(5))
+    assert time.monotonic() - t0 < 0.9
+    assert [said("whatsapp_meta", i) for i in rx.got()] == [(mid, "sent")]
+    items = rx.wait(3)
+    assert [said("whatsapp_meta", i) for i in items] == [(mid, "sent"), (mid, "sent"), (mid, "delivered")]
+
+
+def test_twilio_status_callback_url_is_used_and_signed(cbsim, rx):
+    """A Twilio send with StatusCallback (a path, a query string and a non-default port) gets
+    its callbacks there, signed over exactly that URL, query included."""
+    callback = rx.url + "/hooks/twilio/status?tenant=t-1&note=a%2Fb+c"
+    sid = send_accepted(cbsim, "sms", cb_to(1),
+                        fields={"To": cb_to(1), "From": "ACME", "Body": "hi", "StatusCallback": callback})
+    items = rx.wait(3)
+    for item in items:
+        assert item["path"] == "/hooks/twilio/status?tenant=t-1&note=a%2Fb+c", item
+        assert_signed("sms", item, callback)
+        f = form_fields(item["body"])
+        assert item["headers"]["x-twilio-signature"] != twilio_signature(rx.url + "/hooks/twilio/status", f)
+    assert [said("sms", i) for i in items] == [(sid, "sent"), (sid, "delivered"), (sid, "read")]
+
+
+def test_callback_retried_after_a_500(cbsim, rx):
+    """A callback answered 500 is sent again, the same body with the same signature, about 1 s
+    later; /__sim/callbacks records both tries and /__sim/stats counts them; DELETE clears."""
+    rx.answers.append(500)
+    sid = send_accepted(cbsim, "sms", cb_to(8))
+    first, second = rx.wait(2)
+    assert second["at"] - first["at"] >= 0.95
+    assert first["body"] == second["body"] and said("sms", first) == (sid, "sent")
+    assert first["headers"]["x-twilio-signature"] == second["headers"]["x-twilio-signature"]
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    assert cb_stats(cbsim) == {"sent": 2, "ok": 1, "failed": 1, "retried": 1, "abandoned": 0, "pending": 0}
+    status, j = cbsim.control("GET", "/__sim/callbacks")
+    recs = j["data"]["items"]
+    assert status == 200 and [(r["status"], r["tries"], r["result"]) for r in recs] == [(500, 1, "ok"), (200, 2, "ok")]
+    for rec in recs:
+        assert rec["provider"] == "twilio" and rec["channel"] == "sms" and rec["messageId"] == sid
+        assert rec["url"] == rx.url + "/webhooks/twilio" and rec["body"] == first["body"].decode()
+        assert rec["headers"]["x-twilio-signature"] == first["headers"]["x-twilio-signature"]
+        assert rec["headers"]["content-type"] == "application/x-www-form-urlencoded"
+        assert abs(rec["sentAt"] - time.time() * 1000) < 60000
+    assert recs[1]["sentAt"] - recs[0]["sentAt"] >= 950
+    status, j = cbsim.control("DELETE", "/__sim/callbacks")
+    assert status == 200 and j["data"]["cleared"] == 2
+    assert cbsim.control("GET", "/__sim/callbacks")[1]["data"]["items"] == []
+
+
+def test_callback_reaches_a_receiver_that_comes_back(tmp_path):
+    """While nothing listens at the callback URL the tries fail (connection refused) and are
+    retried; a receiver started a moment later gets the callback."""
+    port = free_port()
+    s = Sim(tmp_path, env={"OMNIGATE_SIM_CALLBACK_URL": "http://127.0.0.1:%d" % port})
+    late = None
+    try:
+        mid = send_accepted(s, "whatsapp_meta", cb_to(8))
+        assert wait_for(lambda: cb_stats(s)["failed"] >= 1, CB_WAIT), cb_stats(s)
+        recs = s.control("GET", "/__sim/callbacks")[1]["data"]["items"]
+        assert recs[0]["result"] == "unreachable" and recs[0]["status"] is None and recs[0]["tries"] == 1
+        late = Receiver(port)
+        item = late.wait(1)[0]
+        assert said("whatsapp_meta", item) == (mid, "sent")
+        assert "x-hub-signature-256" not in item["headers"]  # no OMNIGATE_META_APP_SECRET here
+        assert wait_for(lambda: cb_stats(s)["pending"] == 0, CB_WAIT)
+        st = cb_stats(s)
+        assert st["ok"] == 1 and st["failed"] >= 1 and st["retried"] == st["failed"] and st["abandoned"] == 0
+    finally:
+        rc = s.stop()
+        if late is not None:
+            late.close()
+    assert_clean(s, rc)
+
+
+def test_no_callback_for_digit_0_short_numbers_or_refusals(cbsim, rx):
+    """No callback is scripted for digit 0, numbers without a fourth digit, other numbers, or a
+    send the simulator did not accept (a behaviour digit or bad credentials); a digit 8 sent
+    afterwards is the only callback that arrives."""
+    for channel in ("whatsapp_meta", "whatsapp_qr", "sms"):
+        for to in (cb_to(0), "+1999000", OK_TO):
+            send_accepted(cbsim, channel, to)
+        assert SEND[channel](cbsim, cb_to(1, **{DIGIT_OF[channel]: 1})).status == 400
+    assert meta_send(cbsim, cb_to(1), token="bad").status == 401
+    assert cb_stats(cbsim) == {"sent": 0, "ok": 0, "failed": 0, "retried": 0, "abandoned": 0, "pending": 0}
+    mid = send_accepted(cbsim, "whatsapp_qr", cb_to(8))
+    rx.wait(1)
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    assert [said("whatsapp_qr", i) for i in rx.got()] == [(mid, "SERVER")]
+
+
+def test_no_callback_without_callback_url(sim):
+    """Without --callback-url nothing is called back, not even a Twilio StatusCallback."""
+    r = Receiver()
+    try:
+        assert cb_stats(sim) == {"sent": 0, "ok": 0, "failed": 0, "retried": 0, "abandoned": 0, "pending": 0}
+        send_accepted(sim, "sms", cb_to(1), fields={"To": cb_to(1), "From": "ACME", "Body": "hi",
+                                                    "StatusCallback": r.url + "/webhooks/twilio"})
+        send_accepted(sim, "whatsapp_meta", cb_to(1))
+        assert cb_stats(sim)["pending"] == 0 and cb_stats(sim)["sent"] == 0
+        assert sim.control("GET", "/__sim/callbacks")[1]["data"]["items"] == []
+        assert not wait_for(lambda: r.got(), 0.5)
+    finally:
+        r.close()
+
+
+def test_callbacks_unsigned_without_secrets_and_flag_form(tmp_path):
+    """--callback-url works as a flag; a provider whose secret is unset sends its callbacks
+    without a signature header."""
+    r = Receiver()
+    s = Sim(tmp_path, env={"OMNIGATE_SMS_AUTH_TOKEN": None}, args=["--callback-url", r.url + "/"])
+    try:
+        for channel in ("whatsapp_meta", "whatsapp_qr", "sms"):
+            send_accepted(s, channel, cb_to(8))
+        items = r.wait(3)
+        assert sorted(i["path"] for i in items) == ["/webhooks/meta", "/webhooks/twilio", "/webhooks/waha"]
+        for item in items:
+            assert not {"x-hub-signature-256", "x-webhook-hmac", "x-webhook-hmac-algorithm",
+                        "x-twilio-signature"} & set(item["headers"]), item
+    finally:
+        rc = s.stop()
+        r.close()
+    assert_clean(s, rc)
+
+
+def test_rule_scripts_callbacks_for_any_recipient(cbsim, rx):
+    """A rule's "callback" scripts any recipient (with its callbackDelayMs); "none" silences a
+    magic digit; a rule without "callback" leaves the fourth digit in charge."""
+    rule = cbsim.rule(channel="whatsapp_qr", to=OK_TO, behaviour="ok", callback="read_first", callbackDelayMs=0)
+    assert rule["callback"] == "read_first" and rule["callbackDelayMs"] == 0
+    mid = send_accepted(cbsim, "whatsapp_qr", OK_TO)
+    items = rx.wait(3)
+    assert [said("whatsapp_qr", i) for i in items] == [(mid, "SERVER"), (mid, "READ"), (mid, "DEVICE")]
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)  # the last answer was taken in
+    rx.reset()
+    cbsim.rule(channel="sms", to=cb_to(1), behaviour="ok", callback="none")
+    send_accepted(cbsim, "sms", cb_to(1))
+    assert cb_stats(cbsim)["pending"] == 0
+    plain = cbsim.rule(channel="whatsapp_meta", behaviour="ok", latencyMs=100)
+    assert plain["callback"] is None and plain["callbackDelayMs"] == 20
+    mid = send_accepted(cbsim, "whatsapp_meta", cb_to(8))
+    assert [said("whatsapp_meta", i) for i in rx.wait(1)] == [(mid, "sent")]
+
+
+def test_callback_delay_spaces_the_callbacks(cbsim, rx):
+    """callbackDelayMs is the pause before each callback, counted from the previous answer."""
+    cbsim.rule(channel="whatsapp_meta", behaviour="ok", callback="delivered_read", callbackDelayMs=300)
+    t0 = time.monotonic()
+    send_accepted(cbsim, "whatsapp_meta", OK_TO)
+    items = rx.wait(3)
+    assert items[0]["at"] - t0 >= 0.29
+    assert items[1]["at"] - items[0]["at"] >= 0.29 and items[2]["at"] - items[1]["at"] >= 0.29
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"behaviour": "ok", "callback": "maybe"}, "callback"),
+    ({"behaviour": "ok", "callback": 5}, "callback"),
+    ({"behaviour": "ok", "callbackDelayMs": 600001}, "callbackDelayMs"),
+    ({"behaviour": "ok", "callbackDelayMs": -1}, "callbackDelayMs"),
+])
+def test_rule_callback_validation(sim, body, field):
+    """An invalid callback or callbackDelayMs is 422 naming the field."""
+    status, j = sim.control("POST", "/__sim/rules", body)
+    assert status == 422 and j["error"]["field"] == field, j
+
+
+def test_sigterm_drops_pending_callbacks_and_answers_held_sends(tmp_path):
+    """SIGTERM with a callback waiting for its retry and a before_answer send held while its
+    callback is slow: the held send is answered at once, the callbacks are dropped, and the
+    process exits 0 well before the retry or the slow receiver would have finished."""
+    r = Receiver()
+    r.answers.append(500)
+    r.hold["/webhooks/meta"] = 5.0
+    s = Sim(tmp_path, env={"OMNIGATE_SIM_CALLBACK_URL": r.url})
+    try:
+        send_accepted(s, "whatsapp_qr", cb_to(1))
+        r.wait(1)
+        held = Conn(s.port, timeout=10)
+        held.send(request_bytes("POST", META_PATH, [("Authorization", "Bearer " + META_TOKEN)],
+                                json.dumps(meta_body(cb_to(5)))))
+        r.wait(2)
+        assert cb_stats(s)["pending"] == 3 + 2  # WAHA's three (the first awaits its retry), Meta's two
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        resp = held.read_response(timeout=3)
+        assert resp.status == 200 and resp.header("Connection") == "close", resp
+        s.proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 2.5
+        held.close()
+        assert len(r.got()) == 2
+    finally:
+        rc = s.stop()
+        r.close()
+    assert_clean(s, rc)
+
+
+def test_callback_url_flag_errors_and_help():
+    """--help documents --callback-url; a URL that is not http(s) or a flag without a value exits 2."""
+    p = subprocess.run([SIM_BIN, "--help"], env=base_env(), capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0 and "--callback-url" in p.stdout
+    for args in (["--callback-url", "ftp://x"], ["--callback-url=nope"], ["--callback-url"]):
+        p = subprocess.run([SIM_BIN] + args, env=base_env(), capture_output=True, text=True, timeout=10)
+        assert p.returncode == 2 and "callback" in p.stderr.lower(), (args, p.stderr)
+    p = subprocess.run([SIM_BIN], env=base_env({"OMNIGATE_SIM_CALLBACK_URL": "127.0.0.1:9"}),
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and "OMNIGATE_SIM_CALLBACK_URL" in p.stderr

@@ -2,7 +2,8 @@
  * The three provider endpoints of omnigate-sim, in each provider's own wire format (API.md §8,
  * README.md). Each endpoint finds the recipient, records the request, asks for the plan and
  * prepares the answer in order: transport failures first (they ignore the request), then the
- * provider's credential check, then its body validation, then the planned behaviour.
+ * provider's credential check, then its body validation, then the planned behaviour. An
+ * accepted message's answer carries the status callbacks its plan scripts (callbacks.c).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -312,6 +313,8 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
                    "\"messages\":[{\"id\":\"%s\"}]}",
                    to, digits, wamid);
         sim_answer_set(a, 200, CTYPE_UTF8, body, len);
+        a->cb = sim_cb_prepare(s, SIM_CH_META, plan,
+                               &(sim_msg_t){.id = wamid, .to = digits, .account = phone_id});
         return SIM_OK;
     }
     }
@@ -423,6 +426,12 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
                     json_pack("{s:s, s:I, s:s, s:O, s:O, s:b, s:i, s:b}", "id", id, "timestamp",
                               (json_int_t)time(NULL), "from", WAHA_SESSION_NUMBER "@c.us", "to", chat, "body",
                               text, "fromMe", 1, "ack", 1, "hasMedia", 0));
+        const char *name = json_string_value(session);
+        a->cb = sim_cb_prepare(s, SIM_CH_QR, plan,
+                               &(sim_msg_t){.id = id,
+                                            .to = json_string_value(chat),
+                                            .from = WAHA_SESSION_NUMBER "@c.us",
+                                            .account = name != NULL ? name : "default"});
         return SIM_OK;
     }
     }
@@ -569,6 +578,17 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
                       "USD", "sid", msid, "subresource_uris", "media", media, "to", to, "uri", uri);
         answer_json(a, 201, JSON_CTYPE, v);
         free(text);
+        /* Real Twilio posts the statuses to the send's StatusCallback, when it has one. */
+        char callback[2048];
+        int callback_n =
+            og_query_param(req->body, req->body_len, "StatusCallback", callback, sizeof(callback));
+        a->cb = sim_cb_prepare(s, SIM_CH_SMS, plan,
+                               &(sim_msg_t){.id = msid,
+                                            .to = to,
+                                            .from = from_n > 0 ? from : NULL,
+                                            .account = sid,
+                                            .service = service_n > 0 ? service : NULL,
+                                            .status_callback = callback_n > 0 ? callback : NULL});
         return SIM_OK;
     }
     }

@@ -6,7 +6,8 @@
  * find the recipient, records the request, asks sim_plan what to do, prepares the provider's
  * answer and hands it to sim_finish, which answers now, after the plan's latency, or never
  * (hang, reset). Answers that wait sit on one list so that a draining worker can flush them
- * and exit at once instead of running into its drain timeout.
+ * and exit at once instead of running into its drain timeout. An accepted message's answer may
+ * carry status callbacks (callbacks.c), which begin when the answer goes out.
  */
 #include "sim.h"
 
@@ -62,6 +63,8 @@ struct sim_rule {
     char to[24]; /* digits; "" for every recipient */
     sim_behaviour_t behaviour;
     uint64_t latency_ms;
+    int script; /* a sim_script_t, or -1: the recipient's fourth magic digit decides */
+    uint64_t callback_delay_ms;
 };
 
 typedef enum { PEND_ANSWER, PEND_RESET, PEND_HANG } pend_kind_t;
@@ -169,7 +172,7 @@ void sim_answer_header(sim_answer_t *a, const char *name, const char *value)
         a->headers[a->nheaders++] = (og_http_header_t){name, strlen(name), value, strlen(value)};
 }
 
-static void answer_send(og_http_req_t *req, sim_answer_t *a)
+void sim_answer_send(og_http_req_t *req, sim_answer_t *a)
 {
     og_http_respond(req, a->status, a->headers, a->nheaders, a->ctype, a->body, a->body_len);
     free(a->body);
@@ -241,6 +244,7 @@ static void pending_closed(uv_handle_t *h)
 {
     sim_pending_t *p = container_of((uv_timer_t *)h, sim_pending_t, timer);
     free(p->ans.body);
+    sim_cb_discard(p->ans.cb);
     free(p);
 }
 
@@ -263,7 +267,10 @@ static void act_now(sim_t *s, og_http_req_t *req, pend_kind_t kind, sim_answer_t
 {
     switch (kind) {
     case PEND_ANSWER:
-        answer_send(req, ans);
+        if (ans->cb != NULL)
+            sim_cb_begin(s, req, ans);
+        else
+            sim_answer_send(req, ans);
         break;
     case PEND_RESET:
         drop_request(s, req, true);
@@ -311,6 +318,8 @@ void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t
     if (kind != PEND_ANSWER) {
         free(ans->body);
         ans->body = NULL;
+        sim_cb_discard(ans->cb);
+        ans->cb = NULL;
     }
     /* A draining worker must be able to exit: nothing waits once it drains. */
     bool wait = kind == PEND_HANG || plan->latency_ms > 0;
@@ -324,6 +333,7 @@ void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t
     p->kind = kind;
     p->ans = *ans;
     ans->body = NULL;
+    ans->cb = NULL;
     uv_timer_init(&s->w->loop, &p->timer);
     p->next = s->pending;
     if (s->pending)
@@ -347,12 +357,15 @@ void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t
 
 /* ---- behaviour ---------------------------------------------------------------------------- */
 
-/* README.md: 1999, then one digit per channel (qr, meta, sms), then anything. */
+/* README.md: 1999, then one digit per channel (qr, meta, sms), then the callback script
+ * digit, then anything. */
 static sim_plan_t magic_plan(sim_channel_t ch, const char *to)
 {
-    sim_plan_t plan = {SIM_OK, 0};
+    sim_plan_t plan = {SIM_OK, 0, SIM_SCRIPT_NONE, SIM_CALLBACK_DELAY_MS};
     if (strncmp(to, "1999", 4) != 0 || strlen(to) < 7)
         return plan;
+    if (to[7] != '\0')
+        plan.script = (sim_script_t)(to[7] - '0');
     switch (to[4 + ch]) {
     case '1':
         plan.behaviour = SIM_REJECT;
@@ -389,17 +402,20 @@ static sim_plan_t magic_plan(sim_channel_t ch, const char *to)
 
 sim_plan_t sim_plan(const sim_t *s, sim_channel_t ch, const char *to)
 {
+    sim_plan_t magic = magic_plan(ch, to);
     for (size_t i = s->nrules; i-- > 0;) {
         const sim_rule_t *r = &s->rules[i];
         if ((r->channel < 0 || r->channel == (int)ch) && (r->to[0] == '\0' || strcmp(r->to, to) == 0))
-            return (sim_plan_t){r->behaviour, r->latency_ms};
+            return (sim_plan_t){r->behaviour, r->latency_ms,
+                                r->script >= 0 ? (sim_script_t)r->script : magic.script,
+                                r->callback_delay_ms};
     }
-    return magic_plan(ch, to);
+    return magic;
 }
 
 /* ---- recording ---------------------------------------------------------------------------- */
 
-static int64_t now_ms(void)
+int64_t sim_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -446,7 +462,7 @@ void sim_record(sim_t *s, sim_channel_t ch, const og_http_req_t *req, const char
     r->nheaders = req->nheaders;
     r->body_len = req->body_len;
     r->method = req->method_str;
-    r->received_ms = now_ms();
+    r->received_ms = sim_now_ms();
     r->channel = ch;
     snprintf(r->to, sizeof(r->to), "%s", to_digits);
     s->head = (s->head + 1) % SIM_RECORDS_MAX;
@@ -536,28 +552,34 @@ static json_t *rule_json(const sim_rule_t *r)
     char to[26] = "";
     if (r->to[0] != '\0')
         snprintf(to, sizeof(to), "+%s", r->to);
-    return json_pack("{s:I, s:o, s:o, s:s, s:I}", "id", (json_int_t)r->id, "channel",
+    return json_pack("{s:I, s:o, s:o, s:s, s:I, s:o, s:I}", "id", (json_int_t)r->id, "channel",
                      r->channel < 0 ? json_null() : json_string(channel_names[r->channel]), "to",
                      to[0] ? json_string(to) : json_null(), "behaviour", stat_names[r->behaviour],
-                     "latencyMs", (json_int_t)r->latency_ms);
+                     "latencyMs", (json_int_t)r->latency_ms, "callback",
+                     r->script < 0 ? json_null() : json_string(sim_script_name((sim_script_t)r->script)),
+                     "callbackDelayMs", (json_int_t)r->callback_delay_ms);
 }
 
-/* POST /__sim/rules {"channel"?, "to"?, "behaviour", "latencyMs"?} */
+/* POST /__sim/rules {"channel"?, "to"?, "behaviour", "latencyMs"?, "callback"?, "callbackDelayMs"?} */
 static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    static const char *const allowed[] = {"channel", "to", "behaviour", "latencyMs", NULL};
+    static const char *const allowed[] = {
+        "channel", "to", "behaviour", "latencyMs", "callback", "callbackDelayMs", NULL,
+    };
     sim_t *s = sim_of(ctx);
     og_err_t err = {0};
     json_t *body = og_json_decode_body(req, allowed, &err);
-    const char *channel = NULL, *to = NULL, *behaviour = NULL;
-    long long latency = 0;
-    sim_rule_t rule = {.channel = -1};
+    const char *channel = NULL, *to = NULL, *behaviour = NULL, *callback = NULL;
+    long long latency = 0, callback_delay = SIM_CALLBACK_DELAY_MS;
+    sim_rule_t rule = {.channel = -1, .script = -1};
     if (body == NULL)
         goto failed;
     if (!og_json_get_string(body, "channel", false, &channel, &err) ||
         !og_json_get_string(body, "to", false, &to, &err) ||
         !og_json_get_string(body, "behaviour", true, &behaviour, &err) ||
-        !og_json_get_int(body, "latencyMs", false, 0, SIM_LATENCY_MAX_MS, &latency, &err))
+        !og_json_get_int(body, "latencyMs", false, 0, SIM_LATENCY_MAX_MS, &latency, &err) ||
+        !og_json_get_string(body, "callback", false, &callback, &err) ||
+        !og_json_get_int(body, "callbackDelayMs", false, 0, SIM_CALLBACK_DELAY_MAX_MS, &callback_delay, &err))
         goto failed;
     sim_channel_t ch;
     if (channel != NULL) {
@@ -577,6 +599,17 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
                     "behaviour must be ok, reject, error, hang, reset, garbage, throttle or auth");
         goto failed;
     }
+    sim_script_t script;
+    if (callback != NULL) {
+        if (!sim_script_parse(callback, &script)) {
+            og_api_fail(
+                &err, 422, "validation_failed", "callback",
+                "callback must be none, delivered_read, not_on_whatsapp, outside_window, undelivered, "
+                "before_answer, duplicate, read_first, sent_only or delivered_only");
+            goto failed;
+        }
+        rule.script = (int)script;
+    }
     if (s->nrules == SIM_RULES_MAX) {
         og_err_fail(&err, "too_many_rules", NULL, "at most %d rules; DELETE /__sim/rules first",
                     SIM_RULES_MAX);
@@ -594,6 +627,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     }
     rule.id = ++s->next_rule_id;
     rule.latency_ms = (uint64_t)latency;
+    rule.callback_delay_ms = (uint64_t)callback_delay;
     s->rules[s->nrules++] = rule;
     json_decref(body);
     og_api_reply(req, 201, "rule added", rule_json(&rule), NULL, 0);
@@ -682,8 +716,9 @@ static void stats_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         json_object_set_new(channels, channel_names[ch], o);
     }
     og_api_reply(req, 200, "stats",
-                 json_pack("{s:o, s:I, s:I, s:I}", "channels", channels, "recorded", (json_int_t)s->count,
-                           "pending", (json_int_t)s->npending, "rules", (json_int_t)s->nrules),
+                 json_pack("{s:o, s:I, s:I, s:I, s:o}", "channels", channels, "recorded",
+                           (json_int_t)s->count, "pending", (json_int_t)s->npending, "rules",
+                           (json_int_t)s->nrules, "callbacks", sim_cb_stats(s)),
                  NULL, 0);
 }
 
@@ -691,6 +726,7 @@ static void stats_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx
 {
     sim_t *s = sim_of(ctx);
     memset(s->stats, 0, sizeof(s->stats));
+    sim_cb_stats_clear(s);
     og_api_reply(req, 200, "stats cleared", NULL, NULL, 0);
 }
 
@@ -705,6 +741,8 @@ static const og_route_t sim_routes[] = {
     {"DELETE", "/__sim/requests", requests_clear},
     {"GET", "/__sim/stats", stats_get},
     {"DELETE", "/__sim/stats", stats_clear},
+    {"GET", "/__sim/callbacks", sim_cb_list},
+    {"DELETE", "/__sim/callbacks", sim_cb_clear},
     {"POST", "/api/sendText", sim_waha_send},
     {"POST", "/2010-04-01/Accounts/{AccountSid}/Messages.json", sim_twilio_send},
     /* Last: three parameter segments would match nothing above anyway, but keep literals first. */
@@ -720,6 +758,7 @@ static void on_check(uv_check_t *h)
         return;
     s->drain_seen = true;
     uv_check_stop(h);
+    sim_cb_drain(s);
     /* pending_fire unlinks; answering can run a pipelined request, which acts at once while
      * draining, so the list only shrinks. */
     while (s->pending != NULL)
@@ -739,6 +778,12 @@ static int sim_start(og_worker_t *w)
     s->w = w;
     if (getrandom(&s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng))
         s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    /* main put --callback-url there: an og_app_t carries no argument of its own. */
+    if (sim_cb_start(s, getenv(SIM_CALLBACK_URL_ENV)) != 0) {
+        free(s->ring);
+        free(s);
+        return -1;
+    }
     uv_check_init(&w->loop, &s->check);
     uv_check_start(&s->check, on_check);
     uv_unref((uv_handle_t *)&s->check);
@@ -755,10 +800,15 @@ static int sim_start(og_worker_t *w)
     return 0;
 }
 
+static void sim_piece_closed(sim_t *s)
+{
+    if (--s->closing == 0)
+        free(s);
+}
+
 static void sim_closed(uv_handle_t *h)
 {
-    sim_t *s = container_of((uv_check_t *)h, sim_t, check);
-    free(s);
+    sim_piece_closed(container_of((uv_check_t *)h, sim_t, check));
 }
 
 static void sim_stop(og_worker_t *w)
@@ -777,6 +827,8 @@ static void sim_stop(og_worker_t *w)
     records_clear(s);
     free(s->ring);
     free(s->rules);
+    s->closing = 2;
+    sim_cb_stop(s, sim_piece_closed);
     uv_close((uv_handle_t *)&s->check, sim_closed);
 }
 
@@ -807,6 +859,12 @@ static void usage(FILE *out)
                  "OMNIGATE_SMS_AUTH_TOKEN, OMNIGATE_ACCESS_LOG (default false here), OMNIGATE_LOG_LEVEL\n"
                  "and the HTTP limits.\n"
                  "OMNIGATE_WORKERS is ignored: the simulator runs one worker, so its state is in one place.\n"
+                 "\n"
+                 "  --callback-url URL  (env " SIM_CALLBACK_URL_ENV ", default: none)\n"
+                 "      After accepting a message, POST the provider's status webhooks to\n"
+                 "      URL/webhooks/{meta,waha,twilio} (Twilio: the send's StatusCallback first),\n"
+                 "      signed with OMNIGATE_META_APP_SECRET, OMNIGATE_QR_WEBHOOK_SECRET and\n"
+                 "      OMNIGATE_SMS_AUTH_TOKEN. Unset: no callbacks.\n"
                  "\n");
     og_config_usage(out);
 }
@@ -821,7 +879,14 @@ int main(int argc, char **argv)
     /* One log line per request would make the simulator the bottleneck of a benchmark: the
      * access log is off unless OMNIGATE_ACCESS_LOG or --access-log asks for it. */
     setenv("OMNIGATE_ACCESS_LOG", "false", 0);
-    if (!og_config_load(&cfg, environ, argc - 1, argv + 1, rest, &nrest, err, sizeof(err))) {
+    int nargs = argc - 1;
+    memset(&cfg, 0, sizeof(cfg));
+    if (!sim_cb_take_flag(&nargs, argv + 1, err, sizeof(err))) {
+        fprintf(stderr, "omnigate-sim: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    if (!og_config_load(&cfg, environ, nargs, argv + 1, rest, &nrest, err, sizeof(err))) {
         fprintf(stderr, "omnigate-sim: %s\n", err);
         rc = 2;
         goto out;

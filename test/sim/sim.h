@@ -8,7 +8,8 @@
  * provider beyond what the gateway's adapters rely on.
  *
  * sim.c holds the state, the behaviour engine (rules, magic numbers, delayed and dropped
- * answers), the recording and the control API; providers.c the three provider endpoints.
+ * answers), the recording and the control API; providers.c the three provider endpoints;
+ * callbacks.c the status webhooks the providers send back after accepting a message.
  */
 #ifndef OMNIGATE_SIM_H
 #define OMNIGATE_SIM_H
@@ -16,6 +17,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <jansson.h>
 
 #include "omnigate/http.h"
 #include "omnigate/router.h"
@@ -37,14 +40,43 @@ typedef enum sim_behaviour {
     SIM_BEHAVIOUR__COUNT
 } sim_behaviour_t;
 
-/* The behaviour chosen for one request, and how long to wait before acting on it. */
+/* What a provider reports about a message it accepted, by status webhook (callbacks.c). The
+ * value is the fourth digit after 1999 of a magic number (README.md). */
+typedef enum sim_script {
+    SIM_SCRIPT_NONE,            /* no callback */
+    SIM_SCRIPT_DELIVERED_READ,  /* sent, delivered, read */
+    SIM_SCRIPT_NOT_ON_WHATSAPP, /* failed: the number has no WhatsApp */
+    SIM_SCRIPT_OUTSIDE_WINDOW,  /* failed: outside the 24 h window */
+    SIM_SCRIPT_UNDELIVERED,     /* undelivered (Twilio), failed (WhatsApp) */
+    SIM_SCRIPT_BEFORE_ANSWER,   /* sent, delivered, both before the send is answered */
+    SIM_SCRIPT_DUPLICATE,       /* sent, delivered, delivered */
+    SIM_SCRIPT_READ_FIRST,      /* sent, read, delivered */
+    SIM_SCRIPT_SENT_ONLY,       /* sent */
+    SIM_SCRIPT_DELIVERED_ONLY,  /* delivered */
+    SIM_SCRIPT__COUNT
+} sim_script_t;
+
+/* The pause before each callback, after the previous answer; a rule may change it. */
+#define SIM_CALLBACK_DELAY_MS     20
+#define SIM_CALLBACK_DELAY_MAX_MS 600000
+/* Where the callbacks go; main takes --callback-url into it (callbacks.c). */
+#define SIM_CALLBACK_URL_ENV "OMNIGATE_SIM_CALLBACK_URL"
+
+/* The behaviour chosen for one request, how long to wait before acting on it, and the
+ * callbacks that follow when it is accepted. */
 typedef struct sim_plan {
     sim_behaviour_t behaviour;
     uint64_t latency_ms;
+    sim_script_t script;
+    uint64_t callback_delay_ms;
 } sim_plan_t;
 
+typedef struct sim_cbs sim_cbs_t;
+typedef struct sim_cb_run sim_cb_run_t;
+
 /* An HTTP answer being prepared by a provider endpoint. `body` is malloc'd and owned by the
- * answer until sim_finish takes it; header values are static strings. */
+ * answer until sim_finish takes it; header values are static strings. `cb`, when not NULL, are
+ * the callbacks that begin when this answer goes out (owned by the answer likewise). */
 #define SIM_ANSWER_MAX_HEADERS 2
 typedef struct sim_answer {
     int status;
@@ -53,6 +85,7 @@ typedef struct sim_answer {
     size_t body_len;
     og_http_header_t headers[SIM_ANSWER_MAX_HEADERS];
     size_t nheaders;
+    sim_cb_run_t *cb;
 } sim_answer_t;
 
 /* Outcomes counted by GET /__sim/stats besides the behaviours. */
@@ -84,6 +117,9 @@ typedef struct sim {
     size_t npending;
 
     uint64_t stats[SIM_CH__COUNT][SIM_STAT__COUNT];
+
+    sim_cbs_t *cbs; /* callbacks.c; NULL without --callback-url */
+    int closing;    /* pieces still closing in sim_stop (the check, the callbacks) */
 } sim_t;
 
 static inline sim_t *sim_of(void *ctx)
@@ -112,10 +148,15 @@ bool sim_behaviour_is_transport(sim_behaviour_t b);
 void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t *plan, int stat,
                 sim_answer_t *ans);
 
+/* Sends the answer now and frees its body; a->cb must be NULL (see sim_cb_begin). */
+void sim_answer_send(og_http_req_t *req, sim_answer_t *a);
 /* Sets the answer (taking `body`, which may be NULL when len is 0). */
 void sim_answer_set(sim_answer_t *a, int status, const char *ctype, char *body, size_t len);
 /* Adds a header with static name and value. */
 void sim_answer_header(sim_answer_t *a, const char *name, const char *value);
+
+/* Wall-clock milliseconds since the epoch. */
+int64_t sim_now_ms(void);
 
 /* Random helpers for provider ids. */
 uint64_t sim_rand(sim_t *s);
@@ -131,5 +172,57 @@ void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
  * False when s has something else than digits after an optional '+' (spaces allowed in
  * between for query strings, where '+' decodes to a space), is empty, or is longer than 20. */
 bool sim_to_digits(const char *s, size_t len, char out[24]);
+
+/* ---- status callbacks (callbacks.c) --------------------------------------------------------- */
+
+/* What the callbacks about an accepted message say; sim_cb_prepare copies it. */
+typedef struct sim_msg {
+    const char *id;              /* the message id the send answered with */
+    const char *to;              /* Meta: digits; WAHA: the chatId; Twilio: +digits */
+    const char *from;            /* WAHA: the session's own chat id; Twilio: From; else NULL */
+    const char *account;         /* Meta: phone number id; WAHA: session; Twilio: AccountSid */
+    const char *service;         /* Twilio: MessagingServiceSid, or NULL */
+    const char *status_callback; /* Twilio: the send's StatusCallback, or NULL */
+} sim_msg_t;
+
+/* "none", "delivered_read", ... (README.md), and back; false for an unknown name. */
+const char *sim_script_name(sim_script_t sc);
+bool sim_script_parse(const char *name, sim_script_t *out);
+
+/* Takes --callback-url URL (or --callback-url=URL) out of argv[0..*argc) into the environment
+ * variable SIM_CALLBACK_URL_ENV, where sim_start finds it, and checks that variable. False,
+ * with one line in err, for a flag without a value or a URL that is not http(s). */
+bool sim_cb_take_flag(int *argc, char **argv, char *err, size_t errlen);
+
+/* Sets s->cbs up when `url` (the callback URL; NULL or "": none) is set. -1 when out of memory. */
+int sim_cb_start(sim_t *s, const char *url);
+
+/* The callbacks `plan` scripts after `ch` accepted `msg`, to be put in the answer's `cb`, or
+ * NULL: none scripted, no callback URL, or the worker is draining. */
+sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan, const sim_msg_t *msg);
+
+/* Sends `ans` and begins ans->cb, which it takes with the body: the callbacks go out one after
+ * the other once the answer has gone out, or, for before_answer, the answer is held until the
+ * last callback's POST has been answered or a try has failed. */
+void sim_cb_begin(sim_t *s, og_http_req_t *req, sim_answer_t *ans);
+
+/* Frees callbacks that never began (their answer was dropped). NULL is fine. */
+void sim_cb_discard(sim_cb_run_t *run);
+
+/* The worker drains: held answers go out now, callbacks not yet delivered are dropped, and
+ * no more are scripted. */
+void sim_cb_drain(sim_t *s);
+
+/* The app stops: drops what is left (held answers too: their connections are gone), closes
+ * the HTTP client and calls closed(s) once its handles are closed, perhaps at once. */
+void sim_cb_stop(sim_t *s, void (*closed)(sim_t *s));
+
+/* The "callbacks" object of GET /__sim/stats, and DELETE /__sim/stats for it. */
+json_t *sim_cb_stats(const sim_t *s);
+void sim_cb_stats_clear(sim_t *s);
+
+/* GET /__sim/callbacks (every try, oldest first) and DELETE /__sim/callbacks. */
+void sim_cb_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_cb_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 #endif
