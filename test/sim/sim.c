@@ -602,8 +602,8 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_script_t script;
     if (callback != NULL) {
         if (!sim_script_parse(callback, &script)) {
-            og_api_fail(
-                &err, 422, "validation_failed", "callback",
+            og_err_fail(
+                &err, "validation_failed", "callback",
                 "callback must be none, delivered_read, not_on_whatsapp, outside_window, undelivered, "
                 "before_answer, duplicate, read_first, sent_only or delivered_only");
             goto failed;
