@@ -43,6 +43,15 @@ fi
 export OMNIGATE_SECRET OMNIGATE_ADMIN_TOKEN
 "$BIN" migrate
 
+host=${OMNIGATE_LISTEN%:*}
+port=${OMNIGATE_LISTEN##*:}
+host=${host#[}
+host=${host%]}
+[[ -z "$host" || "$host" == "0.0.0.0" ]] && host=127.0.0.1
+[[ "$host" == "::" ]] && host=::1
+if [[ "$host" == *:* ]]; then url_host="[$host]"; else url_host=$host; fi
+BASE="http://$url_host:$port"
+
 # --- The provider simulator stands in for Meta, WAHA and Twilio -------------------------------
 SIM_PORT=${OMNIGATE_SIM_PORT:-18080}
 export OMNIGATE_QR_API_KEY=${OMNIGATE_QR_API_KEY:-demo-waha-key}
@@ -52,10 +61,16 @@ SIM_URL="http://127.0.0.1:$SIM_PORT"
 export OMNIGATE_META_BASE_URL=${OMNIGATE_META_BASE_URL:-$SIM_URL}
 export OMNIGATE_QR_BASE_URL=${OMNIGATE_QR_BASE_URL:-$SIM_URL}
 export OMNIGATE_SMS_BASE_URL=${OMNIGATE_SMS_BASE_URL:-$SIM_URL}
+# Delivery statuses (API.md §10): the simulator calls the gateway back, signed like the real
+# providers, so the sample send below ends "read", not only "sent".
+export OMNIGATE_PUBLIC_URL=${OMNIGATE_PUBLIC_URL:-$BASE}
+export OMNIGATE_META_APP_SECRET=${OMNIGATE_META_APP_SECRET:-demo-meta-app-secret}
+export OMNIGATE_QR_WEBHOOK_SECRET=${OMNIGATE_QR_WEBHOOK_SECRET:-demo-waha-webhook-secret}
 set -m
 sim_pid=""
 if [[ -x "$SIM" ]]; then
-  OMNIGATE_ACCESS_LOG=false "$SIM" serve --listen "127.0.0.1:$SIM_PORT" --workers 1 2>"$STATE/sim.log" &
+  OMNIGATE_ACCESS_LOG=false "$SIM" serve --listen "127.0.0.1:$SIM_PORT" --workers 1 \
+    --callback-url "$OMNIGATE_PUBLIC_URL" 2>"$STATE/sim.log" &
   sim_pid=$!
 fi
 "$BIN" serve 2>>"$STATE/omnigate.log" &
@@ -77,14 +92,6 @@ stop() {
 }
 trap stop INT TERM EXIT
 
-host=${OMNIGATE_LISTEN%:*}
-port=${OMNIGATE_LISTEN##*:}
-host=${host#[}
-host=${host%]}
-[[ -z "$host" || "$host" == "0.0.0.0" ]] && host=127.0.0.1
-[[ "$host" == "::" ]] && host=::1
-if [[ "$host" == *:* ]]; then url_host="[$host]"; else url_host=$host; fi
-BASE="http://$url_host:$port"
 
 for _ in $(seq 1 100); do
   if curl -fsS -o /dev/null "$BASE/readyz" 2>/dev/null; then break; fi
@@ -112,15 +119,21 @@ echo "run.sh: demo tenant $TENANT"
 echo "run.sh: its API token (shown once): $TOKEN"
 echo "run.sh: admin token: $OMNIGATE_ADMIN_TOKEN (in .omnigate/admin-token)"
 
-# --- A sample send: +19991100000 makes both WhatsApp channels fail in the simulator ----------
+# --- A sample send: +19991101000 makes both WhatsApp channels fail in the simulator, and its
+# fourth digit (1) makes the SMS provider report sent, delivered, then read by callback --------
 show() { "$PY" -m json.tool; }
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
-echo "    -d '{\"to\":\"+19991100000\",\"text\":\"Your order has shipped\"}' $BASE/api/omni/send"
+echo "    -d '{\"to\":\"+19991101000\",\"text\":\"Your order has shipped\"}' $BASE/api/omni/send"
 SEND=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-  -d '{"to":"+19991100000","text":"Your order has shipped"}' "$BASE/api/omni/send")
+  -d '{"to":"+19991101000","text":"Your order has shipped"}' "$BASE/api/omni/send")
 echo "$SEND" | show
 REF=$(echo "$SEND" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
+# The statuses arrive within moments; wait for the last one (at most 5 s) before showing the log.
+for _ in $(seq 1 50); do
+  curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | grep -q '"status": *"read"' && break
+  sleep 0.1
+done
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?reference=$REF'"
 curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | show

@@ -21,31 +21,37 @@ SELECT m.reference, json_build_object(
         'reference', m.reference, 'to', m.to_number, 'text', m.body,
         'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
         'attempts', coalesce((
-            SELECT json_agg(jsonb_strip_nulls(jsonb_build_object(
+            -- An accepted attempt has its provider's id and its delivery (API.md §10); a
+            -- failed one its error, and null delivery fields.
+            SELECT json_agg(CASE WHEN a.status = 'sent' THEN json_build_object(
                     'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
                     'providerMessageId', a.provider_message_id,
-                    'error', CASE WHEN a.error_code IS NULL THEN NULL ELSE jsonb_build_object(
-                        'code', a.error_code, 'message', a.error_message,
-                        'providerCode', a.provider_code, 'httpStatus', a.http_status) END,
                     'attemptedAt',
-                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-                    -- Delivery (API.md §10): present on every attempt, null when unknown.
-                    || jsonb_build_object(
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                     'deliveryStatus', a.delivery_status,
                     'deliveredAt',
                         to_char(a.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                     'readAt', to_char(a.read_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                     'deliveryError', CASE WHEN a.delivery_error IS NULL THEN NULL
-                        ELSE jsonb_strip_nulls(jsonb_build_object('code', a.delivery_error,
+                        ELSE json_strip_nulls(json_build_object('code', a.delivery_error,
                             'providerCode', a.delivery_provider_code, 'message', a.delivery_message)) END,
                     'statusHistory', coalesce((
-                        SELECT jsonb_agg(jsonb_strip_nulls(jsonb_build_object('status', d.status,
+                        SELECT json_agg(json_strip_nulls(json_build_object('status', d.status,
                                 'at', to_char(d.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                                 'providerCode', d.provider_code))
                             ORDER BY d.at, og_status_rank(d.status))
                         FROM delivery_statuses d
-                        WHERE a.provider_message_id IS NOT NULL AND d.channel = a.channel
-                            AND d.provider_message_id = a.provider_message_id), '[]'::jsonb))
+                        WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id),
+                        '[]'::json))
+                ELSE json_build_object(
+                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
+                    'error', json_strip_nulls(json_build_object('code', a.error_code,
+                        'message', a.error_message, 'providerCode', a.provider_code,
+                        'httpStatus', a.http_status)),
+                    'attemptedAt',
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,
+                    'deliveryError', NULL, 'statusHistory', '[]'::json) END
                 ORDER BY a.seq)
             FROM attempts a
             WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),

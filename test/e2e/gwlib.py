@@ -123,12 +123,13 @@ def sim_bin():
 class Sim:
     """The provider simulator (test/sim) on a private loopback port."""
 
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, env=None):
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log_path = os.path.join(tmpdir, "sim-%d.stderr" % self.port)
-        env = base_env({"OMNIGATE_QR_API_KEY": SIM_QR_KEY, "OMNIGATE_SMS_ACCOUNT_SID": SIM_SMS_SID,
-                        "OMNIGATE_SMS_AUTH_TOKEN": SIM_SMS_TOKEN, "OMNIGATE_ACCESS_LOG": "false"})
+        env = base_env(dict({"OMNIGATE_QR_API_KEY": SIM_QR_KEY, "OMNIGATE_SMS_ACCOUNT_SID": SIM_SMS_SID,
+                             "OMNIGATE_SMS_AUTH_TOKEN": SIM_SMS_TOKEN, "OMNIGATE_ACCESS_LOG": "false"},
+                            **(env or {})))
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([sim_bin(), "--listen", "127.0.0.1:%d" % self.port], env=env,
                                      stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log)

@@ -471,3 +471,107 @@ def test_kill_between_receipt_and_commit(gw):
     assert counts(post_meta(gw, body)) == {"applied": 0, "duplicate": 1, "unknown": 0}
     assert db(gw, "SELECT count(*) FROM delivery_statuses WHERE provider_message_id = '%s'" % wamid) == [("1",)]
     assert log_item(gw, d["reference"])["attempts"][0]["deliveryStatus"] == "delivered"
+
+
+# ---- end to end with the simulator's own callbacks ------------------------------------------------
+
+from gwlib import Sim, gateway_env, migrate, provider_env  # noqa: E402
+
+
+@pytest.fixture
+def linked(make_server, fresh_db, tmp_path):
+    """A gateway and a simulator that calls it back (--callback-url), both with the same secrets:
+    the providers' statuses arrive as they would in production. .sim is the simulator."""
+    migrate(fresh_db)
+    srv = make_server(env=gateway_env(fresh_db, WEBHOOK_ENV), workers=2, start=False)
+    sim_ = Sim(str(tmp_path), env={"OMNIGATE_SIM_CALLBACK_URL": "http://127.0.0.1:%d" % srv.port,
+                                   "OMNIGATE_META_APP_SECRET": META_SECRET, "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET})
+    srv.env.update(provider_env(sim_, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "2000",
+                                       "OMNIGATE_PUBLIC_URL": "http://127.0.0.1:%d" % srv.port}))
+    srv.db_url = fresh_db
+    srv.start()
+    srv.sim = sim_
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    srv.tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    srv.token = new_token(srv, srv.tenant["id"])["token"]
+    yield srv
+    sim_.stop()
+
+
+def cb_to(script, qr=0, meta=0, sms=0):
+    """A simulator recipient: behaviour digits per channel, then the callback script digit."""
+    return "+1999%d%d%d%d000" % (qr, meta, sms, script)
+
+
+def attempt_when(gw, reference, pred, timeout=10):
+    """The first attempt of `reference` once pred(attempt) holds (None if it never does)."""
+    box = []
+
+    def check():
+        item = log_item(gw, reference)
+        if item and pred(item["attempts"][0]):
+            box.append(item)
+            return True
+        return False
+    return box[0] if wait_for(check, timeout) else None
+
+
+@pytest.mark.parametrize("channel", ["whatsapp_qr", "whatsapp_meta", "sms"])
+def test_sim_delivered_then_read(linked, channel):
+    """The simulator reports sent, delivered, read by signed callbacks: the attempt and the
+    message end read, with the history in order."""
+    d = send(linked, [channel], to=cb_to(1))
+    item = attempt_when(linked, d["reference"], lambda a: a["deliveryStatus"] == "read")
+    assert item is not None, log_item(linked, d["reference"])
+    a = item["attempts"][0]
+    assert [h["status"] for h in a["statusHistory"]] == ["sent", "delivered", "read"]
+    assert a["deliveredAt"] and a["readAt"] and item["status"] == "read"
+
+
+@pytest.mark.parametrize("channel,digit,status,error", [
+    ("whatsapp_meta", 2, "failed", "not_on_whatsapp"),
+    ("whatsapp_meta", 3, "failed", "outside_window"),
+    ("whatsapp_qr", 2, "failed", "provider_error"),
+    ("sms", 4, "undelivered", "carrier_rejected"),
+    ("sms", 2, "failed", "carrier_rejected"),
+])
+def test_sim_failures(linked, channel, digit, status, error):
+    """Scripted failures after acceptance end the attempt failed/undelivered with the mapped
+    deliveryError, and the message undelivered."""
+    d = send(linked, [channel], to=cb_to(digit))
+    item = attempt_when(linked, d["reference"], lambda a: a["deliveryStatus"] == status)
+    assert item is not None, log_item(linked, d["reference"])
+    assert item["attempts"][0]["deliveryError"]["code"] == error
+    assert item["status"] == "undelivered"
+
+
+@pytest.mark.parametrize("channel", ["whatsapp_qr", "whatsapp_meta", "sms"])
+def test_sim_callback_before_the_answer(linked, channel):
+    """The provider calls back before the send is answered (so before the attempt is recorded):
+    the status is kept and applied by the completion write; the answer's own log shows it."""
+    d = send(linked, [channel], to=cb_to(5))
+    a = log_item(linked, d["reference"])["attempts"][0]
+    assert a["deliveryStatus"] == "delivered", a
+    assert [h["status"] for h in a["statusHistory"]] == ["sent", "delivered"]
+
+
+def test_sim_duplicate_and_read_first(linked):
+    """The same status twice changes nothing the second time; read before delivered ends read."""
+    d1 = send(linked, ["whatsapp_meta"], to=cb_to(6))
+    d2 = send(linked, ["whatsapp_meta"], to=cb_to(7))
+    assert attempt_when(linked, d1["reference"], lambda a: len(a["statusHistory"]) == 2) is not None
+    assert wait_for(lambda: 'omnigate_status_callbacks_total{provider="meta",outcome="duplicate"} 1'
+                    in linked.request("GET", "/metrics").body.decode(), 10)
+    assert log_item(linked, d1["reference"])["attempts"][0]["deliveryStatus"] == "delivered"
+    item = attempt_when(linked, d2["reference"], lambda a: len(a["statusHistory"]) == 3)
+    assert item is not None
+    assert item["attempts"][0]["deliveryStatus"] == "read" and item["attempts"][0]["deliveredAt"]
+
+
+def test_sim_no_callback_stays_sent(linked):
+    """Without callbacks (script 0) an accepted attempt stays 'sent' and the simulator sent none."""
+    d = send(linked, ["whatsapp_meta"], to=cb_to(0))
+    d8 = send(linked, ["whatsapp_meta"], to=cb_to(8))
+    assert attempt_when(linked, d8["reference"], lambda a: len(a["statusHistory"]) == 1) is not None
+    a = log_item(linked, d["reference"])["attempts"][0]
+    assert a["deliveryStatus"] == "sent" and a["statusHistory"] == []
