@@ -352,6 +352,23 @@ def test_status_racing_its_attempt_is_adopted_by_the_sweep(gw):
     assert db(gw, "SELECT status FROM messages WHERE reference = 'kf_RACE'") == [("read",)]
 
 
+def test_unmatched_statuses_are_pruned_after_seven_days(gw):
+    """An unmatched status older than 7 days is deleted by the sweep; a younger one and a
+    matched old one are kept."""
+    post_meta(gw, meta_body([meta_status("wamid.OLD", "read", 1), meta_status("wamid.YOUNG", "read", 1)]))
+    db(gw, "UPDATE delivery_statuses SET received_at = now() - interval '8 days' "
+           "WHERE provider_message_id = 'wamid.OLD'")
+    d = send(gw, ["whatsapp_meta"])
+    wamid = d["attempts"][0]["providerMessageId"]
+    post_meta(gw, meta_body([meta_status(wamid, "read", 1)]))
+    db(gw, "UPDATE delivery_statuses SET received_at = now() - interval '8 days' "
+           "WHERE provider_message_id = '%s'" % wamid)
+    assert wait_for(lambda: db(gw, "SELECT count(*) FROM delivery_statuses WHERE provider_message_id = 'wamid.OLD'")
+                    == [("0",)], 5)
+    assert db(gw, "SELECT provider_message_id FROM delivery_statuses ORDER BY 1") == sorted(
+        [(wamid,), ("wamid.YOUNG",)])
+
+
 def test_status_of_one_tenant_never_shows_on_another(gw):
     """Statuses are matched by provider message id: tenant A's status shows on A's message only;
     tenant B's logs hold nothing of it."""
