@@ -7,6 +7,11 @@
  * libpq returns each statement's result(s) followed by NULL, and PGRES_PIPELINE_SYNC for the
  * Sync (not followed by NULL); after an error every further statement of the unit yields
  * PGRES_PIPELINE_ABORTED up to the Sync.
+ *
+ * The listener (og_db_listen) is one more dbconn_t, kept outside the pool's array and counts:
+ * it connects, backs off and changes state through the same functions, and its first unit is
+ * LISTEN instead of the statement table. Once ready it never carries a unit again; readable
+ * input there means notifications (or the end of the connection).
  */
 #include "omnigate/db.h"
 #include "omnigate/metrics.h"
@@ -17,13 +22,14 @@
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 #define NUDGE_MIN_MS   200
+#define CHANNEL_MAX    63 /* NAMEDATALEN - 1: the server would truncate a longer name */
 
 /* A connection's state. Only conn_set_state changes it, along the moves of conn_moves. */
 typedef enum {
     C_DOWN = 0,   /* no PGconn: waiting for the retry timer or a nudge, or the pool is closing */
     C_CONNECTING, /* PQconnectStart done, PQconnectPoll under way */
-    C_PREPARING,  /* connected; the unit preparing the statement table is in flight */
-    C_READY,      /* statements prepared: takes reads and write batches */
+    C_PREPARING,  /* connected; the unit preparing the statement table (or LISTEN) is in flight */
+    C_READY,      /* statements prepared: takes reads and write batches (the listener: listening) */
     C_NSTATES
 } cstate_t;
 
@@ -60,7 +66,8 @@ typedef struct poll_h {
 
 struct dbconn {
     og_db_t *db;
-    int idx;
+    int idx;     /* position in the pool; -1 for the listener */
+    bool listen; /* the pool's listener: never picked, not in nstate nor the stats */
     PGconn *pg;
     cstate_t state;
     poll_h_t *ph;
@@ -86,7 +93,11 @@ struct og_db {
     int nstmts;
     dbconn_t *conns;
     int nconns;
-    int nstate[C_NSTATES]; /* connections in each state, kept exact by conn_set_state */
+    int nstate[C_NSTATES];         /* pool connections in each state, kept exact by conn_set_state */
+    dbconn_t listener;             /* in use once listener.listen is set (og_db_listen) */
+    char channel[CHANNEL_MAX + 1]; /* what the listener listens on: [a-z_]+ (og_db_listen checks) */
+    og_db_notify_fn notify;
+    void *notify_arg;
     opq_t writes, reads, failed;
     uv_check_t check;
     uv_idle_t idle; /* active while work is queued, so the loop does not block in poll */
@@ -99,6 +110,7 @@ struct og_db {
 };
 
 static void conn_start(dbconn_t *c);
+static void nudge_conn(dbconn_t *c, uint64_t now);
 static void conn_broken(dbconn_t *c, const char *why);
 static void conn_io(dbconn_t *c, int events);
 static void schedule(og_db_t *db);
@@ -261,9 +273,11 @@ static void conn_set_state(dbconn_t *c, cstate_t to)
         og_log_flush(db->log);
         abort();
     }
-    db->nstate[c->state]--;
-    db->nstate[to]++;
-    db->stats.state_changes++;
+    if (!c->listen) {
+        db->nstate[c->state]--;
+        db->nstate[to]++;
+        db->stats.state_changes++;
+    }
     c->state = to;
 }
 
@@ -298,7 +312,8 @@ static void conn_broken(dbconn_t *c, const char *why)
     if (c->state != C_DOWN && !db->closing) {
         char esc[256];
         og_log_escape(esc, sizeof(esc), why ? why : "", why ? strlen(why) : 0);
-        og_log(db->log, was_ready ? OG_LOG_WARN : OG_LOG_DEBUG, "database connection lost",
+        og_log(db->log, was_ready ? OG_LOG_WARN : OG_LOG_DEBUG,
+               c->listen ? "database listener lost" : "database connection lost",
                "\"conn\":%d,\"error\":\"%s\"", c->idx, esc);
     }
     poll_drop(c);
@@ -338,6 +353,8 @@ static void conn_start(dbconn_t *c)
         conn_broken(c, "cannot watch socket");
 }
 
+/* Sends the unit that makes a new connection useful: the statement table, or the listener's
+ * LISTEN. Its Sync moves the connection to C_READY (unit_done). */
 static void send_prepares(dbconn_t *c)
 {
     og_db_t *db = c->db;
@@ -348,14 +365,16 @@ static void send_prepares(dbconn_t *c)
         return;
     }
     u->prepare = true;
-    for (int i = 0; i < db->nstmts; i++) {
-        if (!PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL)) {
-            free(u);
-            conn_broken(c, PQerrorMessage(c->pg));
-            return;
-        }
+    bool sent = true;
+    if (c->listen) {
+        /* LISTEN takes no parameter: the channel is an identifier og_db_listen checked ([a-z_]+). */
+        char sql[80];
+        snprintf(sql, sizeof(sql), "LISTEN %s", db->channel);
+        sent = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
     }
-    if (!PQpipelineSync(c->pg)) {
+    for (int i = 0; sent && !c->listen && i < db->nstmts; i++)
+        sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
+    if (!sent || !PQpipelineSync(c->pg)) {
         free(u);
         conn_broken(c, PQerrorMessage(c->pg));
         return;
@@ -401,8 +420,16 @@ static void unit_done(dbconn_t *c, unit_t *u)
         }
         conn_set_state(c, C_READY);
         c->backoff_ms = 0;
-        og_log(db->log, OG_LOG_INFO, "database connected", "\"conn\":%d", c->idx);
+        og_log(db->log, OG_LOG_INFO, c->listen ? "database listener connected" : "database connected",
+               "\"conn\":%d", c->idx);
         free(u);
+        if (c->listen) {
+            /* Notifications sent while it was down are lost: the caller looks for work. */
+            db->notify(db->notify_arg, db->channel, NULL);
+            return;
+        }
+        if (db->listener.listen) /* the database is back: so may the listener be */
+            nudge_conn(&db->listener, uv_now(db->loop));
         schedule(db);
         return;
     }
@@ -491,6 +518,18 @@ static void next_statement(unit_t *u)
     }
 }
 
+/* Hands the listener's notifications to the caller, who may close the pool from the callback
+ * (conn_broken then finishes the connection, and the loop stops). */
+static void deliver_notifies(dbconn_t *c)
+{
+    og_db_t *db = c->db;
+    PGnotify *n;
+    while (c->state == C_READY && (n = PQnotifies(c->pg)) != NULL) {
+        db->notify(db->notify_arg, n->relname, n->extra);
+        PQfreemem(n);
+    }
+}
+
 static void read_results(dbconn_t *c)
 {
     if (!PQconsumeInput(c->pg)) {
@@ -506,6 +545,8 @@ static void read_results(dbconn_t *c)
         else
             take_result(c, r);
     }
+    if (c->listen)
+        deliver_notifies(c);
     if (c->state != C_DOWN && c->pg && PQstatus(c->pg) == CONNECTION_BAD)
         conn_broken(c, PQerrorMessage(c->pg));
 }
@@ -604,14 +645,20 @@ static dbconn_t *pick(og_db_t *db, bool for_write)
     return best;
 }
 
+static void nudge_conn(dbconn_t *c, uint64_t now)
+{
+    if (c->state == C_DOWN && now - c->last_attempt_ms >= NUDGE_MIN_MS)
+        conn_start(c);
+}
+
+/* The listener is nudged with the pool: the caller is active, so the database may be back. */
 static void nudge(og_db_t *db)
 {
     uint64_t now = uv_now(db->loop);
-    for (int i = 0; i < db->nconns; i++) {
-        dbconn_t *c = &db->conns[i];
-        if (c->state == C_DOWN && now - c->last_attempt_ms >= NUDGE_MIN_MS)
-            conn_start(c);
-    }
+    for (int i = 0; i < db->nconns; i++)
+        nudge_conn(&db->conns[i], now);
+    if (db->listener.listen)
+        nudge_conn(&db->listener, now);
 }
 
 static void run_queues(og_db_t *db)
@@ -694,6 +741,18 @@ static void schedule(og_db_t *db)
 
 /* ---- public ----------------------------------------------------------------------------- */
 
+/* Sets up a connection (pool or listener) and starts connecting it. */
+static void conn_init(og_db_t *db, dbconn_t *c, int idx)
+{
+    c->db = db;
+    c->idx = idx;
+    c->fd = -1;
+    uv_timer_init(db->loop, &c->retry);
+    c->retry.data = c;
+    db->open_handles++;
+    conn_start(c);
+}
+
 og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, const og_db_stmt_t *stmts,
                    int nstmts)
 {
@@ -721,17 +780,33 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     uv_idle_init(loop, &db->idle);
     db->idle.data = db;
     db->open_handles = 2;
-    for (int i = 0; i < pool; i++) {
-        dbconn_t *c = &db->conns[i];
-        c->db = db;
-        c->idx = i;
-        c->fd = -1;
-        uv_timer_init(loop, &c->retry);
-        c->retry.data = c;
-        db->open_handles++;
-        conn_start(c);
-    }
+    for (int i = 0; i < pool; i++)
+        conn_init(db, &db->conns[i], i);
     return db;
+}
+
+static bool channel_valid(const char *channel)
+{
+    size_t n = strlen(channel);
+    if (n == 0 || n > CHANNEL_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if ((channel[i] < 'a' || channel[i] > 'z') && channel[i] != '_')
+            return false;
+    }
+    return true;
+}
+
+bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg)
+{
+    if (db->closing || db->listener.listen || fn == NULL || !channel_valid(channel))
+        return false;
+    snprintf(db->channel, sizeof(db->channel), "%s", channel);
+    db->notify = fn;
+    db->notify_arg = arg;
+    db->listener.listen = true;
+    conn_init(db, &db->listener, -1);
+    return true;
 }
 
 void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
@@ -773,6 +848,12 @@ static void on_handle_closed(uv_handle_t *h)
     handle_gone(db);
 }
 
+static void conn_close(dbconn_t *c)
+{
+    conn_broken(c, "closing");
+    uv_close((uv_handle_t *)&c->retry, on_handle_closed);
+}
+
 void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
 {
     db->closing = true;
@@ -785,11 +866,10 @@ void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
         complete(op, OG_DB_UNAVAILABLE);
     while ((op = q_pop(&db->failed)) != NULL)
         complete(op, OG_DB_UNAVAILABLE);
-    for (int i = 0; i < db->nconns; i++) {
-        dbconn_t *c = &db->conns[i];
-        conn_broken(c, "closing");
-        uv_close((uv_handle_t *)&c->retry, on_handle_closed);
-    }
+    for (int i = 0; i < db->nconns; i++)
+        conn_close(&db->conns[i]);
+    if (db->listener.listen)
+        conn_close(&db->listener);
     uv_close((uv_handle_t *)&db->check, on_handle_closed);
     uv_close((uv_handle_t *)&db->idle, on_handle_closed);
 }

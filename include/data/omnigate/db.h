@@ -15,6 +15,9 @@
  * turn (never hang), and each submission nudges a reconnect (at most one attempt per
  * 200 ms) so the worker recovers within moments of the database coming back, despite the
  * 100 ms..5 s backoff of idle reconnects.
+ *
+ * og_db_listen adds one more connection outside the pool, for LISTEN: the pool's connections
+ * are pipelined and shared, so a notification could never be told apart from a result there.
  */
 #ifndef OMNIGATE_DB_H
 #define OMNIGATE_DB_H
@@ -97,6 +100,20 @@ void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m);
 bool og_db_ready(og_db_t *db);
 
 void og_db_stats(const og_db_t *db, og_db_stats_t *out);
+
+/* Called from the loop for each notification on the listened channel; payload is "" for a
+ * bare NOTIFY, and NULL once after every (re)connect of the listener (see og_db_listen). */
+typedef void (*og_db_notify_fn)(void *arg, const char *channel, const char *payload);
+
+/* Keeps one dedicated connection (outside the pool: not counted by og_db_ready, the stats or
+ * the metrics) LISTENing on `channel`, a plain identifier ([a-z_]+, at most 63 bytes), and
+ * calls fn for each notification. After every (re)connect, once LISTEN is in effect, fn is
+ * called with payload NULL: notifications may have been missed while the listener was down,
+ * so the caller should look for work. It reconnects like the pool's connections (same
+ * backoff; nudged by og_db_ready and by submissions while the pool is down, and when a pool
+ * connection comes back). fn may call og_db_close. At most one listener per pool: false when
+ * the channel is invalid, a listener exists or the pool is closing. og_db_close closes it. */
+bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg);
 
 /* Frees the results of a completed op so it can be reused. */
 void og_db_op_clear(og_db_op_t *op);
