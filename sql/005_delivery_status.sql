@@ -74,7 +74,9 @@ CREATE TYPE og_delivery AS (
     provider_code  text,
     error_message  text
 );
-CREATE FUNCTION og_delivery_of(p_channel text, p_pid text) RETURNS og_delivery
+-- Declared as a set (of exactly one row: an aggregate without GROUP BY) so that PostgreSQL
+-- inlines it into the calling statement instead of running a function per row.
+CREATE FUNCTION og_delivery_of(p_channel text, p_pid text) RETURNS SETOF og_delivery
 LANGUAGE sql STABLE AS $$
     SELECT (array_agg(status ORDER BY og_status_rank(status) DESC, at))[1],
            min(at) FILTER (WHERE status IN ('delivered', 'read')),
@@ -198,10 +200,12 @@ BEGIN
 END
 $$;
 
--- What the webhook transaction and a concurrent completion write cannot see of each other:
--- a status committed while the attempt's insert was in flight stays unmatched. Adopts such
--- statuses (received in the last 10 minutes) whose attempt now exists, prunes unmatched ones
--- older than 7 days (at most 1,000 per call), and returns how many recent ones still wait.
+-- Statuses whose attempt appeared after them stay unmatched until this sweep marks them: the
+-- completion write applies them (og_delivery_of) but does not mark them, which would cost
+-- every send a join; and a status committed while the attempt's insert was in flight is seen
+-- by neither transaction. Adopts statuses received in the last 30 minutes (longer than any
+-- send can take) whose attempt now exists, prunes unmatched ones older than 7 days (at most
+-- 1,000 per call), and returns how many recent ones still wait.
 CREATE FUNCTION og_status_sweep() RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -211,7 +215,7 @@ DECLARE
 BEGIN
     WITH m AS (
         UPDATE delivery_statuses d SET matched = true
-        WHERE NOT d.matched AND d.received_at > now() - interval '10 minutes'
+        WHERE NOT d.matched AND d.received_at > now() - interval '30 minutes'
             AND (EXISTS (SELECT 1 FROM attempts a
                          WHERE a.channel = d.channel AND a.provider_message_id = d.provider_message_id)
                  OR (d.channel = 'sms' AND EXISTS (SELECT 1 FROM sms_records s
@@ -227,7 +231,7 @@ BEGIN
         WHERE NOT matched AND received_at < now() - interval '7 days'
         LIMIT 1000));
     SELECT count(*) INTO waiting FROM delivery_statuses
-    WHERE NOT matched AND received_at > now() - interval '10 minutes';
+    WHERE NOT matched AND received_at > now() - interval '30 minutes';
     RETURN waiting;
 END
 $$;

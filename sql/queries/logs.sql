@@ -20,12 +20,13 @@
 SELECT m.reference, json_build_object(
         'reference', m.reference, 'to', m.to_number, 'text', m.body,
         'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
+        'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
         'attempts', coalesce((
             -- An accepted attempt has its provider's id and its delivery (API.md §10); a
             -- failed one its error, and null delivery fields.
             SELECT json_agg(CASE WHEN a.status = 'sent' THEN json_build_object(
                     'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
-                    'providerMessageId', a.provider_message_id,
+                    'providerMessageId', a.provider_message_id, 'fallbackReason', a.fallback_reason,
                     'attemptedAt',
                         to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                     'deliveryStatus', a.delivery_status,
@@ -45,9 +46,11 @@ SELECT m.reference, json_build_object(
                         '[]'::json))
                 ELSE json_build_object(
                     'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
-                    'error', json_strip_nulls(json_build_object('code', a.error_code,
-                        'message', a.error_message, 'providerCode', a.provider_code,
-                        'httpStatus', a.http_status)),
+                    'fallbackReason', a.fallback_reason,
+                    'error', CASE WHEN a.error_code IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', a.error_code,
+                            'message', a.error_message, 'providerCode', a.provider_code,
+                            'httpStatus', a.http_status)) END,
                     'attemptedAt',
                         to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
                     'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,

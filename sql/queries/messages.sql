@@ -11,9 +11,14 @@
 -- $5 = delivery mode ('fallback' or 'all')
 -- $6 = channels to try, as a text[] literal: {a,b}
 -- $7 = channels skipped (JSON array)
+-- $8 = fallbackOn of a delivery-based fallback ('delivered' or 'read'), or NULL (API.md §11)
+-- $9 = fallbackAfterSeconds, or NULL
+-- $10 = the WhatsApp number it sends from, or NULL
+-- $11 = the SMS sender, or NULL
 -- Returns the reference.
-INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped)
-VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb)
+INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+    fallback_on, fallback_after_s, whatsapp_from, sms_sender)
+VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11)
 RETURNING reference;
 
 -- name: msg_complete
@@ -26,6 +31,8 @@ RETURNING reference;
 -- $4 = winning channel, or NULL
 -- $5 = attempts, a JSON array of {seq, channel, status, provider_message_id, error_code,
 --      error_message, provider_code, http_status, latency_ms, attempted_at_ms}
+-- $6 = 'true' when a delivery-based fallback goes on after this (a step follows): the
+--      message is not undelivered while its chain goes on
 WITH a AS (
     INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
         error_code, error_message, provider_code, http_status, latency_ms, attempted_at,
@@ -41,17 +48,12 @@ WITH a AS (
         http_status integer, latency_ms integer, attempted_at_ms bigint)
     LEFT JOIN LATERAL og_delivery_of(x.channel, x.provider_message_id) AS d
         ON x.status = 'sent'
-    RETURNING status, delivery_status, channel, provider_message_id),
-adopted AS (
-    UPDATE delivery_statuses d
-    SET matched = true
-    FROM a
-    WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id
-        AND NOT d.matched)
+    RETURNING status, delivery_status)
 UPDATE messages
-SET status = CASE WHEN $3 = 'sent'
-        THEN og_message_delivery(ARRAY(SELECT delivery_status FROM a WHERE status = 'sent'))
-        ELSE $3 END,
+SET status = CASE WHEN $3 <> 'sent' THEN $3
+        ELSE (SELECT CASE WHEN d = 'undelivered' AND $6::boolean THEN 'sent' ELSE d END
+              FROM og_message_delivery(ARRAY(SELECT delivery_status FROM a WHERE status = 'sent')) AS d)
+        END,
     winning_channel = $4, completed_at = now()
 WHERE tenant_id = $1 AND reference = $2;
 

@@ -23,10 +23,6 @@ VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
 -- $3 = status ('sent' or 'failed')
 -- $4 = provider message id, or NULL
 -- $5 = error (JSON object), or NULL
-WITH adopted AS (
-    UPDATE delivery_statuses d
-    SET matched = true
-    WHERE $3 = 'sent' AND d.channel = 'sms' AND d.provider_message_id = $4 AND NOT d.matched)
 UPDATE sms_records s
 SET status = $3, provider_message_id = $4, error = $5::jsonb,
     delivery_status = CASE WHEN $3 = 'sent' THEN coalesce(d.status, 'sent') END,
@@ -49,10 +45,6 @@ WHERE s.tenant_id = $1 AND s.reference = $2;
 -- $10 = status ('sent' or 'failed')
 -- $11 = provider message id, or NULL
 -- $12 = error (JSON object), or NULL
-WITH adopted AS (
-    UPDATE delivery_statuses d
-    SET matched = true
-    WHERE $10 = 'sent' AND d.channel = 'sms' AND d.provider_message_id = $11 AND NOT d.matched)
 INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_number, sender,
     body, segments, encoding, status, provider_message_id, error, delivery_status, delivered_at)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb,

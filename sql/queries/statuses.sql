@@ -10,6 +10,6 @@ SELECT applied, duplicate, unknown
 FROM og_status_apply($1::jsonb);
 
 -- name: status_sweep
--- Adopts statuses whose attempt committed alongside them, prunes week-old unmatched ones.
+-- Marks statuses whose attempt appeared after them, prunes week-old unmatched ones.
 -- Returns how many recent statuses still wait for their attempt.
 SELECT og_status_sweep();

@@ -117,6 +117,26 @@ void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t 
         og_metrics_add(&s->callbacks[ch][outcome], n);
 }
 
+int og_metrics_step_kind(const char *name)
+{
+    for (int i = 0; i < OG_M_STEP_KINDS; i++)
+        if (strcmp(og_metrics_step_kinds[i], name) == 0)
+            return i;
+    return -1;
+}
+
+void og_metrics_step(og_metrics_slot_t *s, int kind, bool ok)
+{
+    if (s != NULL && kind >= 0 && kind < OG_M_STEP_KINDS)
+        og_metrics_add(ok ? &s->steps_done[kind] : &s->steps_failed[kind], 1);
+}
+
+void og_metrics_step_lag(og_metrics_slot_t *s, uint64_t lag_ms)
+{
+    if (s != NULL)
+        observe(&s->step_lag, &latency_s, lag_ms * 1000);
+}
+
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us)
 {
     if (s == NULL)
@@ -133,7 +153,16 @@ static const char *const type_names[] = {
     [M_COUNTER] = "counter", [M_GAUGE] = "gauge", [M_HISTOGRAM] = "histogram"};
 
 /* A label dimension: one index of a slot field's array, and the labels that name each index. */
-typedef enum { DIM_NONE, DIM_ROUTE, DIM_STATUS, DIM_CHANNEL, DIM_OUTCOME, DIM_PROVIDER, DIM_CALLBACK } dim_t;
+typedef enum {
+    DIM_NONE,
+    DIM_ROUTE,
+    DIM_STATUS,
+    DIM_CHANNEL,
+    DIM_OUTCOME,
+    DIM_PROVIDER,
+    DIM_CALLBACK,
+    DIM_STEP_KIND
+} dim_t;
 
 static const struct dim {
     int n;                 /* indexes */
@@ -146,7 +175,10 @@ static const struct dim {
     [DIM_OUTCOME] = {OG_M_OUTCOMES, {"outcome", NULL}},
     [DIM_PROVIDER] = {OG_M_CHANNELS, {"provider", NULL}},
     [DIM_CALLBACK] = {OG_M_CB__COUNT, {"outcome", NULL}},
+    [DIM_STEP_KIND] = {OG_M_STEP_KINDS, {"kind", NULL}},
 };
+
+const char *const og_metrics_step_kinds[OG_M_STEP_KINDS] = {"fallback", "webhook", "sweep"};
 
 static const char *const callback_outcomes[OG_M_CB__COUNT] = {
     [OG_M_CB_APPLIED] = "applied",
@@ -205,6 +237,15 @@ static const metric_t metrics[] = {
     SUMMED(
         "omnigate_statuses_waiting", M_GAUGE, statuses_waiting,
         "Statuses received in the last 10 minutes still waiting for their attempt (sampled every second)."),
+    {"omnigate_steps_done_total", M_COUNTER, DIM_STEP_KIND, DIM_NONE, SLOT(steps_done), FOLD_SUM, NULL, false,
+     "Durable steps finished and closed, by kind."},
+    {"omnigate_steps_failed_total", M_COUNTER, DIM_STEP_KIND, DIM_NONE, SLOT(steps_failed), FOLD_SUM, NULL,
+     false, "Durable steps whose run failed (left to be claimed again when the lease expires), by kind."},
+    {"omnigate_step_lag_seconds", M_HISTOGRAM, DIM_NONE, DIM_NONE, SLOT(step_lag), FOLD_SUM, &latency_s,
+     false, "How late steps are claimed: claim time minus due time."},
+    SUMMED("omnigate_steps_running", M_GAUGE, steps_running, "Durable steps running now."),
+    SUMMED("omnigate_steps_due", M_GAUGE, steps_due,
+           "Durable steps due and not running, all instances (sampled every few seconds)."),
     SUMMED("omnigate_db_batch_retries_total", M_COUNTER, db_retries,
            "Write batches that failed and were retried op by op."),
     SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),
@@ -325,6 +366,9 @@ static bool dim_labels(dim_t d, int i, const og_metrics_routes_t *routes, char *
         return true;
     case DIM_CALLBACK:
         snprintf(buf, n, "outcome=\"%s\"", callback_outcomes[i]);
+        return true;
+    case DIM_STEP_KIND:
+        snprintf(buf, n, "kind=\"%s\"", og_metrics_step_kinds[i]);
         return true;
     }
     return false;

@@ -4,9 +4,13 @@
  */
 #include "omnigate/gateway.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "omnigate/admin.h"
+#include "omnigate/fallback.h"
+#include "omnigate/ids.h"
 #include "omnigate/http_client.h"
 #include "omnigate/logs_api.h"
 #include "omnigate/ops.h"
@@ -87,6 +91,18 @@ static int gw_start(og_worker_t *w)
         return -1;
     og_rl_init(&gw->rl, w->cfg->workers);
     og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    if (gw->db != NULL) {
+        /* Leases name the worker: host, pid and a random tag (pids repeat across hosts). */
+        char host[64] = "", owner[96];
+        uint32_t tag;
+        gethostname(host, sizeof(host) - 1);
+        og_ids_random(&tag, sizeof(tag));
+        snprintf(owner, sizeof(owner), "%.63s:%d:%08x", host, (int)getpid(), tag);
+        gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
+        if (gw->jobs == NULL || og_fallback_register(gw) != 0)
+            return -1;
+        og_jobs_start(gw->jobs);
+    }
     if (gw->db != NULL && w->index == 0) {
         uv_timer_init(&w->loop, &gw->sweep_timer);
         uv_timer_start(&gw->sweep_timer, on_sweep, SWEEP_MS, SWEEP_MS);
@@ -101,6 +117,8 @@ static void gw_piece_closed(void *arg)
     og_gw_t *gw = arg;
     if (--gw->closing == 0) {
         gw->w->app_data = NULL;
+        if (gw->jobs != NULL)
+            og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
         free(gw);
     }
 }
@@ -127,12 +145,29 @@ static void sweep_closed(uv_handle_t *h)
     gw_piece_closed(container_of((uv_timer_t *)h, og_gw_t, sweep_timer));
 }
 
+static void close_rest(og_gw_t *gw);
+
+static void jobs_closed(void *arg)
+{
+    close_rest(arg);
+}
+
 static void gw_stop(og_worker_t *w)
 {
     og_gw_t *gw = w->app_data;
     if (gw == NULL)
         return;
     gw->closing = 1;
+    /* Steps first: a running step still needs the pool and the HTTP client to end. */
+    if (gw->jobs != NULL) {
+        og_jobs_close(gw->jobs, jobs_closed, gw);
+        return;
+    }
+    close_rest(gw);
+}
+
+static void close_rest(og_gw_t *gw)
+{
     if (gw->sweep_started) {
         gw->closing++;
         uv_close((uv_handle_t *)&gw->sweep_timer, sweep_closed);

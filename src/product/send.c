@@ -35,6 +35,8 @@ typedef struct send_ctx {
     char to[20];
     char *text;
     bool all;
+    const char *fallback_on; /* "delivered" or "read": a delivery-based fallback (API.md §11) */
+    long long fallback_after;
     og_channel_t ch[OG_ENGINE_MAX];
     int nch;
     json_t *skipped;
@@ -57,6 +59,9 @@ typedef struct send_ctx {
     char response_status_s[4];
     char status_s[8];
     char segments_s[8];
+    char fallback_after_s[24];
+    bool chain_goes_on; /* a fallback step follows the completion write */
+    int schedule_stmt;  /* its statement in the completion write */
     char *sms_error_text;
     const char *sms_status;
     const char *sms_provider_id;
@@ -77,16 +82,39 @@ static void ctx_free(send_ctx_t *c)
 
 /* ---- validation ------------------------------------------------------------------------- */
 
+/* fallbackOn and fallbackAfterSeconds (API.md §11): a fallback on what the recipient got, only
+ * in fallback mode; the seconds only with it (else they would be silently ignored). */
+static bool read_fallback(send_ctx_t *c, const char *on, long long after, og_err_t *err)
+{
+    if (strcmp(on, "accepted") != 0 && strcmp(on, "delivered") != 0 && strcmp(on, "read") != 0)
+        return og_err_fail(err, "validation_failed", "fallbackOn",
+                           "fallbackOn must be accepted, delivered or read");
+    bool on_delivery = strcmp(on, "accepted") != 0;
+    if (on_delivery && c->all)
+        return og_err_fail(err, "validation_failed", "fallbackOn",
+                           "fallbackOn %s needs deliveryMode fallback", on);
+    if (after >= 0 && !on_delivery)
+        return og_err_fail(err, "validation_failed", "fallbackAfterSeconds",
+                           "fallbackAfterSeconds needs fallbackOn delivered or read");
+    c->fallback_on = on_delivery ? (strcmp(on, "read") == 0 ? "read" : "delivered") : NULL;
+    c->fallback_after = after >= 0 ? after : 60;
+    snprintf(c->fallback_after_s, sizeof(c->fallback_after_s), "%lld", c->fallback_after);
+    return true;
+}
+
 /* Reads the fields of the body and checks their form; keeps to and text in `c`, and hands back
  * the requested whatsappFrom and sender (borrowed from `body`, NULL when absent). */
 static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const char **sender, og_err_t *err)
 {
-    const char *to = NULL, *text = NULL, *mode = "fallback";
+    const char *to = NULL, *text = NULL, *mode = "fallback", *fallback_on = "accepted";
+    long long after = -1;
     if (!og_json_get_string(body, "to", true, &to, err) ||
         !og_json_get_string(body, "text", true, &text, err) ||
         !og_json_get_string(body, "deliveryMode", false, &mode, err) ||
         !og_json_get_string(body, "whatsappFrom", false, wa_from, err) ||
-        !og_json_get_string(body, "sender", false, sender, err))
+        !og_json_get_string(body, "sender", false, sender, err) ||
+        !og_json_get_string(body, "fallbackOn", false, &fallback_on, err) ||
+        !og_json_get_int(body, "fallbackAfterSeconds", false, 10, 86400, &after, err))
         return false;
     if (!og_phone_e164_valid(to))
         return og_err_fail(err, "validation_failed", "to",
@@ -104,6 +132,8 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
         return og_err_fail(err, "validation_failed", "sender",
                            "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
     c->all = strcmp(mode, "all") == 0;
+    if (!read_fallback(c, fallback_on, after, err))
+        return false;
     snprintf(c->to, sizeof(c->to), "%s", to);
     c->text = strdup(text);
     if (c->text == NULL)
@@ -254,6 +284,10 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
          * pending and is marked unknown at the next start; the client learns it now. */
         db_error_answer(c, st, "recording a send failed");
     } else {
+        /* A status that beat this commit may have made the next step due at once: run it. */
+        const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;
+        if (sched != NULL && PQntuples(sched) == 1 && PQgetvalue(sched, 0, 0)[0] == 't')
+            og_jobs_wake(c->gw->jobs);
         og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
         og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text,
                         c->response_len);
@@ -350,6 +384,15 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
     v[2] = c->status_s;
     v[3] = winner;
     v[4] = c->attempts_text;
+    /* A delivery-based fallback goes on while channels remain after the accepted one. */
+    c->chain_goes_on = c->fallback_on != NULL && e->winner >= 0 && e->winner < c->nch - 1;
+    v[5] = c->chain_goes_on ? "true" : "false";
+    if (c->chain_goes_on) {
+        c->schedule_stmt = n;
+        op->stmts[n].stmt = OG_Q_FALLBACK_SCHEDULE;
+        op->stmts[n].values[0] = c->auth.tenant->id;
+        op->stmts[n++].values[1] = c->reference;
+    }
     if (sms_idx >= 0)
         n += sms_record_stmt(c, op, n, &c->att[sms_idx].result);
     n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
@@ -432,6 +475,10 @@ static void claimed(og_idem_t *i)
     v[4] = c->all ? "all" : "fallback";
     v[5] = c->channels_lit;
     v[6] = c->skipped_text;
+    v[7] = c->fallback_on;
+    v[8] = c->fallback_on != NULL ? c->fallback_after_s : NULL;
+    v[9] = c->wa_from[0] ? c->wa_from : NULL;
+    v[10] = c->sender[0] ? c->sender : NULL;
     op->nstmts = 1;
     op->stmts[0].stmt = OG_Q_MSG_INSERT;
     op->write = true;
@@ -447,8 +494,15 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    static const char *const allowed[] = {"to",           "text",   "channels", "deliveryMode",
-                                          "whatsappFrom", "sender", NULL};
+    static const char *const allowed[] = {"to",
+                                          "text",
+                                          "channels",
+                                          "deliveryMode",
+                                          "whatsappFrom",
+                                          "sender",
+                                          "fallbackOn",
+                                          "fallbackAfterSeconds",
+                                          NULL};
     og_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);
     bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);

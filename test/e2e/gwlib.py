@@ -151,13 +151,20 @@ class Sim:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read().decode())
 
-    def rule(self, channel, behaviour, to=None, latency_ms=None):
+    def rule(self, channel, behaviour, to=None, latency_ms=None, callback=None, callback_delay_ms=None):
         body = {"channel": channel, "behaviour": behaviour}
         if to is not None:
             body["to"] = to
         if latency_ms is not None:
             body["latencyMs"] = latency_ms
+        if callback is not None:
+            body["callback"] = callback
+        if callback_delay_ms is not None:
+            body["callbackDelayMs"] = callback_delay_ms
         return self._call("POST", "/__sim/rules", body)
+
+    def callbacks(self):
+        return self._call("GET", "/__sim/callbacks")["data"]["items"]
 
     def clear(self):
         self._call("DELETE", "/__sim/rules")
@@ -225,3 +232,41 @@ def query_url(url, sql):
     if not out:
         return []
     return [tuple(r.split("\x1f")) for r in out.split("\x1e") if r != ""]
+
+
+# ---- a gateway and a simulator that calls it back -----------------------------------------------
+
+META_SECRET = "e2e-meta-app-secret-0123"
+VERIFY_TOKEN = "e2e-verify-token-0123"
+WAHA_SECRET = "e2e-waha-webhook-secret-0123"
+WEBHOOK_ENV = {"OMNIGATE_META_APP_SECRET": META_SECRET, "OMNIGATE_META_VERIFY_TOKEN": VERIFY_TOKEN,
+               "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET}
+
+
+def linked_gateway(make_server, db_url, tmpdir, workers=2, env=None, sim=None):
+    """A gateway on `db_url` (migrated here) whose providers are a simulator that calls it back
+    (--callback-url) with the same signing secrets, as production providers would. A new
+    simulator is started unless `sim` is given (then its callbacks go to the gateway it was
+    made for). Returns the server with .sim, .tenant and .token (a tenant with every channel)."""
+    migrate(db_url)
+    srv = make_server(env=gateway_env(db_url, WEBHOOK_ENV), workers=workers, start=False)
+    own_sim = sim is None
+    if own_sim:
+        sim = Sim(str(tmpdir), env={"OMNIGATE_SIM_CALLBACK_URL": "http://127.0.0.1:%d" % srv.port,
+                                    "OMNIGATE_META_APP_SECRET": META_SECRET,
+                                    "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET})
+    srv.env.update(provider_env(sim, dict({"OMNIGATE_ATTEMPT_TIMEOUT_MS": "2000",
+                                           "OMNIGATE_PUBLIC_URL": "http://127.0.0.1:%d" % srv.port},
+                                          **(env or {}))))
+    srv.db_url = db_url
+    srv.start()
+    srv.sim = sim
+    srv.own_sim = own_sim
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    return srv
+
+
+def add_tenant(srv):
+    srv.tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    srv.token = new_token(srv, srv.tenant["id"])["token"]
+    return srv

@@ -14,17 +14,14 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, wait_for
-from gwlib import (SIM_SMS_TOKEN, call, new_tenant, new_token, query_url, sim,  # noqa: F401
-                   tenant_gateway, SETTINGS_ALL)
+import gwlib
+from gwlib import (META_SECRET, SIM_SMS_TOKEN, VERIFY_TOKEN, WAHA_SECRET, SETTINGS_ALL, call,  # noqa: F401
+                   new_tenant, new_token, query_url, sim, tenant_gateway)
 
-META_SECRET = "e2e-meta-app-secret-0123"
-VERIFY_TOKEN = "e2e-verify-token-0123"
-WAHA_SECRET = "e2e-waha-webhook-secret-0123"
 PUBLIC_URL = "http://gw.example.com:8443"
 OK_TO = "+6281234567890"
 
-WEBHOOK_ENV = {"OMNIGATE_META_APP_SECRET": META_SECRET, "OMNIGATE_META_VERIFY_TOKEN": VERIFY_TOKEN,
-               "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET, "OMNIGATE_PUBLIC_URL": PUBLIC_URL}
+WEBHOOK_ENV = dict(gwlib.WEBHOOK_ENV, OMNIGATE_PUBLIC_URL=PUBLIC_URL)
 
 
 @pytest.fixture
@@ -492,27 +489,16 @@ def test_kill_between_receipt_and_commit(gw):
 
 # ---- end to end with the simulator's own callbacks ------------------------------------------------
 
-from gwlib import Sim, gateway_env, migrate, provider_env  # noqa: E402
+from gwlib import add_tenant, linked_gateway  # noqa: E402
 
 
 @pytest.fixture
 def linked(make_server, fresh_db, tmp_path):
-    """A gateway and a simulator that calls it back (--callback-url), both with the same secrets:
-    the providers' statuses arrive as they would in production. .sim is the simulator."""
-    migrate(fresh_db)
-    srv = make_server(env=gateway_env(fresh_db, WEBHOOK_ENV), workers=2, start=False)
-    sim_ = Sim(str(tmp_path), env={"OMNIGATE_SIM_CALLBACK_URL": "http://127.0.0.1:%d" % srv.port,
-                                   "OMNIGATE_META_APP_SECRET": META_SECRET, "OMNIGATE_QR_WEBHOOK_SECRET": WAHA_SECRET})
-    srv.env.update(provider_env(sim_, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "2000",
-                                       "OMNIGATE_PUBLIC_URL": "http://127.0.0.1:%d" % srv.port}))
-    srv.db_url = fresh_db
-    srv.start()
-    srv.sim = sim_
-    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
-    srv.tenant = new_tenant(srv, settings=SETTINGS_ALL)
-    srv.token = new_token(srv, srv.tenant["id"])["token"]
+    """A gateway and a simulator that calls it back, both with the same secrets: the providers'
+    statuses arrive as they would in production. .sim is the simulator."""
+    srv = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
     yield srv
-    sim_.stop()
+    srv.sim.stop()
 
 
 def cb_to(script, qr=0, meta=0, sms=0):

@@ -25,6 +25,10 @@
 #define OG_M_OUTCOMES    OG_ATTEMPT_OUTCOMES
 #define OG_M_MAX_WORKERS 256
 
+/* The kinds of durable steps (jobs.h), for labels: each registered kind is one of these. */
+#define OG_M_STEP_KINDS 3
+extern const char *const og_metrics_step_kinds[OG_M_STEP_KINDS]; /* fallback, webhook, sweep */
+
 /* What became of a provider's status callback (API.md §10), counted per status for the first
  * three and per request for the last two. */
 typedef enum og_m_callback {
@@ -53,10 +57,15 @@ typedef struct og_metrics_slot {
     og_m_hist_t db_batch_ops;
     og_m_hist_t db_commit_us;
     uint64_t callbacks[OG_M_CHANNELS][OG_M_CB__COUNT]; /* by the provider of the channel */
+    uint64_t steps_done[OG_M_STEP_KINDS];
+    uint64_t steps_failed[OG_M_STEP_KINDS];
+    og_m_hist_t step_lag; /* claim time - due time, in µs like the other latencies */
     uint64_t db_retries;
     uint64_t rate_limited;
     /* gauges */
     uint64_t statuses_waiting; /* set by the worker that sweeps (gateway.c) */
+    uint64_t steps_running;
+    uint64_t steps_due; /* set by the worker that samples it (jobs.c) */
     uint64_t db_queue;
     uint64_t db_connected;
     uint64_t conns_open;
@@ -83,6 +92,12 @@ void og_metrics_request(og_metrics_slot_t *s, int route_index, int status, uint6
 /* channel: og_channel_t value; outcome: "sent" or an attempt error code of API.md §2. */
 void og_metrics_attempt(og_metrics_slot_t *s, int channel, const char *outcome, uint64_t latency_us);
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us);
+/* The index of step kind `name` in og_metrics_step_kinds, or -1. */
+int og_metrics_step_kind(const char *name);
+/* A step of kind index `kind` (-1: none) finished, well or not. */
+void og_metrics_step(og_metrics_slot_t *s, int kind, bool ok);
+/* A step was claimed lag_ms after it was due. */
+void og_metrics_step_lag(og_metrics_slot_t *s, uint64_t lag_ms);
 /* `n` status callbacks of channel ch's provider ended as `outcome`. */
 void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t outcome, uint64_t n);
 /* A field of the caller's own slot: single writer, so a plain relaxed load and store. */

@@ -37,6 +37,17 @@ enum og_store_stmt {
     OG_Q_SMS_PENDING,
     OG_Q_SMS_FINISH,
     OG_Q_SMS_RECORD,
+    /* sql/queries/fallback.sql */
+    OG_Q_FALLBACK_SCHEDULE,
+    OG_Q_FALLBACK_LOAD,
+    OG_Q_FALLBACK_BEGIN,
+    OG_Q_FALLBACK_END,
+    OG_Q_FALLBACK_ABANDON,
+    OG_Q_FALLBACK_SETTLE,
+    /* sql/queries/steps.sql */
+    OG_Q_STEP_CLAIM,
+    OG_Q_STEP_CLOSE,
+    OG_Q_STEPS_DUE,
     /* sql/queries/statuses.sql */
     OG_Q_STATUS_APPLY,
     OG_Q_STATUS_SWEEP,

@@ -8,6 +8,7 @@
 
 #include "omnigate/auth.h"
 #include "omnigate/db.h"
+#include "omnigate/jobs.h"
 #include "omnigate/ratelimit.h"
 #include "omnigate/worker.h"
 
@@ -16,7 +17,8 @@ extern const og_app_t og_gateway_app;
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
     og_worker_t *w;
-    og_db_t *db; /* NULL when OMNIGATE_DATABASE_URL is unset */
+    og_db_t *db;     /* NULL when OMNIGATE_DATABASE_URL is unset */
+    og_jobs_t *jobs; /* durable steps of this worker, NULL without a database */
     og_auth_t *auth;
     struct og_hc *hc; /* outbound HTTP to the providers */
     og_rl_t rl;       /* per-tenant rate limit buckets of this worker */

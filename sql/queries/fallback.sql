@@ -1,0 +1,97 @@
+-- Delivery-based fallback (API.md §11; src/product/fallback.c runs its steps): the state a step
+-- decides on, an attempt recorded 'pending' before its provider call and completed after it,
+-- and the message's status once a step has moved the chain on.
+
+-- name: fallback_schedule
+-- Schedules the chain's next step after an accepted attempt (og_fallback_schedule).
+-- $1 = tenant id
+-- $2 = reference
+-- Returns true when the step is due now.
+SELECT og_fallback_schedule($1::uuid, $2);
+
+-- name: fallback_load
+-- What a fallback step decides on.
+-- $1 = tenant id
+-- $2 = reference
+-- Returns to, text, the channels (comma-separated), fallbackOn, the WhatsApp number, the SMS
+-- sender, the tenant's settings, the last attempt's seq, whether the wanted status is reached,
+-- the delivery status of the last accepted attempt, and the seq of a 'pending' attempt (-1).
+SELECT m.to_number, m.body, array_to_string(m.channels, ','), m.fallback_on,
+    coalesce(m.whatsapp_from, ''), coalesce(m.sms_sender, ''), t.settings::text,
+    coalesce((SELECT max(a.seq) FROM attempts a
+              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), -1),
+    EXISTS (SELECT 1 FROM attempts a
+            WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference
+                AND og_status_rank(a.delivery_status) >= og_status_rank(m.fallback_on)),
+    coalesce((SELECT a.delivery_status FROM attempts a
+              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'sent'
+              ORDER BY a.seq DESC LIMIT 1), ''),
+    coalesce((SELECT a.seq FROM attempts a
+              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'pending'
+              LIMIT 1), -1)
+FROM messages m
+JOIN tenants t ON t.id = m.tenant_id
+WHERE m.tenant_id = $1 AND m.reference = $2;
+
+-- name: fallback_begin
+-- Records the attempt a step is about to make, before the provider is called: a step claimed
+-- again after its holder died finds it 'pending' and never calls the provider a second time.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = seq (the channel's index in the message's channels)
+-- $4 = channel
+-- $5 = why: 'status_failed', 'status_undelivered' or 'no_status_in_time'
+INSERT INTO attempts (tenant_id, reference, seq, channel, status, latency_ms, attempted_at,
+    fallback_reason)
+VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5);
+
+-- name: fallback_end
+-- Completes a step's attempt with its provider's answer, adopting statuses that came first,
+-- and makes an accepted one the message's winning channel.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = seq
+-- $4 = status ('sent' or 'failed')
+-- $5 = provider message id, or NULL
+-- $6 = error code, or NULL
+-- $7 = error message, or NULL
+-- $8 = provider code, or NULL
+-- $9 = HTTP status, or NULL
+-- $10 = latency in ms
+WITH u AS (
+    UPDATE attempts a
+    SET status = $4, provider_message_id = $5, error_code = $6, error_message = $7,
+        provider_code = $8, http_status = $9::integer, latency_ms = $10::integer,
+        delivery_status = CASE WHEN $4 = 'sent' THEN coalesce(d.status, 'sent') END,
+        delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
+        delivery_provider_code = d.provider_code, delivery_message = d.error_message
+    FROM og_delivery_of((SELECT channel FROM attempts
+                         WHERE tenant_id = $1 AND reference = $2 AND seq = $3::smallint), $5) AS d
+    WHERE a.tenant_id = $1 AND a.reference = $2 AND a.seq = $3::smallint
+    RETURNING a.channel)
+UPDATE messages
+SET winning_channel = CASE WHEN $4 = 'sent' THEN (SELECT channel FROM u) ELSE winning_channel END
+WHERE tenant_id = $1 AND reference = $2;
+
+-- name: fallback_abandon
+-- A step found the attempt of an earlier holder 'pending': that holder may have reached the
+-- provider, so nothing is sent again; the attempt and the message become 'unknown'.
+-- $1 = tenant id
+-- $2 = reference
+-- $3 = seq
+WITH a AS (
+    UPDATE attempts
+    SET status = 'unknown', error_code = 'outcome_unknown',
+        error_message = 'the instance making this attempt stopped before recording its outcome'
+    WHERE tenant_id = $1 AND reference = $2 AND seq = $3::smallint)
+UPDATE messages
+SET status = 'unknown'
+WHERE tenant_id = $1 AND reference = $2;
+
+-- name: fallback_settle
+-- The message's status after a step moved its chain on (og_message_status).
+-- $1 = tenant id
+-- $2 = reference
+UPDATE messages
+SET status = og_message_status($1, $2)
+WHERE tenant_id = $1 AND reference = $2 AND status IN ('sent', 'delivered', 'read', 'undelivered');

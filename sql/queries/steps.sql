@@ -1,0 +1,38 @@
+-- Durable steps (src/data/jobs.c, sql/006_steps.sql): claiming due steps under a lease,
+-- closing them with their result, counting what is due.
+
+-- name: step_claim
+-- Claims due steps of the kinds this worker runs: due, and not leased or leased by a holder
+-- whose lease expired. The conditional UPDATE is the claim: two workers never get one step.
+-- $1 = owner (this worker)
+-- $2 = the kinds it runs, a text[] literal
+-- $3 = their leases in milliseconds, an int[] literal in the same order
+-- $4 = at most this many
+-- Returns id, kind, tenant id (or ''), reference (or ''), payload, claims, lag in ms.
+UPDATE steps s
+SET lease_owner = $1,
+    lease_until = now() + ($3::int[])[array_position($2::text[], s.kind)] * interval '1 millisecond',
+    claims = s.claims + 1
+FROM (
+    SELECT id FROM steps
+    WHERE due_at <= now() AND kind = ANY ($2::text[])
+        AND (lease_until IS NULL OR lease_until < now())
+    ORDER BY due_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED) d
+WHERE s.id = d.id
+RETURNING s.id, s.kind, coalesce(s.tenant_id::text, ''), coalesce(s.reference, ''), s.payload::text,
+    s.claims, greatest(0, (extract(epoch FROM now() - s.due_at) * 1000)::bigint);
+
+-- name: step_close
+-- Deletes a step its holder has finished, failing the transaction when the lease is not the
+-- holder's any more (another worker took the step over).
+-- $1 = step id
+-- $2 = owner
+SELECT og_step_close($1::bigint, $2);
+
+-- name: steps_due
+-- How many steps are due and not running.
+SELECT count(*)
+FROM steps
+WHERE due_at <= now() AND (lease_until IS NULL OR lease_until < now());
