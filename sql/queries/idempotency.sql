@@ -3,17 +3,20 @@
 -- answer.
 
 -- name: idem_claim
--- Claims a key. A key older than 24 h is taken over as if new (API.md §6).
+-- Claims a key for as long as its request can take (the lease, API.md §15). A key older than
+-- 24 h is taken over as if new (API.md §6).
 -- $1 = tenant id
 -- $2 = key
 -- $3 = route
 -- $4 = request hash
+-- $5 = lease in milliseconds
 -- Returns one row when the key is new (or taken over), none when it is taken.
-INSERT INTO idempotency_keys (tenant_id, key, route, request_hash)
-VALUES ($1, $2, $3, $4)
+INSERT INTO idempotency_keys (tenant_id, key, route, request_hash, lease_until)
+VALUES ($1, $2, $3, $4, now() + $5::integer * interval '1 millisecond')
 ON CONFLICT (tenant_id, key) DO UPDATE
 SET route = EXCLUDED.route, request_hash = EXCLUDED.request_hash, reference = NULL,
-    response_status = NULL, response_body = NULL, created_at = now(), completed_at = NULL
+    response_status = NULL, response_body = NULL, created_at = now(), completed_at = NULL,
+    lease_until = EXCLUDED.lease_until
 WHERE idempotency_keys.created_at < now() - interval '24 hours'
 RETURNING 1;
 
@@ -21,8 +24,10 @@ RETURNING 1;
 -- Reads a key: what claimed it and, once completed, the answer it got.
 -- $1 = tenant id
 -- $2 = key
--- Returns route, request_hash, response_status, response_body, reference.
-SELECT route, request_hash, response_status, response_body, reference
+-- Returns route, request_hash, response_status, response_body, reference, and whether the
+-- claim's lease has run out.
+SELECT route, request_hash, response_status, response_body, reference,
+    coalesce(lease_until < now(), false)
 FROM idempotency_keys
 WHERE tenant_id = $1 AND key = $2;
 
@@ -35,3 +40,33 @@ WHERE tenant_id = $1 AND key = $2;
 UPDATE idempotency_keys
 SET response_status = $3, response_body = $4, completed_at = now()
 WHERE tenant_id = $1 AND key = $2;
+
+-- name: idem_reference
+-- Records which record a claimed key is about, in the transaction that commits the record's
+-- pending row, before any provider call (API.md §15).
+-- $1 = tenant id
+-- $2 = key
+-- $3 = reference
+UPDATE idempotency_keys
+SET reference = $3
+WHERE tenant_id = $1 AND key = $2;
+
+-- name: idem_stale
+-- Resolves an unfinished claim whose lease ran out (og_idem_stale in sql/007).
+-- $1 = tenant id
+-- $2 = key
+-- $3 = lease in milliseconds, for a take-over
+-- Returns action ('takeover', 'unknown' or 'busy'), reference, attempts (JSON).
+SELECT action, reference, attempts
+FROM og_idem_stale($1::uuid, $2, $3::integer);
+
+-- name: sweep_pending
+-- Marks 'unknown' the pending messages older than any send could still take.
+-- $1 = older than, in milliseconds
+SELECT og_sweep_pending($1::integer);
+
+-- name: sweep_next
+-- Schedules the next run of the sweep, in the transaction that closes this one.
+INSERT INTO steps (kind, reference, due_at)
+VALUES ('sweep', 'sweep', now() + interval '15 seconds')
+ON CONFLICT DO NOTHING;

@@ -78,6 +78,10 @@ static const cfg_entry_t settings[] = {
     {"drain_delay_ms", "OMNIGATE_DRAIN_DELAY_MS", "--drain-delay-ms", CFG_INT, "1000", 0, 60000, NULL, 0,
      OFF(drain_delay_ms),
      "on SIGTERM, keep accepting (answering /readyz 503) this long so load balancers route away first"},
+    {"auth_ttl_ms", "OMNIGATE_AUTH_TTL_MS", "--auth-ttl-ms", CFG_INT, "1000", 10, 1000, NULL, 0,
+     OFF(auth_ttl_ms),
+     "how long a worker trusts a cached token and tenant, in milliseconds (a revocation or plan change "
+     "takes effect within it; tests shorten it)"},
     {"access_log", "OMNIGATE_ACCESS_LOG", "--access-log", CFG_BOOL, "true", 0, 0, NULL, 0, OFF(access_log),
      "write one log line per request (true/false, yes/no, on/off, 1/0)"},
     {"log_level", "OMNIGATE_LOG_LEVEL", "--log-level", CFG_ENUM, "info", 0, 0, log_levels, 0, OFF(log_level),

@@ -51,6 +51,7 @@ static const struct {
     {"headers_too_large", 431},
     {"internal_error", 500},
     {"delivery_failed", 502},
+    {"outcome_unknown", 502}, /* a repeat of a request whose instance died mid-send (API.md §15) */
     {"unavailable", 503},
 };
 

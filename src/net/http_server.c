@@ -17,7 +17,8 @@
 #include "omnigate/http_server.h"
 #include "omnigate/util.h"
 
-#define LINGER_MS 2000
+#define LINGER_MS              2000
+#define FIRST_REQUEST_GRACE_MS 1000
 
 struct og_server_conn {
     og_http_conn_t http; /* first: og_http_conn_t * converts back with container_of */
@@ -362,8 +363,16 @@ void og_server_close_idle(og_server_t *s)
         uv_os_fd_t fd;
         char byte;
         if (og_http_conn_is_idle(&sc->http) && !(uv_fileno((uv_handle_t *)&sc->tcp, &fd) == 0 &&
-                                                 recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0))
-            og_http_conn_close(&sc->http);
+                                                 recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0)) {
+            /* A connection that has not sent its first request yet was accepted a moment ago
+             * (the accept queue is taken at drain): its client is about to send, so closing it
+             * now would drop that request. It gets a short grace instead; its request is
+             * answered with Connection: close, or the timer closes it. */
+            if (sc->http.requests == 0)
+                uv_timer_start(&sc->timer, on_timer, FIRST_REQUEST_GRACE_MS, 0);
+            else
+                og_http_conn_close(&sc->http);
+        }
         sc = next;
     }
 }

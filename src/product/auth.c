@@ -32,6 +32,7 @@ struct og_auth {
     og_db_t *db;
     og_log_t *log;
     char *secret;
+    int ttl_ms;                 /* OMNIGATE_AUTH_TTL_MS: how long a cache entry is trusted */
     og_rl_t *rl;                /* per-tenant rate limit, or NULL */
     og_metrics_slot_t *metrics; /* counts refusals, or NULL */
     slot_t slots[OG_AUTH_CACHE_SLOTS];
@@ -216,7 +217,7 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     og_token_hash(auth->secret, tok, tlen, a->hash);
     slot_t *s = slot_for(auth, a->hash);
     if (s->hash[0] != '\0' && strcmp(s->hash, a->hash) == 0 &&
-        uv_now(auth->loop) - s->fetched_ms < OG_AUTH_TTL_MS) {
+        uv_now(auth->loop) - s->fetched_ms < (uint64_t)auth->ttl_ms) {
         decide(auth, a, s);
         return;
     }
@@ -306,7 +307,7 @@ void og_auth_set_rate_limit(og_auth_t *auth, og_rl_t *rl, og_metrics_slot_t *met
     auth->metrics = metrics;
 }
 
-og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret)
+og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret, int ttl_ms)
 {
     og_auth_t *auth = calloc(1, sizeof(*auth));
     if (auth == NULL)
@@ -319,6 +320,7 @@ og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *
     auth->loop = loop;
     auth->db = db;
     auth->log = log;
+    auth->ttl_ms = ttl_ms > 0 ? ttl_ms : 1000;
     uv_timer_init(loop, &auth->touch_timer);
     auth->touch_timer.data = auth;
     uv_timer_start(&auth->touch_timer, on_touch_timer, 1000, 1000);

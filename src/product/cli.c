@@ -61,9 +61,9 @@ int og_cli_serve_check(const og_config_t *cfg)
 {
     if (cfg->database_url == NULL) {
         fprintf(stderr,
-                "omnigate: warning: OMNIGATE_DATABASE_URL is not set: only /healthz and /readyz (503) "
-                "will answer\n");
-        return 0;
+                "omnigate: OMNIGATE_DATABASE_URL: required by serve (the PostgreSQL database, a libpq "
+                "conninfo or URI)\n");
+        return 2;
     }
     if (cfg->secret == NULL) {
         fprintf(stderr, "omnigate: OMNIGATE_SECRET: required when OMNIGATE_DATABASE_URL is set\n");

@@ -17,6 +17,7 @@
 #include "omnigate/otp.h"
 #include "omnigate/send.h"
 #include "omnigate/store.h"
+#include "omnigate/sweep.h"
 #include "omnigate/util.h"
 #include "omnigate/webhooks_in.h"
 
@@ -86,7 +87,7 @@ static int gw_start(og_worker_t *w)
     if (gw->hc == NULL)
         return -1;
     og_hc_set_metrics(gw->hc, w->m);
-    gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret);
+    gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
     if (gw->auth == NULL)
         return -1;
     og_rl_init(&gw->rl, w->cfg->workers);
@@ -99,7 +100,7 @@ static int gw_start(og_worker_t *w)
         og_ids_random(&tag, sizeof(tag));
         snprintf(owner, sizeof(owner), "%.63s:%d:%08x", host, (int)getpid(), tag);
         gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
-        if (gw->jobs == NULL || og_fallback_register(gw) != 0)
+        if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0)
             return -1;
         og_jobs_start(gw->jobs);
     }

@@ -3,6 +3,7 @@
  */
 #include "omnigate/idem.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,102 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     return true;
 }
 
+static void in_progress(og_idem_t *i)
+{
+    og_http_header_t h = {"Retry-After", 11, "1", 1};
+    og_err_t err = {0};
+    og_err_fail(&err, "idempotency_in_progress", NULL,
+                "the first request with this Idempotency-Key is still in flight");
+    og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
+}
+
+static void finish(og_idem_t *i)
+{
+    og_db_op_clear(&i->op);
+    free(i->stale_body);
+    i->stale_body = NULL;
+    i->done(i);
+}
+
+/* The 502 outcome_unknown answer is stored for every later repeat: now answer this one. */
+static void stale_stored(og_db_op_t *op, og_db_status_t st)
+{
+    og_idem_t *i = op->arg;
+    if (st != OG_DB_OK) {
+        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
+    } else {
+        og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
+        og_http_respond(i->req, 502, &h, 1, "application/json", i->stale_body, strlen(i->stale_body));
+    }
+    finish(i);
+}
+
+/* An unfinished claim past its lease was resolved (sql/007 og_idem_stale). */
+static void stale_resolved(og_db_op_t *op, og_db_status_t st)
+{
+    og_idem_t *i = op->arg;
+    const PGresult *r = op->res[0];
+    if (st != OG_DB_OK || r == NULL || PQntuples(r) != 1) {
+        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
+        i->answered = true;
+        finish(i);
+        return;
+    }
+    const char *action = PQgetvalue(r, 0, 0);
+    if (strcmp(action, "takeover") == 0) {
+        i->claimed = true;
+        finish(i);
+        return;
+    }
+    i->answered = true;
+    if (strcmp(action, "unknown") != 0) {
+        in_progress(i);
+        finish(i);
+        return;
+    }
+    json_t *attempts = json_loads(PQgetvalue(r, 0, 2), 0, NULL);
+    json_t *data = json_pack("{s:s,s:s,s:o}", "reference", PQgetvalue(r, 0, 1), "status", "unknown",
+                             "attempts", attempts != NULL ? attempts : json_array());
+    og_err_t err = {0};
+    og_err_fail(
+        &err, "outcome_unknown", NULL,
+        "the instance serving the first request with this Idempotency-Key stopped before recording its "
+        "outcome; it is never sent again");
+    size_t len;
+    i->stale_body = og_api_envelope(502, err.message, data, &err, NULL, &len);
+    if (i->stale_body == NULL) {
+        og_api_error(i->req, "unavailable", NULL, "out of memory");
+        finish(i);
+        return;
+    }
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_IDEM_COMPLETE;
+    op->stmts[0].values[0] = i->tenant_id;
+    op->stmts[0].values[1] = i->key;
+    op->stmts[0].values[2] = "502";
+    op->stmts[0].values[3] = i->stale_body;
+    op->write = true;
+    op->done = stale_stored;
+    op->arg = i;
+    og_db_submit(i->db, op);
+}
+
+static void resolve_stale(og_idem_t *i)
+{
+    og_db_op_t *op = &i->op;
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_IDEM_STALE;
+    op->stmts[0].values[0] = i->tenant_id;
+    op->stmts[0].values[1] = i->key;
+    op->stmts[0].values[2] = i->lease_s;
+    op->write = true;
+    op->done = stale_resolved;
+    op->arg = i;
+    og_db_submit(i->db, op);
+}
+
 static void claimed(og_db_op_t *op, og_db_status_t st)
 {
     og_idem_t *i = op->arg;
@@ -48,32 +145,30 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
         if (k == NULL || PQntuples(k) == 0) {
             /* The row vanished between the two statements (expired and pruned): rare; let
              * the client retry. */
-            og_http_header_t h = {"Retry-After", 11, "1", 1};
-            og_err_t err = {0};
-            og_err_fail(&err, "idempotency_in_progress", NULL, "retry this request");
-            og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
+            in_progress(i);
         } else if (strcmp(PQgetvalue(k, 0, 0), i->route) != 0 || strcmp(PQgetvalue(k, 0, 1), i->hash) != 0) {
             og_api_error(i->req, "idempotency_key_reused", "Idempotency-Key",
                          "this Idempotency-Key was used with a different request");
+        } else if (PQgetisnull(k, 0, 2) && PQgetvalue(k, 0, 5)[0] == 't') {
+            /* Unfinished past its lease: its instance died (API.md §15). */
+            i->answered = false;
+            resolve_stale(i);
+            return;
         } else if (PQgetisnull(k, 0, 2)) {
-            og_http_header_t h = {"Retry-After", 11, "1", 1};
-            og_err_t err = {0};
-            og_err_fail(&err, "idempotency_in_progress", NULL,
-                        "the first request with this Idempotency-Key is still in flight");
-            og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
+            in_progress(i);
         } else {
             const char *body = PQgetvalue(k, 0, 3);
             og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
             og_http_respond(i->req, atoi(PQgetvalue(k, 0, 2)), &h, 1, "application/json", body, strlen(body));
         }
     }
-    og_db_op_clear(op);
-    i->done(i);
+    finish(i);
 }
 
-void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route,
+void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route, uint32_t lease_ms,
                    void (*done)(og_idem_t *i), void *arg)
 {
+    snprintf(i->lease_s, sizeof(i->lease_s), "%u", lease_ms);
     i->db = db;
     i->tenant_id = tenant_id;
     i->route = route;
@@ -92,6 +187,7 @@ void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char 
     op->stmts[0].values[1] = i->key;
     op->stmts[0].values[2] = i->route;
     op->stmts[0].values[3] = i->hash;
+    op->stmts[0].values[4] = i->lease_s;
     op->stmts[1].stmt = OG_Q_IDEM_GET;
     op->stmts[1].values[0] = i->tenant_id;
     op->stmts[1].values[1] = i->key;
@@ -110,5 +206,16 @@ int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *st
     op->stmts[slot].values[1] = i->key;
     op->stmts[slot].values[2] = status;
     op->stmts[slot].values[3] = body;
+    return 1;
+}
+
+int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *reference)
+{
+    if (!i->claimed)
+        return 0;
+    op->stmts[slot].stmt = OG_Q_IDEM_REFERENCE;
+    op->stmts[slot].values[0] = i->tenant_id;
+    op->stmts[slot].values[1] = i->key;
+    op->stmts[slot].values[2] = reference;
     return 1;
 }

@@ -225,7 +225,7 @@ static void sms_claimed(sms_ctx_t *c)
     v[4] = c->text;
     v[5] = c->segments_s;
     v[6] = og_sms_encoding_name(c->sms.encoding);
-    submit(c, 1, true, sms_pending_done);
+    submit(c, 1 + og_idem_reference_stmt(&c->idem, &c->op, 1, c->reference), true, sms_pending_done);
 }
 
 static bool sms_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
@@ -349,7 +349,7 @@ static void otp_claimed(sms_ctx_t *c)
     v[3] = c->code_hash;
     v[4] = c->length_s;
     v[5] = c->ttl_s;
-    submit(c, 1, true, otp_begun);
+    submit(c, 1 + og_idem_reference_stmt(&c->idem, &c->op, 1, c->reference), true, otp_begun);
 }
 
 static bool otp_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
@@ -601,7 +601,9 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, routes[c->kind], claimed, c);
+    /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
+    uint32_t lease_ms = (uint32_t)(c->kind == K_OTP_VERIFY ? 0 : c->gw->w->cfg->attempt_timeout_ms) + 5000u;
+    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, routes[c->kind], lease_ms, claimed, c);
 }
 
 static void start(og_http_req_t *req, void *ctx, kind_t kind)

@@ -479,7 +479,7 @@ static void claimed(og_idem_t *i)
     v[8] = c->fallback_on != NULL ? c->fallback_after_s : NULL;
     v[9] = c->wa_from[0] ? c->wa_from : NULL;
     v[10] = c->sender[0] ? c->sender : NULL;
-    op->nstmts = 1;
+    op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
     op->stmts[0].stmt = OG_Q_MSG_INSERT;
     op->write = true;
     op->done = inserted;
@@ -512,7 +512,9 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, "omni", claimed, c);
+    /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
+    uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
+    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, "omni", lease_ms, claimed, c);
 }
 
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)

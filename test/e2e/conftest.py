@@ -296,6 +296,11 @@ class Server:
         self.workers = workers
         self.args = ["serve", "--listen", "127.0.0.1:%d" % self.port, "--workers", str(workers)] + list(args)
         self.env = base_env(env)
+        # `serve` needs a database (API.md §9). Tests of the HTTP layer alone give it one that
+        # refuses connections: the gateway serves /healthz and answers 503 where it needs it.
+        if "OMNIGATE_DATABASE_URL" not in self.env:
+            self.env["OMNIGATE_DATABASE_URL"] = "postgresql://omnigate@127.0.0.1:1/none?connect_timeout=1"
+            self.env.setdefault("OMNIGATE_SECRET", "e2e-unused-secret-0123456789")
         self.tmpdir = tmpdir or tempfile.mkdtemp(prefix="omnigate-e2e-")
         self.log_path = os.path.join(self.tmpdir, "server-%d.stderr" % self.port)
         self.proc = None

@@ -132,7 +132,7 @@ def run_load(lb, inst, tok, db, sim):
                 r = conn.read_response(timeout=15)
             except (Closed, OSError) as e:
                 with lock:
-                    failed.append((key, phase[0], type(e).__name__))
+                    failed.append((key, phase[0], type(e).__name__, body))
                 if conn:
                     conn.close()
                 conn = None
@@ -141,7 +141,7 @@ def run_load(lb, inst, tok, db, sim):
                 if r.status == 200:
                     answered[key] = r.json()["data"]["reference"]
                 else:
-                    failed.append((key, phase[0], r.status))
+                    failed.append((key, phase[0], r.status, body))
             if (r.header("Connection") or "").lower() == "close":
                 conn.close()
                 conn = None
@@ -192,6 +192,41 @@ def run_load(lb, inst, tok, db, sim):
     # haproxy routed around the dead instance within its check interval x fall (+ one interval).
     assert route_around_s <= (CHECK_INTER_MS * (FALL + 1)) / 1000.0 + 0.5, route_around_s
 
+    # Every send that failed during the kill is retried with its key until it is resolved
+    # (API.md §15): sent (200, maybe replayed), failed (502 delivery_failed) or 502
+    # outcome_unknown once the dead instance's claim is past its lease (3 x 2 s + 5 s). None
+    # stays unresolved, none is lost, none is sent twice.
+    resolved = {}
+
+    def retry(f):
+        key, body = f[0], f[3]
+        hdrs = [("Authorization", "Bearer " + tok), ("Content-Type", "application/json"), ("Idempotency-Key", key)]
+        try:
+            with Conn(lb.port, timeout=15) as c:
+                c.send(request_bytes("POST", "/api/omni/send", hdrs, body))
+                r = c.read_response(timeout=15)
+        except (Closed, OSError):
+            return False
+        if r.status == 200:
+            resolved[key] = "sent"
+        elif r.status == 502:
+            resolved[key] = r.json()["error"]["code"]
+        return key in resolved
+    for f in kill_failures:
+        assert wait_for(lambda f=f: retry(f), 20), f
+    outcomes = {k: sorted(resolved.values()).count(k) for k in ("sent", "delivery_failed", "outcome_unknown")}
+    assert sum(outcomes.values()) == len(kill_failures), (outcomes, resolved)
+    # No key has two messages, and the provider got at most one request per message.
+    per_key = query_url(db, "SELECT count(*) FROM idempotency_keys k JOIN messages m ON m.tenant_id = k.tenant_id "
+                            "AND m.reference = k.reference GROUP BY k.key HAVING count(*) > 1")
+    assert per_key == []
+    sent_rows = int(query_url(db, "SELECT count(*) FROM messages WHERE status = 'sent'")[0][0])
+    unknown_rows = int(query_url(db, "SELECT count(*) FROM messages WHERE status = 'unknown'")[0][0])
+    pending_rows = int(query_url(db, "SELECT count(*) FROM messages WHERE status = 'pending'")[0][0])
+    provider_requests = len(sim.requests("whatsapp_qr"))
+    assert sent_rows <= provider_requests <= sent_rows + unknown_rows, (sent_rows, unknown_rows, provider_requests)
+    assert pending_rows == 0, pending_rows
+
     # An idempotent repeat through haproxy is answered from the first send, sent once.
     key, ref = next(iter(answered.items()))
     before = len(sim.requests("whatsapp_qr"))
@@ -219,6 +254,8 @@ def run_load(lb, inst, tok, db, sim):
     assert sorted(statuses) == [200, 429, 429, 429], statuses
 
     return {"sendsAnswered2xx": len(refs), "sendsInDatabase": in_db, "failedDuringKill": len(kill_failures),
+            "retriedAfterKill": outcomes, "providerRequests": provider_requests, "messagesSent": sent_rows,
+            "messagesUnknown": unknown_rows,
             "failedDuringKillDetail": sorted({str(f[2]) for f in kill_failures}),
             "failedDuringDrain": len(drain_failures), "routeAroundDeadSeconds": round(route_around_s, 3),
             "drainedOutOfRotationSeconds": round(drain_out_s, 3),

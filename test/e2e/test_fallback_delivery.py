@@ -2,6 +2,7 @@
 and PostgreSQL, and the provider simulator calling the gateway back with scripted statuses."""
 
 import json
+import re
 import signal
 import time
 
@@ -100,7 +101,7 @@ def test_delivered_in_time_ends_the_chain(gw):
     d = assert_ok(send(gw, {"to": TO, "text": "hi", "channels": ["whatsapp_meta", "sms"],
                             "fallbackOn": "delivered", "fallbackAfterSeconds": 10}))["data"]
     until_item(gw, d["reference"], lambda i: i["status"] == "delivered", 5)
-    assert wait_for(lambda: db(gw, "SELECT count(*) FROM steps") == [("0",)], 5)
+    assert wait_for(lambda: db(gw, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)], 5)
     time.sleep(11)  # past the deadline: proving that nothing happens needs the time to pass
     assert sms_requests(gw) == []
     assert len(item(gw, d["reference"])["attempts"]) == 1
@@ -130,7 +131,7 @@ def test_late_delivered_changes_nothing(gw):
     assert_ok(w.post_meta(gw, w.meta_body([w.meta_status(wamid, "delivered", int(time.time()))])))
     it = until_item(gw, d["reference"], lambda i: i["status"] == "delivered", 5)
     assert len(it["attempts"]) == 2 and len(sms_requests(gw)) == 1
-    assert db(gw, "SELECT count(*) FROM steps") == [("0",)]
+    assert db(gw, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)]
 
 
 def test_chain_of_three(gw):
@@ -154,7 +155,7 @@ def test_chain_ends_undelivered(gw):
                             "fallbackOn": "delivered"}))["data"]
     it = until_item(gw, d["reference"], lambda i: i["status"] == "undelivered", 10)
     assert len(it["attempts"]) == 2
-    assert db(gw, "SELECT count(*) FROM steps") == [("0",)]
+    assert db(gw, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)]
 
 
 @pytest.mark.parametrize("body,field", [
@@ -210,7 +211,7 @@ def test_two_instances_do_each_step_once(make_server, fresh_db, tmp_path):
         assert len(sms) == 20 and len({s["to"] for s in sms}) == 20
         rows = db(a, "SELECT count(*) FROM attempts WHERE channel = 'sms' AND status = 'sent'")
         assert rows == [("20",)]
-        assert db(a, "SELECT count(*) FROM steps") == [("0",)]
+        assert db(a, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)]
     finally:
         a.sim.stop()
 
@@ -235,7 +236,7 @@ def test_kill_while_holding_a_step(make_server, fresh_db, tmp_path):
         a.kill()
         b.start()
         # The lease (3 x 1 s + 10 s) runs out, then b takes the step over.
-        assert wait_for(lambda: db(b, "SELECT count(*) FROM steps") == [("0",)], 25)
+        assert wait_for(lambda: db(b, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)], 25)
         it = item(b, d["reference"])
         assert it["status"] == "unknown"
         assert [a_["status"] for a_ in it["attempts"]] == ["sent", "unknown"]
@@ -254,7 +255,7 @@ def test_steps_survive_every_instance_stopping(make_server, fresh_db, tmp_path):
         d = assert_ok(send(gw, {"to": TO, "text": "hi", "channels": ["whatsapp_meta", "sms"],
                                 "fallbackOn": "delivered", "fallbackAfterSeconds": 10}))["data"]
         assert gw.stop() == 0
-        assert wait_for(lambda: db(gw, "SELECT count(*) FROM steps WHERE due_at <= now()") == [("1",)], 15)
+        assert wait_for(lambda: db(gw, "SELECT count(*) FROM steps WHERE kind = 'fallback' AND due_at <= now()") == [("1",)], 15)
         assert sms_requests(gw) == []
         gw.start()
         assert wait_for(lambda: len(sms_requests(gw)) == 1, 5)
@@ -272,5 +273,6 @@ def test_steps_are_counted(gw):
     assert wait_for(lambda: 'omnigate_steps_done_total{kind="fallback"} 1'
                     in gw.request("GET", "/metrics").body.decode(), 10)
     text = gw.request("GET", "/metrics").body.decode()
-    assert "omnigate_step_lag_seconds_count 1" in text
-    assert "omnigate_steps_running 0" in text
+    lag = re.search(r"^omnigate_step_lag_seconds_count (\d+)$", text, re.M)
+    assert lag and int(lag.group(1)) >= 1
+    assert re.search(r"^omnigate_steps_running \d+$", text, re.M)

@@ -215,14 +215,18 @@ BAD_CONFIG = [
     ("max_body_not_number", {"OMNIGATE_MAX_BODY_BYTES": "lots"}, [], "OMNIGATE_MAX_BODY_BYTES"),
     ("idle_timeout_flag_garbage", {}, ["--idle-timeout-ms", "soon"], "idle-timeout"),
     ("unknown_flag", {}, ["--no-such-flag", "1"], "--no-such-flag"),
+    ("no_database", {"OMNIGATE_DATABASE_URL": None}, [], "OMNIGATE_DATABASE_URL"),
 ]
 
 
 @pytest.mark.parametrize("env,args,name", [b[1:] for b in BAD_CONFIG], ids=[b[0] for b in BAD_CONFIG])
 def test_bad_setting_exits_2_naming_it(env, args, name):
     """A bad setting stops `serve` at start: exit 2, one line on stderr naming the setting."""
-    full_env = {"OMNIGATE_LISTEN": "127.0.0.1:%d" % free_port(), "OMNIGATE_WORKERS": "1"}
+    full_env = {"OMNIGATE_LISTEN": "127.0.0.1:%d" % free_port(), "OMNIGATE_WORKERS": "1",
+                "OMNIGATE_DATABASE_URL": "postgresql://omnigate@127.0.0.1:1/none?connect_timeout=1",
+                "OMNIGATE_SECRET": "e2e-unused-secret-0123456789"}
     full_env.update(env)
+    full_env = {k: v for k, v in full_env.items() if v is not None}
     p = run_cli(["serve"] + args, env=full_env)
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert p.returncode == 2, "exit %d, stderr %r" % (p.returncode, p.stderr)

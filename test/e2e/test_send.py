@@ -102,7 +102,9 @@ def test_channel_order_and_skipped(gw, sim):
     s = json.loads(json.dumps(SETTINGS_ALL))
     s["channels"]["whatsapp_meta"]["enabled"] = False
     admin(gw, "PATCH", "/admin/tenants/" + gw.tenant["id"], {"settings": s})
-    time.sleep(1.1)  # the auth cache refreshes the tenant
+    # Every worker's auth cache picks the new settings up within its TTL: wait for that.
+    assert wait_for(lambda: all(send(gw, {"to": OK_TO, "text": "hi", "channels": ["whatsapp_meta"]}).status == 422
+                                for _ in range(8)), 5)
     d = assert_ok(send(gw, {"to": magic(qr=1), "text": "hi", "channels": ["whatsapp_meta", "whatsapp_qr", "sms"]}))["data"]
     assert d["skipped"] == [{"channel": "whatsapp_meta", "reason": "channel_disabled"}]
     assert [a["channel"] for a in d["attempts"]] == ["whatsapp_qr", "sms"]
@@ -200,7 +202,8 @@ def test_idempotency_in_flight_409(gw, sim):
     out = {}
     th = threading.Thread(target=lambda: out.setdefault("r", send(gw, body, headers=h)))
     th.start()
-    time.sleep(0.3)
+    # In flight: the first request has reached the provider (which answers after 700 ms).
+    assert wait_for(lambda: len(sim.requests("whatsapp_qr", to=body["to"])) == 1, 5)
     r = send(gw, body, headers=h)
     assert_error(r, 409, "idempotency_in_progress")
     assert r.header("Retry-After") == "1"
@@ -298,7 +301,9 @@ def test_plan_lock_and_scope_refuse_before_sending(gw, sim):
     logs_only = new_token(gw, gw.tenant["id"], scopes=["logs"])["token"]
     assert_error(send(gw, {"to": OK_TO, "text": "hi"}, token=logs_only), 403, "insufficient_scope")
     set_unified(gw, gw.tenant["id"], False)
-    time.sleep(1.2)  # the auth cache refreshes the tenant
+    # Every worker's auth cache picks the lock up within its TTL (a logs call sends nothing).
+    assert wait_for(lambda: all(call(gw, "GET", "/api/omni/logs", token=gw.token).status == 403
+                                for _ in range(8)), 5)
     assert_error(send(gw, {"to": OK_TO, "text": "hi"}), 403, "unified_api_locked")
     assert sim.requests() == []
 

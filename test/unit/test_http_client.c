@@ -525,7 +525,9 @@ static void silent_server_times_out(void **state)
     assert_int_equal(t.r.http_status, 0);
     assert_null(t.r.resp);
     assert_true(t.r.latency_us >= 300000);
-    assert_true(t.r.latency_us < 300000 + 700000);
+    /* Fired by its own timeout, well before run_until gives up (5 s): a loaded machine may run
+     * the timer late, so no tighter upper bound. */
+    assert_true(t.r.latency_us < 4000000);
     assert_int_equal(e->srv.requests, 1);
     og_hc_req_clear(&t.r);
     env_free(e);

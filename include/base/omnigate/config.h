@@ -30,6 +30,7 @@ typedef struct og_config {
     int idle_timeout_ms;     /* OMNIGATE_IDLE_TIMEOUT_MS, default 60000 */
     int drain_timeout_ms;    /* OMNIGATE_DRAIN_TIMEOUT_MS, default 30000 */
     int drain_delay_ms;      /* OMNIGATE_DRAIN_DELAY_MS, default 1000 */
+    int auth_ttl_ms;         /* OMNIGATE_AUTH_TTL_MS, default 1000 */
     bool access_log;         /* OMNIGATE_ACCESS_LOG, default true */
     char *log_level;         /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
     /* Providers (API.md §8); used from the unified-send issue on. */

@@ -55,6 +55,10 @@ enum og_store_stmt {
     OG_Q_IDEM_CLAIM,
     OG_Q_IDEM_GET,
     OG_Q_IDEM_COMPLETE,
+    OG_Q_IDEM_REFERENCE,
+    OG_Q_IDEM_STALE,
+    OG_Q_SWEEP_PENDING,
+    OG_Q_SWEEP_NEXT,
     /* sql/queries/otp.sql */
     OG_Q_OTP_BEGIN,
     OG_Q_OTP_SENT,

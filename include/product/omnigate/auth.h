@@ -1,7 +1,7 @@
 /*
  * Tenant authentication (API.md §1): bearer token -> tenant, scopes and plan flag, through a
  * per-worker cache so the hot path stays off the database. A cache entry lives
- * OG_AUTH_TTL_MS; after that the next request re-reads the token and its tenant, so a
+ * OMNIGATE_AUTH_TTL_MS (1 s); after that the next request re-reads the token and its tenant, so a
  * revocation or a plan change made on any instance takes effect everywhere within that time
  * (plus one query). Unknown tokens are cached too, so a flood of one bad token is one query a
  * second. last_used_at is written in batches once a second, not per request. Responsible for
@@ -19,7 +19,6 @@
 #include "omnigate/db.h"
 #include "omnigate/http.h"
 
-#define OG_AUTH_TTL_MS      1000
 #define OG_AUTH_CACHE_SLOTS 4096 /* direct-mapped by token hash; a collision just evicts */
 #define OG_AUTH_TOUCH_MAX   256  /* token ids gathered for one last_used_at update */
 
@@ -67,7 +66,7 @@ struct og_rl;
 struct og_metrics_slot;
 void og_auth_set_rate_limit(og_auth_t *auth, struct og_rl *rl, struct og_metrics_slot *metrics);
 
-og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret);
+og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret, int ttl_ms);
 
 /* Authenticates a->req; a->done is called once, possibly before this returns. */
 void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a);

@@ -10,6 +10,7 @@
 #define OMNIGATE_IDEM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "omnigate/api.h"
 #include "omnigate/db.h"
@@ -34,17 +35,26 @@ struct og_idem {
     char hash[65]; /* SHA-256 of the body, hex */
     /* private */
     og_db_op_t op;
+    char lease_s[16];
+    char *stale_body; /* the 502 outcome_unknown answer being stored */
 };
 
 /* Reads the Idempotency-Key header of `req` (1-255 printable ASCII) and hashes the body.
  * False with 422 validation_failed in `err` when the header is malformed. */
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err);
 
-/* Claims the key read by og_idem_read for `tenant_id` on `route`; done(i) is called once,
- * possibly before this returns (with `arg` in i->arg). Without a key it completes at once with
- * neither claimed nor answered. */
-void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route,
+/* Claims the key read by og_idem_read for `tenant_id` on `route` for `lease_ms`, the longest
+ * the request can take; done(i) is called once, possibly before this returns (with `arg` in
+ * i->arg). Without a key it completes at once with neither claimed nor answered. A claim
+ * found unfinished past its lease (its instance died) is resolved per API.md §15: taken over
+ * when nothing was recorded under it (claimed), else answered 502 outcome_unknown. */
+void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route, uint32_t lease_ms,
                    void (*done)(og_idem_t *i), void *arg);
+
+/* Adds to `op` the statement that records `reference` as the record the claimed key is about;
+ * it must ride in the write that commits the record's pending row, before any provider call.
+ * Returns the number of statements added (0 or 1). `reference` must outlive the op. */
+int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *reference);
 
 /* Adds to `op` the statement that stores the answer (when a key was claimed); returns the
  * number of statements added (0 or 1). `status` and `body` must outlive the op. */
