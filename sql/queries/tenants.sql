@@ -9,9 +9,10 @@
 -- $1 = name
 -- $2 = unified API enabled (boolean)
 -- $3 = settings (JSON text)
+-- $4 = id, or NULL for a random one (the caller that seals secrets with the id chooses it)
 -- Returns the tenant row.
-INSERT INTO tenants (name, unified_api_enabled, settings)
-VALUES ($1, $2, $3::jsonb)
+INSERT INTO tenants (id, name, unified_api_enabled, settings)
+VALUES (coalesce($4::uuid, gen_random_uuid()), $1, $2, $3::jsonb)
 RETURNING id, name, unified_api_enabled, settings::text,
     to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
     to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), xmin::text;
@@ -50,4 +51,24 @@ RETURNING id, name, unified_api_enabled, settings::text,
 -- Returns unified_api_enabled, or no row when there is no such tenant.
 SELECT unified_api_enabled
 FROM tenants
+WHERE id = $1;
+
+-- name: tenants_unsealed
+-- The tenants whose settings hold a provider credential (an accessToken, at any depth) still
+-- in clear: written before secrets were sealed (sql/007_sealed_secrets.sql). Run inside a
+-- transaction, it locks them, so a concurrent run waits and then no longer sees them.
+-- Returns id, settings as JSON text.
+SELECT id, settings::text
+FROM tenants
+WHERE settings @? 'lax $.**.accessToken ? (@.type() == "string" && !(@ starts with "sealed:"))'
+ORDER BY id
+FOR UPDATE;
+
+-- name: tenant_seal
+-- Stores the settings of a tenant with their credentials sealed; not a change of the settings,
+-- so updated_at stays.
+-- $1 = tenant id
+-- $2 = settings (JSON text)
+UPDATE tenants
+SET settings = $2::jsonb
 WHERE id = $1;

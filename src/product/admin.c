@@ -1,7 +1,9 @@
 /*
  * Admin API (API.md §5): tenants and their tokens, behind the admin token. Every answer
- * masks tenant secrets; a token is shown once, at creation. Responsible for the admin
- * routes' validation and answers; the SQL is in store.c.
+ * masks tenant secrets; a token is shown once, at creation. Settings secrets are sealed before
+ * every write and opened (to be masked, or merged) after every read, with the tenant's id as
+ * associated data: a new tenant's id is therefore chosen here, before its settings are sealed.
+ * Responsible for the admin routes' validation and answers; the SQL is in store.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "omnigate/api.h"
 #include "omnigate/admin.h"
 #include "omnigate/gateway.h"
+#include "omnigate/ids.h"
 #include "omnigate/json.h"
 #include "omnigate/settings.h"
 #include "omnigate/store.h"
@@ -46,7 +49,8 @@ typedef struct admin_op {
     char prefix[16];
     char hash[65];
     char scopes[32];
-    char xmin[24]; /* row version read by a PATCH, "" when none */
+    char xmin[24];     /* row version read by a PATCH, "" when none */
+    og_seal_key_t key; /* seals and opens settings secrets (settings.h) */
 } admin_op_t;
 
 static void admin_op_free(admin_op_t *a)
@@ -56,6 +60,7 @@ static void admin_op_free(admin_op_t *a)
     free(a->settings_text);
     json_decref(a->patch);
     OPENSSL_cleanse(a->token, sizeof(a->token));
+    og_seal_key_clear(&a->key);
     free(a);
 }
 
@@ -71,9 +76,28 @@ static void db_failed(admin_op_t *a, og_db_status_t st)
     }
 }
 
-static json_t *tenant_json(PGresult *r, int row)
+/* The stored settings of tenant row `row`, their secrets opened; NULL when unreadable. */
+static json_t *opened_settings(admin_op_t *a, PGresult *r, int row)
 {
     json_t *settings = json_loads(PQgetvalue(r, row, OG_TENANT_SETTINGS), 0, NULL);
+    if (settings != NULL)
+        og_settings_open(settings, &a->key, PQgetvalue(r, row, OG_TENANT_ID), &a->gw->w->log);
+    return settings;
+}
+
+/* Seals the secrets of `settings` for tenant `id` and keeps its text as the value to store.
+ * False when out of memory. */
+static bool seal_for_store(admin_op_t *a, json_t *settings, const char *id)
+{
+    free(a->settings_text);
+    a->settings_text =
+        og_settings_seal(settings, &a->key, id) >= 0 ? json_dumps(settings, JSON_COMPACT) : NULL;
+    return a->settings_text != NULL;
+}
+
+static json_t *tenant_json(admin_op_t *a, PGresult *r, int row)
+{
+    json_t *settings = opened_settings(a, r, row);
     json_t *masked = settings ? og_settings_mask(settings) : json_object();
     json_decref(settings);
     return json_pack("{s:s,s:s,s:b,s:o,s:s,s:s}", "id", PQgetvalue(r, row, OG_TENANT_ID), "name",
@@ -126,13 +150,13 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     int rows = r ? PQntuples(r) : 0;
     switch (a->kind) {
     case A_TENANT_CREATE:
-        og_api_reply(a->req, 201, "tenant created", tenant_json(r, 0), NULL, 0);
+        og_api_reply(a->req, 201, "tenant created", tenant_json(a, r, 0), NULL, 0);
         break;
     case A_TENANT_GET:
         if (rows == 0)
             og_api_error(a->req, "not_found", NULL, "no such tenant");
         else
-            og_api_reply(a->req, 200, "tenant", tenant_json(r, 0), NULL, 0);
+            og_api_reply(a->req, 200, "tenant", tenant_json(a, r, 0), NULL, 0);
         break;
     case A_TENANT_PATCH_READ:
         if (rows == 0) {
@@ -143,7 +167,7 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
         return; /* a is either resubmitted or answered and freed */
     case A_TENANT_PATCH_WRITE:
         if (rows == 1) {
-            og_api_reply(a->req, 200, "tenant updated", tenant_json(r, 0), NULL, 0);
+            og_api_reply(a->req, 200, "tenant updated", tenant_json(a, r, 0), NULL, 0);
         } else if (a->patch != NULL && ++a->tries < MAX_PATCH_RETRIES) {
             /* Someone changed the tenant between our read and write: merge again. */
             a->kind = A_TENANT_PATCH_READ;
@@ -206,6 +230,7 @@ static void submit(admin_op_t *a)
         op->stmts[0].values[0] = a->name;
         op->stmts[0].values[1] = a->unified;
         op->stmts[0].values[2] = a->settings_text;
+        op->stmts[0].values[3] = a->id;
         op->write = true;
         break;
     case A_TENANT_GET:
@@ -257,20 +282,20 @@ static void submit(admin_op_t *a)
 /* The stored settings with the patch merged in, validated; then the conditional update. */
 static void patch_write(admin_op_t *a, PGresult *current)
 {
-    json_t *stored = json_loads(PQgetvalue(current, 0, OG_TENANT_SETTINGS), 0, NULL);
+    /* Merged on the opened settings, so a masked secret sent back compares with the clear one. */
+    json_t *stored = opened_settings(a, current, 0);
     json_t *merged = stored ? og_settings_merge_patch(stored, a->patch) : NULL;
     json_decref(stored);
     og_err_t err = {0};
-    if (merged == NULL || !og_settings_validate(merged, &err)) {
-        if (merged == NULL)
+    if (merged == NULL || !og_settings_validate(merged, &err) ||
+        !seal_for_store(a, merged, PQgetvalue(current, 0, OG_TENANT_ID))) {
+        if (err.code == NULL)
             og_err_fail(&err, "internal_error", NULL, "cannot merge settings");
         json_decref(merged);
         og_api_send_error(a->req, &err, NULL, NULL, NULL, 0);
         admin_op_free(a);
         return;
     }
-    free(a->settings_text);
-    a->settings_text = json_dumps(merged, JSON_COMPACT);
     json_decref(merged);
     snprintf(a->xmin, sizeof(a->xmin), "%s", PQgetvalue(current, 0, OG_TENANT_XMIN));
     og_db_op_clear(&a->op);
@@ -297,7 +322,26 @@ static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind
     a->req = req;
     a->gw = gw;
     a->kind = kind;
+    og_settings_key(&a->key, gw->w->cfg->secret);
     return a;
+}
+
+/* A new tenant id: a random (version 4) UUID, lower-case as PostgreSQL prints it. */
+static void new_tenant_id(char out[37])
+{
+    unsigned char b[16];
+    og_ids_random(b, sizeof(b));
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    static const char hex[] = "0123456789abcdef";
+    char *p = out;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = hex[b[i] >> 4];
+        *p++ = hex[b[i] & 15];
+    }
+    *p = '\0';
 }
 
 /* Reads route parameter `name` as a UUID into buf; answers 404 otherwise. */
@@ -350,6 +394,7 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
         !og_json_get_bool(body, "unifiedApiEnabled", false, &unified, &err))
         goto fail;
     json_t *settings = json_object_get(body, "settings");
+    new_tenant_id(a->id);
     if (settings == NULL || json_is_null(settings)) {
         json_t *defaults = og_settings_defaults();
         a->settings_text = json_dumps(defaults, JSON_COMPACT);
@@ -357,7 +402,10 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
     } else {
         if (!og_settings_validate(settings, &err))
             goto fail;
-        a->settings_text = json_dumps(settings, JSON_COMPACT);
+        if (!seal_for_store(a, settings, a->id)) {
+            og_err_fail(&err, "unavailable", NULL, "out of memory");
+            goto fail;
+        }
     }
     a->unified = unified ? "true" : "false";
     json_decref(body);

@@ -33,6 +33,7 @@ struct og_auth {
     og_log_t *log;
     char *secret;
     int ttl_ms;                 /* OMNIGATE_AUTH_TTL_MS: how long a cache entry is trusted */
+    og_seal_key_t seal_key;     /* opens the sealed secrets of tenant settings (settings.h) */
     og_rl_t *rl;                /* per-tenant rate limit, or NULL */
     og_metrics_slot_t *metrics; /* counts refusals, or NULL */
     slot_t slots[OG_AUTH_CACHE_SLOTS];
@@ -177,6 +178,8 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
         t->refs = 1;
         snprintf(t->id, sizeof(t->id), "%s", PQgetvalue(r, 0, 1));
         t->unified_api_enabled = PQgetvalue(r, 0, 4)[0] == 't';
+        /* Cached tenants hold their credentials clear, in memory only. */
+        og_settings_open(settings, &auth->seal_key, t->id, auth->log);
         t->settings = settings;
         s->tenant = t;
         s->found = true;
@@ -317,6 +320,9 @@ og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *
         free(auth);
         return NULL;
     }
+    /* Without a usable key every sealed credential stays sealed: its channel fails
+     * not_configured, which is what a wrong OMNIGATE_SECRET does too. */
+    og_settings_key(&auth->seal_key, secret);
     auth->loop = loop;
     auth->db = db;
     auth->log = log;
@@ -336,6 +342,7 @@ static void on_timer_closed(uv_handle_t *h)
     void (*cb)(void *) = auth->closed;
     void *arg = auth->closed_arg;
     OPENSSL_cleanse(auth->secret, strlen(auth->secret));
+    og_seal_key_clear(&auth->seal_key);
     free(auth->secret);
     free(auth);
     if (cb != NULL)

@@ -3,6 +3,7 @@
  */
 #include "omnigate/cli.h"
 
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,92 @@ static bool need_db(const og_config_t *cfg, const char *what)
     return true;
 }
 
+static PGconn *connect_db(const og_config_t *cfg);
+static PGresult *run(PGconn *pg, int q, int n, const char *const *values);
+
+/* ---- secrets at rest -------------------------------------------------------------------- */
+
+static bool exec_cmd(PGconn *pg, const char *sql)
+{
+    PGresult *r = PQexec(pg, sql);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (!ok)
+        fprintf(stderr, "omnigate: %s", PQerrorMessage(pg));
+    PQclear(r);
+    return ok;
+}
+
+/* Seals, for each row of `r` (tenants_unsealed), the credentials still in clear and stores the
+ * settings back. False after printing why. */
+static bool seal_rows(PGconn *pg, PGresult *r, const og_seal_key_t *key)
+{
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *id = PQgetvalue(r, i, 0);
+        json_t *settings = json_loads(PQgetvalue(r, i, 1), 0, NULL);
+        char *text = settings != NULL && og_settings_seal(settings, key, id) >= 0
+                         ? json_dumps(settings, JSON_COMPACT)
+                         : NULL;
+        json_decref(settings);
+        if (text == NULL) {
+            fprintf(stderr, "omnigate: cannot seal the settings of tenant %s\n", id);
+            return false;
+        }
+        const char *v[2] = {id, text};
+        PGresult *u = run(pg, OG_Q_TENANT_SEAL, 2, v);
+        free(text);
+        if (u == NULL)
+            return false;
+        PQclear(u);
+    }
+    return true;
+}
+
+/* The migration step SQL cannot do (sql/008_sealed_secrets.sql): seals the provider credentials
+ * stored in clear by a binary that did not seal them. One transaction, which locks the rows it
+ * changes: instances starting together and admin writes wait for it, then see sealed values.
+ * Returns the number of tenants whose settings it sealed, or -1 after printing why. */
+static int seal_stored(const og_config_t *cfg)
+{
+    og_seal_key_t key;
+    if (!og_settings_key(&key, cfg->secret)) {
+        fprintf(stderr, "omnigate: cannot derive the key that seals provider credentials\n");
+        return -1;
+    }
+    PGconn *pg = connect_db(cfg);
+    int sealed = -1;
+    PGresult *r = NULL;
+    if (pg == NULL || !exec_cmd(pg, "BEGIN"))
+        goto out;
+    if ((r = run(pg, OG_Q_TENANTS_UNSEALED, 0, NULL)) != NULL && seal_rows(pg, r, &key) &&
+        exec_cmd(pg, "COMMIT"))
+        sealed = PQntuples(r);
+    else
+        PQclear(PQexec(pg, "ROLLBACK"));
+out:
+    PQclear(r);
+    PQfinish(pg);
+    og_seal_key_clear(&key);
+    if (sealed > 0)
+        fprintf(stderr, "omnigate: sealed the provider credentials stored in clear of %d tenant%s\n", sealed,
+                sealed == 1 ? "" : "s");
+    return sealed;
+}
+
+/* `omnigate migrate` without OMNIGATE_SECRET cannot seal: says so when there is something to
+ * seal. */
+static void warn_unsealed(const og_config_t *cfg)
+{
+    PGconn *pg = connect_db(cfg);
+    PGresult *r = pg != NULL ? run(pg, OG_Q_TENANTS_UNSEALED, 0, NULL) : NULL;
+    if (r != NULL && PQntuples(r) > 0)
+        fprintf(stderr,
+                "omnigate: warning: OMNIGATE_SECRET is not set: the provider credentials of %d tenant%s "
+                "stay in clear until `omnigate migrate` runs with it or `omnigate serve` starts\n",
+                PQntuples(r), PQntuples(r) == 1 ? "" : "s");
+    PQclear(r);
+    PQfinish(pg);
+}
+
 int og_cli_migrate(const og_config_t *cfg)
 {
     if (!need_db(cfg, "migrate"))
@@ -35,6 +122,10 @@ int og_cli_migrate(const og_config_t *cfg)
     }
     fprintf(stderr, "omnigate: schema at version %d (%d migration%s applied)\n", og_migrations_count, n,
             n == 1 ? "" : "s");
+    if (cfg->secret == NULL)
+        warn_unsealed(cfg);
+    else if (seal_stored(cfg) < 0)
+        return 1;
     return 0;
 }
 
@@ -76,6 +167,7 @@ int og_cli_serve_check(const og_config_t *cfg)
             return 1;
         }
         mark_unknown(cfg);
+        seal_stored(cfg); /* on failure it said why; the gateway reads clear credentials too */
         return 0;
     }
     int version = 0;
@@ -98,6 +190,7 @@ int og_cli_serve_check(const og_config_t *cfg)
         return 2;
     }
     mark_unknown(cfg);
+    seal_stored(cfg);
     return 0;
 }
 
@@ -138,9 +231,17 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
-static json_t *tenant_row(PGresult *r)
+static json_t *tenant_row(const og_config_t *cfg, PGresult *r)
 {
     json_t *settings = json_loads(PQgetvalue(r, 0, OG_TENANT_SETTINGS), 0, NULL);
+    if (settings != NULL) { /* opened to be masked: "****" + the clear value's last characters */
+        og_seal_key_t key;
+        og_settings_key(&key, cfg->secret);
+        if (og_settings_open(settings, &key, PQgetvalue(r, 0, OG_TENANT_ID), NULL) > 0)
+            fprintf(stderr, "omnigate: warning: a sealed credential of this tenant does not open with this "
+                            "OMNIGATE_SECRET: set it again\n");
+        og_seal_key_clear(&key);
+    }
     json_t *masked = settings ? og_settings_mask(settings) : json_object();
     json_decref(settings);
     return json_pack("{s:s,s:s,s:b,s:o,s:s}", "id", PQgetvalue(r, 0, OG_TENANT_ID), "name",
@@ -150,7 +251,7 @@ static json_t *tenant_row(PGresult *r)
 }
 
 /* Prints the tenant row of `r`, or "no such tenant" when it has none. */
-static int tenant_result(PGresult *r)
+static int tenant_result(const og_config_t *cfg, PGresult *r)
 {
     if (r == NULL)
         return 1;
@@ -159,7 +260,7 @@ static int tenant_result(PGresult *r)
         fprintf(stderr, "omnigate: no such tenant\n");
         rc = 1;
     } else {
-        print_json(tenant_row(r));
+        print_json(tenant_row(cfg, r));
     }
     PQclear(r);
     return rc;
@@ -187,8 +288,9 @@ static int admin_create_tenant(PGconn *pg, const og_config_t *cfg, int argc, cha
     json_t *defaults = og_settings_defaults();
     char *settings = json_dumps(defaults, JSON_COMPACT);
     json_decref(defaults);
-    const char *v[3] = {argv[1], unified ? "true" : "false", settings};
-    int rc = tenant_result(run(pg, OG_Q_TENANT_INSERT, 3, v));
+    /* No secret in the defaults: the database may choose the id. */
+    const char *v[4] = {argv[1], unified ? "true" : "false", settings, NULL};
+    int rc = tenant_result(cfg, run(pg, OG_Q_TENANT_INSERT, 4, v));
     free(settings);
     return rc;
 }
@@ -198,26 +300,26 @@ static int admin_get_tenant(PGconn *pg, const og_config_t *cfg, int argc, char *
     if (!tenant_id_ok(argv[1]))
         return 2;
     const char *v[1] = {argv[1]};
-    return tenant_result(run(pg, OG_Q_TENANT_GET, 1, v));
+    return tenant_result(cfg, run(pg, OG_Q_TENANT_GET, 1, v));
 }
 
 /* Sets the tenant's plan lock: the update statement leaves the NULL columns as they are. */
-static int set_unified(PGconn *pg, const char *tenant_id, bool enabled)
+static int set_unified(PGconn *pg, const og_config_t *cfg, const char *tenant_id, bool enabled)
 {
     if (!tenant_id_ok(tenant_id))
         return 2;
     const char *v[5] = {tenant_id, NULL, enabled ? "true" : "false", NULL, NULL};
-    return tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    return tenant_result(cfg, run(pg, OG_Q_TENANT_UPDATE, 5, v));
 }
 
 static int admin_enable_unified(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    return set_unified(pg, argv[1], true);
+    return set_unified(pg, cfg, argv[1], true);
 }
 
 static int admin_lock_unified(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    return set_unified(pg, argv[1], false);
+    return set_unified(pg, cfg, argv[1], false);
 }
 
 static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
@@ -237,10 +339,22 @@ static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char
         json_decref(settings);
         return 2;
     }
-    char *text = json_dumps(settings, JSON_COMPACT);
+    /* Sealed with the id as PostgreSQL prints it (lower case), which is what opens it. */
+    char id[37];
+    for (size_t i = 0; i < sizeof(id); i++)
+        id[i] = (char)tolower((unsigned char)argv[1][i]);
+    og_seal_key_t key;
+    char *text = og_settings_key(&key, cfg->secret) && og_settings_seal(settings, &key, id) >= 0
+                     ? json_dumps(settings, JSON_COMPACT)
+                     : NULL;
+    og_seal_key_clear(&key);
     json_decref(settings);
-    const char *v[5] = {argv[1], NULL, NULL, text, NULL};
-    int rc = tenant_result(run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    if (text == NULL) {
+        fprintf(stderr, "omnigate: set-settings: cannot seal the credentials\n");
+        return 1;
+    }
+    const char *v[5] = {id, NULL, NULL, text, NULL};
+    int rc = tenant_result(cfg, run(pg, OG_Q_TENANT_UPDATE, 5, v));
     free(text);
     return rc;
 }

@@ -43,6 +43,7 @@ typedef struct fb {
     const char *reason;
 
     og_send_params_t params;
+    bool token_sealed; /* the channel's access token did not open (settings.h) */
     og_attempt_t att;
     og_sms_info_t sms;
     int schedule_stmt; /* in the ending write, -1 when none */
@@ -174,6 +175,9 @@ static void begun(og_db_op_t *op, og_db_status_t st);
 static void attempted(og_attempt_t *a)
 {
     fb_t *f = a->arg;
+    /* The adapter saw no token; the reason it had none is ours to give. */
+    if (f->token_sealed && a->result.error_code == OG_ERR_NOT_CONFIGURED)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
     og_db_op_clear(&f->op);
     int n = end_stmts(f);
     bool sent = a->result.sent;
@@ -206,6 +210,7 @@ static void params_for(fb_t *f)
 {
     og_channel_t ch = f->ch[f->next];
     f->params = (og_send_params_t){.to = f->to, .text = f->text};
+    f->token_sealed = false;
     if (ch == OG_CH_SMS) {
         f->params.from = f->sender[0] ? f->sender : NULL;
         og_sms_encode_info(f->text, strlen(f->text), &f->sms);
@@ -217,6 +222,7 @@ static void params_for(fb_t *f)
         f->params.session = num.session;
         f->params.phone_number_id = num.phone_number_id;
         f->params.access_token = num.access_token;
+        f->token_sealed = num.access_token_sealed;
     }
 }
 
@@ -292,6 +298,12 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
     snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, 4));
     snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, 5));
     f->settings = json_loads(PQgetvalue(r, 0, 6), 0, NULL);
+    og_seal_key_t key;
+    if (f->settings != NULL) { /* the credentials are clear in memory only */
+        og_settings_key(&key, f->gw->w->cfg->secret);
+        og_settings_open(f->settings, &key, f->step->tenant_id, fb_log(f));
+        og_seal_key_clear(&key);
+    }
     int last_seq = atoi(PQgetvalue(r, 0, 7));
     bool reached = PQgetvalue(r, 0, 8)[0] == 't';
     const char *last_status = PQgetvalue(r, 0, 9);

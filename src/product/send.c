@@ -44,6 +44,7 @@ typedef struct send_ctx {
     char sender[20];
     og_sms_info_t sms;
     og_send_params_t params[OG_ENGINE_MAX];
+    bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     og_attempt_t att[OG_ENGINE_MAX];
     uint64_t att_at_ms[OG_ENGINE_MAX];
 
@@ -222,6 +223,7 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
         p->session = num.session;
         p->phone_number_id = num.phone_number_id;
         p->access_token = num.access_token;
+        c->token_sealed[i] = num.access_token_sealed;
     }
     return true;
 }
@@ -419,7 +421,11 @@ static void engine_done(og_engine_t *e)
 static void attempt_done(og_attempt_t *a)
 {
     send_ctx_t *c = a->arg;
-    og_engine_attempt_done(&c->engine, (int)(a - c->att), a->result.sent);
+    int i = (int)(a - c->att);
+    /* The adapter saw no token; the reason it had none is ours to give. */
+    if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
+    og_engine_attempt_done(&c->engine, i, a->result.sent);
 }
 
 static void engine_start(og_engine_t *e, int i)

@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "omnigate/phone.h"
@@ -141,7 +142,13 @@ static bool meta_number(const json_t *num, const char *path, og_err_t *err)
     if (id == NULL || !digits_only(id, OG_SETTINGS_PHONE_ID_MAX))
         return invalid(err, field, "must be a string of 1-32 digits");
     path_fmt(field, "%s.accessToken", path);
-    const char *tok = json_string_value(json_object_get(num, "accessToken"));
+    json_t *tv = json_object_get(num, "accessToken");
+    const char *tok = json_string_value(tv);
+    if (og_seal_is_sealed(tok)) {
+        if (!og_seal_well_formed(tok, json_string_length(tv)))
+            return invalid(err, field, "is not a well-formed sealed value; send the clear access token");
+        return true;
+    }
     if (tok == NULL || !token_chars(tok, OG_SETTINGS_ACCESS_TOKEN_MAX, false))
         return invalid(err, field, "must be a string of 1-1024 printable ASCII characters without spaces");
     /* A masked value can only come from echoing a GET back where no stored secret matched it
@@ -275,17 +282,18 @@ bool og_settings_validate(json_t *settings, og_err_t *err)
     return true;
 }
 
-/* ---- masking and merging ----------------------------------------------------------------- */
+/* ---- secrets: masking, sealing, opening ---------------------------------------------------- */
 
 #define MASKED_SIZE (4 + 4 * 4 + 1) /* "****" + up to 4 UTF-8 characters + NUL */
 
 /* The masked form of a secret: "****" + its last 4 characters when it has at least 12, else
- * "****". Characters are code points, so a non-ASCII secret is never cut mid-character. */
+ * "****". Characters are code points, so a non-ASCII secret is never cut mid-character. A sealed
+ * value (one that did not open) shows nothing: its tail is ciphertext. */
 static void mask_secret(const json_t *secret, char out[MASKED_SIZE])
 {
     memcpy(out, "****", 5);
     const char *s = json_string_value(secret);
-    if (s == NULL)
+    if (s == NULL || og_seal_is_sealed(s))
         return;
     size_t len = json_string_length(secret), chars = 0, tail = len;
     for (size_t i = 0; i < len; i++)
@@ -304,15 +312,19 @@ static void mask_secret(const json_t *secret, char out[MASKED_SIZE])
 
 static const char access_token_key[] = "accessToken";
 
-/* Replaces, in place, every accessToken member under `v`. False when out of memory. */
-static bool mask_in_place(json_t *v)
+/* What to do with one secret: the member at `it` of object `obj`, which it may replace with
+ * json_object_iter_set_new. False stops the walk (out of memory). */
+typedef bool (*secret_fn)(json_t *obj, void *it, void *ctx);
+
+/* Calls fn on every secret (an accessToken member, at any depth) under `v`. */
+static bool each_secret(json_t *v, secret_fn fn, void *ctx)
 {
     if (json_is_array(v)) {
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e)
         {
-            if (!mask_in_place(e))
+            if (!each_secret(e, fn, ctx))
                 return false;
         }
         return true;
@@ -320,23 +332,27 @@ static bool mask_in_place(json_t *v)
     if (!json_is_object(v))
         return true;
     for (void *it = json_object_iter(v); it != NULL; it = json_object_iter_next(v, it)) {
-        json_t *e = json_object_iter_value(it);
-        if (strcmp(json_object_iter_key(it), access_token_key) == 0) {
-            char masked[MASKED_SIZE];
-            mask_secret(e, masked);
-            if (json_object_iter_set_new(v, it, json_string(masked)) != 0)
-                return false;
-        } else if (!mask_in_place(e)) {
+        bool ok = strcmp(json_object_iter_key(it), access_token_key) == 0
+                      ? fn(v, it, ctx)
+                      : each_secret(json_object_iter_value(it), fn, ctx);
+        if (!ok)
             return false;
-        }
     }
     return true;
+}
+
+static bool mask_one(json_t *obj, void *it, void *ctx)
+{
+    (void)ctx;
+    char masked[MASKED_SIZE];
+    mask_secret(json_object_iter_value(it), masked);
+    return json_object_iter_set_new(obj, it, json_string(masked)) == 0;
 }
 
 json_t *og_settings_mask(const json_t *settings)
 {
     json_t *copy = json_deep_copy(settings);
-    if (copy != NULL && !mask_in_place(copy)) {
+    if (copy != NULL && !each_secret(copy, mask_one, NULL)) {
         json_decref(copy);
         return NULL;
     }
@@ -390,6 +406,68 @@ json_t *og_settings_merge_patch(const json_t *stored, const json_t *patch)
     if (patch == NULL)
         return copy != NULL ? copy : json_object();
     return merge(copy, patch);
+}
+
+/* The key, the associated data and the count of og_settings_seal and og_settings_open. */
+typedef struct seal_ctx {
+    const og_seal_key_t *key;
+    const char *tenant_id;
+    int count;
+} seal_ctx_t;
+
+static bool seal_one(json_t *obj, void *it, void *arg)
+{
+    seal_ctx_t *c = arg;
+    json_t *v = json_object_iter_value(it);
+    const char *s = json_string_value(v);
+    if (s == NULL || og_seal_is_sealed(s))
+        return true;
+    char *sealed = og_seal(c->key, c->tenant_id, s, json_string_length(v));
+    bool ok = sealed != NULL && json_object_iter_set_new(obj, it, json_string(sealed)) == 0;
+    free(sealed);
+    c->count++;
+    return ok;
+}
+
+bool og_settings_key(og_seal_key_t *key, const char *secret)
+{
+    return og_seal_key_derive(key, secret, secret != NULL ? strlen(secret) : 0, OG_SETTINGS_SEAL_INFO);
+}
+
+int og_settings_seal(json_t *settings, const og_seal_key_t *key, const char *tenant_id)
+{
+    seal_ctx_t c = {key, tenant_id, 0};
+    return each_secret(settings, seal_one, &c) ? c.count : -1;
+}
+
+static bool open_one(json_t *obj, void *it, void *arg)
+{
+    seal_ctx_t *c = arg;
+    json_t *v = json_object_iter_value(it);
+    if (!og_seal_is_sealed(json_string_value(v)))
+        return true;
+    char *plain = NULL;
+    size_t len = 0;
+    json_t *clear = NULL;
+    if (og_seal_open(c->key, c->tenant_id, json_string_value(v), json_string_length(v), &plain, &len) ==
+        OG_SEAL_OK)
+        clear = json_stringn(plain, len); /* NULL unless valid UTF-8: then it stays sealed */
+    og_seal_free_plain(plain, len);
+    if (clear == NULL || json_object_iter_set_new(obj, it, clear) != 0)
+        c->count++;
+    return true;
+}
+
+int og_settings_open(json_t *settings, const og_seal_key_t *key, const char *tenant_id, og_log_t *log)
+{
+    seal_ctx_t c = {key, tenant_id, 0};
+    each_secret(settings, open_one, &c);
+    if (c.count > 0 && log != NULL)
+        og_log(log, OG_LOG_WARN,
+               "a sealed credential in the tenant's settings does not open with this OMNIGATE_SECRET: its "
+               "channel fails not_configured until the credential is set again",
+               "\"tenantId\":\"%s\",\"credentials\":%d", tenant_id, c.count);
+    return c.count;
 }
 
 json_t *og_settings_defaults(void)
@@ -448,7 +526,11 @@ bool og_settings_wa_number(const json_t *settings, const char *name, const char 
     } else if (strcmp(name, "whatsapp_meta") == 0) {
         out->phone_number_id = json_string_value(json_object_get(num, "phoneNumberId"));
         out->access_token = json_string_value(json_object_get(num, "accessToken"));
-        if (out->phone_number_id != NULL && out->access_token != NULL)
+        if (og_seal_is_sealed(out->access_token)) {
+            out->access_token = NULL;
+            out->access_token_sealed = true;
+        }
+        if (out->phone_number_id != NULL && (out->access_token != NULL || out->access_token_sealed))
             return true;
     }
     memset(out, 0, sizeof(*out));

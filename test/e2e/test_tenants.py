@@ -130,7 +130,9 @@ def test_tenant_create_get_patch(gw):
     assert p["settings"]["channels"]["sms"]["senders"] == ["ACME"]
     rows = gw_query(gw, "SELECT settings->'channels'->'whatsapp_meta'->'numbers'->'6281234567890'->>'accessToken' "
                         "FROM tenants WHERE id = '%s'" % t["id"])
-    assert rows == [("EAAGsecretsecretsecret1234",)]
+    # Kept, and stored sealed (test_secrets_at_rest.py): never in clear.
+    assert len(rows) == 1 and rows[0][0].startswith("sealed:v1:") and "EAAGsecret" not in rows[0][0]
+    assert p["settings"]["channels"]["whatsapp_meta"]["numbers"]["6281234567890"]["accessToken"] == meta["accessToken"]
 
 
 def gw_query(gw, sql):

@@ -25,6 +25,8 @@ enum og_store_stmt {
     OG_Q_TENANT_GET,
     OG_Q_TENANT_UPDATE,
     OG_Q_TENANT_UNIFIED,
+    OG_Q_TENANTS_UNSEALED,
+    OG_Q_TENANT_SEAL,
     /* sql/queries/logs.sql */
     OG_Q_LOGS_OMNI,
     OG_Q_LOGS_SMS,
