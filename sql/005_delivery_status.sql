@@ -102,7 +102,10 @@ $$;
 -- Recomputes the attempts and SMS records with these (channel, message id) pairs, and the
 -- messages of those attempts. Returns how many pairs matched an attempt or an SMS record.
 CREATE FUNCTION og_status_recompute(p_channel text[], p_pid text[]) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     t_tenant uuid[];
     t_ref    text[];
@@ -164,7 +167,10 @@ $$;
 -- that matched an attempt or SMS record, repeats, and new statuses waiting unmatched.
 CREATE FUNCTION og_status_apply(p_statuses jsonb, OUT applied integer, OUT duplicate integer,
                                 OUT unknown integer)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     t_channel text[];
     t_pid     text[];
@@ -207,7 +213,10 @@ $$;
 -- send can take) whose attempt now exists, prunes unmatched ones older than 7 days (at most
 -- 1,000 per call), and returns how many recent ones still wait.
 CREATE FUNCTION og_status_sweep() RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     t_channel text[];
     t_pid     text[];

@@ -47,7 +47,10 @@ ALTER TABLE attempts
 -- next step is due now (and every worker is told); when any attempt reaches the wanted status
 -- the chain ends (its step is deleted, unless a worker holds it: it checks again itself).
 CREATE FUNCTION og_fallback_on_status(p_tenant uuid[], p_ref text[]) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     n integer;
 BEGIN
@@ -78,7 +81,10 @@ $$;
 -- og_status_recompute of sql/005, with the fallback hook: a message whose chain still waits
 -- is 'sent', not 'undelivered', until the chain ends.
 CREATE OR REPLACE FUNCTION og_status_recompute(p_channel text[], p_pid text[]) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     t_tenant uuid[];
     t_ref    text[];
@@ -149,7 +155,10 @@ $$;
 -- already failed (its status came before this commit); nothing when the wanted status is
 -- already reached. Returns true when the step is due now (every worker is told).
 CREATE FUNCTION og_fallback_schedule(p_tenant uuid, p_ref text) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Planned afresh on every call: a plan cached while the tables were small (a new
+-- deployment) would scan them whole once they are large.
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     wanted text;
     after_s integer;

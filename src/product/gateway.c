@@ -21,7 +21,7 @@
 #include "omnigate/util.h"
 #include "omnigate/webhooks_in.h"
 
-#define SWEEP_MS 1000
+#define SWEEP_MS 250
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
@@ -46,7 +46,8 @@ static const og_route_t routes[] = {
 
 /* ---- the status sweep (worker 0 of each instance) ------------------------------------------
  * A status committed while its attempt's insert was in flight stays unmatched (neither
- * transaction saw the other); once a second og_status_sweep adopts such statuses, prunes week-old
+ * transaction saw the other); every 250 ms og_status_sweep adopts such statuses (a failed status
+ * adopted this way also moves a delivery-based fallback on), prunes week-old
  * unmatched ones and reports how many recent ones still wait (sql/005_delivery_status.sql). */
 
 static void swept(og_db_op_t *op, og_db_status_t st)
