@@ -4,21 +4,104 @@
 #include "omnigate/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
-void og_log_init(og_log_t *l, og_log_level_t level, bool buffered)
+/* How a buffered logger writes its descriptor without blocking (log.h). */
+enum { HOW_WRITE, HOW_SEND, HOW_NOWAIT, HOW_POLLED };
+
+_Static_assert(OG_LOG_LINE <= PIPE_BUF, "a line must fit one atomic pipe write");
+
+static void init_unbuffered(og_log_t *l, og_log_level_t level, int fd)
 {
-    l->level = level;
-    l->fd = STDERR_FILENO;
-    l->pid = (int)getpid();
-    l->buffered = buffered;
-    l->len = 0;
+    *l = (og_log_t){.level = level, .fd = fd, .pid = (int)getpid(), .own_fd = -1, .wait_fd = -1};
+}
+
+bool og_log_init(og_log_t *l, og_log_level_t level, bool buffered)
+{
+    if (buffered)
+        return og_log_open(l, level, STDERR_FILENO);
+    init_unbuffered(l, level, STDERR_FILENO);
+    return true;
+}
+
+/* The descriptor a buffered logger writes. */
+static int out_fd(const og_log_t *l)
+{
+    return l->own_fd >= 0 ? l->own_fd : l->fd;
+}
+
+/* For a pipe without RWF_NOWAIT, or a terminal: our own non-blocking description of the same
+ * file, or else a poll before each write. Sets l->how and l->own_fd. */
+static void fall_back(og_log_t *l)
+{
+    struct stat st;
+    char path[40];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", l->fd);
+    l->own_fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (l->own_fd >= 0)
+        l->how = HOW_WRITE;
+    else if (fstat(l->fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
+        l->how = HOW_POLLED;
+    else
+        l->how = HOW_WRITE;
+}
+
+/* Chooses how to write l->fd without blocking and without changing anything another process
+ * shares (log.h). */
+static void choose_output(og_log_t *l)
+{
+    struct stat st;
+    l->how = HOW_WRITE;
+    if (fstat(l->fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+        return;
+    if (S_ISSOCK(st.st_mode))
+        l->how = HOW_SEND;
+    else if (S_ISFIFO(st.st_mode))
+        l->how = HOW_NOWAIT; /* until the kernel says it cannot (write_some) */
+    else
+        fall_back(l);
+}
+
+bool og_log_open(og_log_t *l, og_log_level_t level, int fd)
+{
+    init_unbuffered(l, level, fd);
+    l->buf = malloc(OG_LOG_BUF);
+    if (l->buf == NULL)
+        return false;
+    l->buffered = true;
+    choose_output(l);
+    /* An epoll set holding only the output: it polls readable when the output has room, and
+     * a loop can watch it without touching the output's own flags (libuv's uv_poll_init
+     * would set O_NONBLOCK on what it watches). Room is the pipe's or the terminal's, so
+     * watching fd serves own_fd too. A regular file is refused (EPERM): it never fills. */
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep >= 0) {
+        struct epoll_event ev = {.events = EPOLLOUT};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0)
+            l->wait_fd = ep;
+        else
+            close(ep);
+    }
+    return true;
+}
+
+int og_log_wait_fd(const og_log_t *l)
+{
+    return l->wait_fd;
 }
 
 bool og_log_level_parse(const char *s, og_log_level_t *out)
@@ -66,6 +149,7 @@ const char *og_log_escape(char *buf, size_t buflen, const char *s, size_t len)
     return buf;
 }
 
+/* Blocking: the unbuffered mode. */
 static void write_all(int fd, const char *p, size_t len)
 {
     while (len > 0) {
@@ -80,42 +164,180 @@ static void write_all(int fd, const char *p, size_t len)
     }
 }
 
-void og_log_flush(og_log_t *l)
+/* Writes at most len bytes without blocking. Returns the bytes written, 0 when the output is
+ * full, -1 when it failed for good (the reader is gone). */
+static ssize_t write_some(og_log_t *l, const char *p, size_t len)
 {
-    if (l->len > 0) {
-        write_all(l->fd, l->buf, l->len);
-        l->len = 0;
+    for (;;) {
+        ssize_t n;
+        int fd = out_fd(l);
+        if (l->how == HOW_SEND) {
+            n = send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        } else if (l->how == HOW_NOWAIT) {
+            struct iovec iov = {(void *)p, len};
+            n = pwritev2(fd, &iov, 1, -1, RWF_NOWAIT);
+            if (n < 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
+                fall_back(l); /* a kernel without RWF_NOWAIT on pipes, or without pwritev2 */
+                continue;
+            }
+        } else {
+            if (l->how == HOW_POLLED) {
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                int r = poll(&pfd, 1, 0);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r == 0)
+                    return 0;
+            }
+            n = write(fd, p, len);
+        }
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
     }
+}
+
+/* The next write from offset `from`: whole lines (the first one possibly the rest of a partly
+ * written line) up to PIPE_BUF bytes, at least one line. */
+static size_t next_chunk(const og_log_t *l, size_t from)
+{
+    size_t n = from;
+    while (n < l->len) {
+        const char *nl = memchr(l->buf + n, '\n', l->len - n);
+        size_t end = nl != NULL ? (size_t)(nl - l->buf) + 1 : l->len;
+        if (n > from && end - from > PIPE_BUF)
+            break;
+        n = end;
+    }
+    return n - from;
+}
+
+static uint64_t count_lines(const char *p, size_t len)
+{
+    uint64_t n = 0;
+    for (const char *e = p + len; (p = memchr(p, '\n', (size_t)(e - p))) != NULL; p++)
+        n++;
+    return n;
+}
+
+bool og_log_flush(og_log_t *l)
+{
+    if (!l->buffered)
+        return true;
+    size_t done = 0;
+    ssize_t n = 1;
+    while (done < l->len && (n = write_some(l, l->buf + done, next_chunk(l, done))) > 0)
+        done += (size_t)n;
+    if (n < 0) {
+        /* The output failed for good (its reader is gone): nobody will read these. */
+        uint64_t lost = count_lines(l->buf + done, l->len - done);
+        l->dropped += lost;
+        l->gap += lost;
+        done = l->len;
+    }
+    l->blocked = done < l->len;
+    memmove(l->buf, l->buf + done, l->len - done);
+    l->len -= done;
+    return !l->blocked;
+}
+
+void og_log_close(og_log_t *l, int wait_ms)
+{
+    if (!l->buffered)
+        return;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!og_log_flush(l) && l->wait_fd >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long left = wait_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pfd = {.fd = l->wait_fd, .events = POLLIN};
+        if (left <= 0 || (poll(&pfd, 1, (int)left) < 0 && errno != EINTR))
+            break;
+    }
+    uint64_t dropped = l->dropped + count_lines(l->buf, l->len);
+    free(l->buf);
+    if (l->wait_fd >= 0)
+        close(l->wait_fd);
+    if (l->own_fd >= 0)
+        close(l->own_fd);
+    init_unbuffered(l, l->level, l->fd);
+    l->dropped = dropped;
+}
+
+/* Formats one line into line[OG_LOG_LINE], newline included; returns its length. */
+static size_t format(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
+                     const char *fields_fmt, va_list ap)
+{
+    const size_t size = OG_LOG_LINE;
+    char now[32];
+    og_time_rfc3339(now);
+    int n = snprintf(line, size, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\",\"pid\":%d", now,
+                     level_names[level], msg, l->pid);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n > size - 3)
+        n = (int)size - 3;
+    if (fields_fmt != NULL && (size_t)n < size - 3) {
+        line[n++] = ',';
+        int m = vsnprintf(line + n, size - (size_t)n - 2, fields_fmt, ap);
+        if (m > 0)
+            n += m;
+        if ((size_t)n > size - 3)
+            n = (int)size - 3;
+    }
+    line[n++] = '}';
+    line[n++] = '\n';
+    return (size_t)n;
+}
+
+static size_t format_f(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
+                       const char *fields_fmt, ...) __attribute__((format(printf, 5, 6)));
+static size_t format_f(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
+                       const char *fields_fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fields_fmt);
+    size_t n = format(l, line, level, msg, fields_fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+/* Buffers a line, after the announcement of a gap if lines were dropped before it. */
+static void append(og_log_t *l, const char *line, size_t n)
+{
+    char note[OG_LOG_LINE];
+    size_t nn = 0;
+    if (l->gap > 0)
+        nn =
+            format_f(l, note, OG_LOG_WARN, "log lines dropped", "\"lines\":%llu", (unsigned long long)l->gap);
+    /* A full buffer is flushed at once, unless the output was full a moment ago: then only
+     * the loop's next flush (or its wait on og_log_wait_fd) tries again, not every line. */
+    if (l->len + nn + n > OG_LOG_BUF && !l->blocked)
+        og_log_flush(l);
+    if (l->len + nn + n > OG_LOG_BUF) {
+        l->dropped++;
+        l->gap++;
+        return;
+    }
+    memcpy(l->buf + l->len, note, nn);
+    memcpy(l->buf + l->len + nn, line, n);
+    l->len += nn + n;
+    l->gap = 0;
 }
 
 void og_log(og_log_t *l, og_log_level_t level, const char *msg, const char *fields_fmt, ...)
 {
     if (!og_log_enabled(l, level))
         return;
-    char line[4096];
-    char now[32];
-    og_time_rfc3339(now);
-    int n = snprintf(line, sizeof(line), "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\",\"pid\":%d", now,
-                     level_names[level], msg, l->pid);
-    if (fields_fmt != NULL && n > 0 && (size_t)n < sizeof(line) - 3) {
-        line[n++] = ',';
-        va_list ap;
-        va_start(ap, fields_fmt);
-        int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 2, fields_fmt, ap);
-        va_end(ap);
-        if (m > 0)
-            n += m;
-        if ((size_t)n > sizeof(line) - 3)
-            n = (int)sizeof(line) - 3;
-    }
-    line[n++] = '}';
-    line[n++] = '\n';
-    if (!l->buffered) {
-        write_all(l->fd, line, (size_t)n);
-        return;
-    }
-    if (l->len + (size_t)n > sizeof(l->buf))
-        og_log_flush(l);
-    memcpy(l->buf + l->len, line, (size_t)n);
-    l->len += (size_t)n;
+    char line[OG_LOG_LINE];
+    va_list ap;
+    va_start(ap, fields_fmt);
+    size_t n = format(l, line, level, msg, fields_fmt, ap);
+    va_end(ap);
+    if (l->buffered)
+        append(l, line, n);
+    else
+        write_all(l->fd, line, n);
 }

@@ -62,6 +62,7 @@ void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid)
     og_metrics_gauge(&s->conns_open, 0);
     og_metrics_gauge(&s->conns_idle, 0);
     og_metrics_gauge(&s->draining, 0);
+    og_metrics_gauge(&s->loop_lag_max_us, 0);
 }
 
 static inline uint64_t get(const uint64_t *c)
@@ -137,6 +138,14 @@ void og_metrics_step_lag(og_metrics_slot_t *s, uint64_t lag_ms)
         observe(&s->step_lag, &latency_s, lag_ms * 1000);
 }
 
+void og_metrics_loop_lag(og_metrics_slot_t *s, uint64_t lag_us, uint64_t window_max_us)
+{
+    if (s == NULL)
+        return;
+    observe(&s->loop_lag_us, &latency_s, lag_us);
+    og_metrics_gauge(&s->loop_lag_max_us, window_max_us);
+}
+
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us)
 {
     if (s == NULL)
@@ -192,6 +201,7 @@ static const char *const callback_outcomes[OG_M_CB__COUNT] = {
 typedef enum {
     FOLD_SUM,   /* the sum */
     FOLD_ANY,   /* 1 if any slot is non-zero, else 0 */
+    FOLD_MAX,   /* the largest */
     FOLD_SLOTS, /* the number of slots; reads no field */
 } fold_t;
 
@@ -203,7 +213,7 @@ typedef struct metric {
     dim_t rows, cols;
     size_t offset; /* of the field in og_metrics_slot_t */
     fold_t fold;
-    const buckets_t *buckets; /* histograms only */
+    const buckets_t *buckets; /* histograms: bounds and unit; a counter or gauge: its unit, or NULL */
     bool sparse;              /* omit zero series (count zero for a histogram): there would be many */
     const char *help;
 } metric_t;
@@ -257,6 +267,15 @@ static const metric_t metrics[] = {
            "Client connections idle in keep-alive (sampled every second)."),
     SUMMED("omnigate_rate_limited_total", M_COUNTER, rate_limited,
            "Tenant requests refused by the rate limit (429)."),
+    SUMMED("omnigate_log_lines_dropped_total", M_COUNTER, log_dropped,
+           "Log lines a worker dropped because its log output (stderr) was full and so was its 256 KiB "
+           "buffer; the log marks each gap with a \"log lines dropped\" line."),
+    {"omnigate_loop_lag_seconds", M_HISTOGRAM, DIM_NONE, DIM_NONE, SLOT(loop_lag_us), FOLD_SUM, &latency_s,
+     false,
+     "How late a timer due every 100 ms runs in each worker: time the loop was busy and could not "
+     "answer (one sample per tick)."},
+    {"omnigate_loop_lag_max_seconds", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(loop_lag_max_us), FOLD_MAX,
+     &latency_s, false, "The largest loop lag of any worker in the last 10 seconds."},
     {"omnigate_workers", M_GAUGE, DIM_NONE, DIM_NONE, 0, FOLD_SLOTS, NULL, false,
      "Worker processes of this instance."},
     {"omnigate_draining", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(draining), FOLD_ANY, NULL, false,
@@ -385,8 +404,10 @@ static uint64_t fold(const metric_t *d, const og_metrics_t *m, int i)
     if (d->fold == FOLD_SLOTS)
         return (uint64_t)m->nslots;
     uint64_t v = 0;
-    for (int w = 0; w < m->nslots; w++)
-        v += get((const uint64_t *)field(&m->slots[w], d->offset) + i);
+    for (int w = 0; w < m->nslots; w++) {
+        uint64_t x = get((const uint64_t *)field(&m->slots[w], d->offset) + i);
+        v = d->fold == FOLD_MAX ? (x > v ? x : v) : v + x;
+    }
     return d->fold == FOLD_ANY ? v > 0 : v;
 }
 
@@ -414,7 +435,10 @@ static void series(out_t *o, const metric_t *d, const og_metrics_t *m, int i, co
     if (d->sparse && v == 0)
         return;
     sample_name(o, d->name, "", labels);
-    put(o, " %llu\n", (unsigned long long)v);
+    if (d->buckets != NULL)
+        put(o, " %.6f\n", (double)v / d->buckets->divisor);
+    else
+        put(o, " %llu\n", (unsigned long long)v);
 }
 
 static void render_metric(out_t *o, const metric_t *d, const og_metrics_t *m,

@@ -448,6 +448,14 @@ og_hc_t *og_hc_new(uv_loop_t *loop, og_log_t *log)
             return NULL;
         curl_ready = true;
     }
+    /* Without an asynchronous resolver (threaded or c-ares), curl resolves a provider's host
+     * name with a blocking getaddrinfo inside curl_multi_socket_action: on the worker's loop. */
+    if (!(curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_ASYNCHDNS)) {
+        if (log != NULL)
+            og_log(log, OG_LOG_ERROR, "libcurl has no asynchronous resolver (CURL_VERSION_ASYNCHDNS)",
+                   "\"libcurl\":\"%s\"", curl_version_info(CURLVERSION_NOW)->version);
+        return NULL;
+    }
     og_hc_t *hc = calloc(1, sizeof(*hc));
     if (hc == NULL)
         return NULL;

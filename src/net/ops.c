@@ -3,7 +3,10 @@
  * the /__test/... routes the end-to-end tests drive. Responsible for answering them; apps
  * put them into their route tables with OG_OPS_ROUTES (worker.h).
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "og_build.h"
 #include "omnigate/api.h"
@@ -71,18 +74,29 @@ static void sleep_fired(uv_timer_t *t)
     uv_close((uv_handle_t *)&op->timer, sleep_closed);
 }
 
-/* GET /__test/sleep?ms=N: answers after N ms without blocking the loop. */
-void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* The query parameter ms, an integer from 0 to max; otherwise answers 422 and returns -1. */
+static long ms_param(og_http_req_t *req, long max)
 {
-    og_worker_t *w = ctx;
     char buf[16];
     int n = og_query_param(req->query, req->query_len, "ms", buf, sizeof(buf));
     char *end = NULL;
     long ms = n > 0 ? strtol(buf, &end, 10) : -1;
-    if (n <= 0 || *end != '\0' || ms < 0 || ms > 60000) {
-        og_api_error(req, "validation_failed", "ms", "ms must be an integer between 0 and 60000");
-        return;
+    if (n <= 0 || *end != '\0' || ms < 0 || ms > max) {
+        char why[64];
+        snprintf(why, sizeof(why), "ms must be an integer between 0 and %ld", max);
+        og_api_error(req, "validation_failed", "ms", why);
+        return -1;
     }
+    return ms;
+}
+
+/* GET /__test/sleep?ms=N: answers after N ms without blocking the loop. */
+void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    long ms = ms_param(req, 60000);
+    if (ms < 0)
+        return;
     sleep_op_t *op = malloc(sizeof(*op));
     if (op == NULL) {
         og_api_error(req, "unavailable", NULL, "out of memory");
@@ -92,6 +106,18 @@ void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     uv_timer_init(&w->loop, &op->timer);
     op->timer.data = op;
     uv_timer_start(&op->timer, sleep_fired, (uint64_t)ms, 0);
+}
+
+/* GET /__test/block?ms=N: holds the loop for N ms (a callback that blocks), then answers. */
+void og_ops_test_block(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    long ms = ms_param(req, 10000);
+    if (ms < 0)
+        return;
+    struct timespec left = {ms / 1000, (ms % 1000) * 1000000};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+    og_api_reply(req, 200, "blocked", NULL, NULL, 0);
 }
 
 /* POST /__test/echo: decodes the JSON body and returns it with its size. */

@@ -63,10 +63,73 @@ static void request_done(const og_http_req_t *req, void *ctx)
            (unsigned long long)req->duration_us, req->bytes_in, req->bytes_out);
 }
 
+static void on_log_writable(uv_poll_t *h, int status, int events);
+static void on_lag_tick(uv_timer_t *t);
+
+/* Flushes the log; if lines are left behind, waits for room in the output. */
+static void flush_log(og_worker_t *w)
+{
+    bool empty = og_log_flush(&w->log);
+    if (empty && w->log_waiting) {
+        uv_poll_stop(&w->log_poll);
+        w->log_waiting = false;
+    } else if (!empty && !w->log_waiting && w->log_poll_ready) {
+        w->log_waiting = uv_poll_start(&w->log_poll, UV_READABLE, on_log_writable) == 0;
+    }
+}
+
+static void on_log_writable(uv_poll_t *h, int status, int events)
+{
+    flush_log(h->data);
+}
+
 static void on_flush_check(uv_check_t *h)
 {
     og_worker_t *w = h->data;
-    og_log_flush(&w->log);
+    /* While the output is full, the poll flushes when it has room; writing here too would
+     * only be refused once per turn. */
+    if (!w->log_waiting)
+        flush_log(w);
+    if (w->m != NULL && w->log.dropped != w->log_dropped_seen) {
+        og_metrics_add(&w->m->log_dropped, w->log.dropped - w->log_dropped_seen);
+        w->log_dropped_seen = w->log.dropped;
+    }
+}
+
+/* The window of per-second maxima: entries of seconds that have passed are cleared. */
+static uint64_t lag_window(og_worker_t *w, uint64_t now_ms, uint64_t lag_us)
+{
+    uint64_t sec = now_ms / 1000;
+    for (uint64_t s = w->lag_sec + 1; s <= sec && s <= w->lag_sec + OG_LAG_WINDOW_S; s++)
+        w->lag_max_us[s % OG_LAG_WINDOW_S] = 0;
+    w->lag_sec = sec;
+    uint64_t *cur = &w->lag_max_us[sec % OG_LAG_WINDOW_S];
+    if (lag_us > *cur)
+        *cur = lag_us;
+    uint64_t max = 0;
+    for (int i = 0; i < OG_LAG_WINDOW_S; i++)
+        if (w->lag_max_us[i] > max)
+            max = w->lag_max_us[i];
+    return max;
+}
+
+static void start_lag_timer(og_worker_t *w)
+{
+    /* libuv counts a timeout from the loop's cached time, so that is when it is due. */
+    w->lag_due_ms = uv_now(&w->loop) + OG_LAG_TICK_MS;
+    uv_timer_start(&w->lag_timer, on_lag_tick, OG_LAG_TICK_MS, 0);
+}
+
+/* How late this timer runs is how long the loop was busy past its due time: a callback that
+ * blocked, or a turn with too much work. Read from the clock in µs: the loop's cached time
+ * counts whole milliseconds. */
+static void on_lag_tick(uv_timer_t *t)
+{
+    og_worker_t *w = t->data;
+    uint64_t now_us = uv_hrtime() / 1000, due_us = w->lag_due_ms * 1000;
+    uint64_t lag_us = now_us > due_us ? now_us - due_us : 0;
+    og_metrics_loop_lag(w->m, lag_us, lag_window(w, now_us / 1000, lag_us));
+    start_lag_timer(w);
 }
 
 static void stop_loop_handles(og_worker_t *w)
@@ -82,6 +145,10 @@ static void stop_loop_handles(og_worker_t *w)
     uv_close((uv_handle_t *)&w->delay_timer, NULL);
     uv_close((uv_handle_t *)&w->flush_check, NULL);
     uv_close((uv_handle_t *)&w->sample_timer, NULL);
+    uv_close((uv_handle_t *)&w->lag_timer, NULL);
+    if (w->log_poll_ready)
+        uv_close((uv_handle_t *)&w->log_poll, NULL);
+    w->log_waiting = false;
 }
 
 /* The transport released a connection: a draining worker stops when the last one is gone. */
@@ -178,7 +245,8 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
     w->index = index;
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
-    og_log_init(&w->log, level, true);
+    if (!og_log_init(&w->log, level, true))
+        og_log(&w->log, OG_LOG_WARN, "no memory for the log buffer: writing lines at once", NULL);
     w->exit_code = 0;
 
     w->http.limits = (og_http_limits_t){
@@ -201,7 +269,7 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
     int rc = uv_loop_init(&w->loop);
     if (rc != 0) {
         og_log(&w->log, OG_LOG_ERROR, "loop init failed", "\"error\":\"%s\"", uv_strerror(rc));
-        og_log_flush(&w->log);
+        og_log_close(&w->log, 500);
         free(w);
         return 1;
     }
@@ -232,6 +300,14 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
     w->sample_timer.data = w;
     uv_timer_start(&w->sample_timer, on_sample, 1000, 1000);
     uv_unref((uv_handle_t *)&w->sample_timer);
+    if (og_log_wait_fd(&w->log) >= 0 && uv_poll_init(&w->loop, &w->log_poll, og_log_wait_fd(&w->log)) == 0) {
+        w->log_poll.data = w;
+        w->log_poll_ready = true;
+        uv_unref((uv_handle_t *)&w->log_poll);
+    }
+    uv_timer_init(&w->loop, &w->lag_timer);
+    w->lag_timer.data = w;
+    uv_unref((uv_handle_t *)&w->lag_timer);
 
     if (app->start != NULL && app->start(w) != 0) {
         og_log(&w->log, OG_LOG_ERROR, "app start failed", "\"worker\":%d", index);
@@ -244,15 +320,19 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
         stop_loop_handles(w);
     } else {
         og_log(&w->log, OG_LOG_INFO, "worker started", "\"worker\":%d,\"listen\":\"%s\"", index, cfg->listen);
+        /* From now: the app's start-up is no lag of the loop. */
+        uv_update_time(&w->loop);
+        w->lag_sec = uv_now(&w->loop) / 1000;
+        start_lag_timer(w);
     }
     og_log_flush(&w->log);
 
     uv_run(&w->loop, UV_RUN_DEFAULT);
-    og_log_flush(&w->log);
     rc = uv_loop_close(&w->loop);
     if (rc != 0)
         og_log(&w->log, OG_LOG_WARN, "loop closed with open handles", NULL);
-    og_log_flush(&w->log);
+    /* The loop is over: what is left may wait a little for a slow log reader. */
+    og_log_close(&w->log, 500);
     int code = w->exit_code;
     free(w);
     return code;

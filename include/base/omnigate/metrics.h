@@ -62,6 +62,8 @@ typedef struct og_metrics_slot {
     og_m_hist_t step_lag; /* claim time - due time, in µs like the other latencies */
     uint64_t db_retries;
     uint64_t rate_limited;
+    uint64_t log_dropped;    /* log lines the worker's logger dropped (log.h) */
+    og_m_hist_t loop_lag_us; /* how late the worker's lag timer ran (worker.h) */
     /* gauges */
     uint64_t statuses_waiting; /* set by the worker that sweeps (gateway.c) */
     uint64_t steps_running;
@@ -72,6 +74,7 @@ typedef struct og_metrics_slot {
     uint64_t conns_idle;
     uint64_t draining;
     uint64_t accepted;
+    uint64_t loop_lag_max_us; /* the largest loop lag of the worker's recent window (worker.h) */
 } og_metrics_slot_t;
 
 typedef struct og_metrics {
@@ -98,6 +101,8 @@ int og_metrics_step_kind(const char *name);
 void og_metrics_step(og_metrics_slot_t *s, int kind, bool ok);
 /* A step was claimed lag_ms after it was due. */
 void og_metrics_step_lag(og_metrics_slot_t *s, uint64_t lag_ms);
+/* One loop lag sample (µs), and the largest sample of the worker's recent window. */
+void og_metrics_loop_lag(og_metrics_slot_t *s, uint64_t lag_us, uint64_t window_max_us);
 /* `n` status callbacks of channel ch's provider ended as `outcome`. */
 void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t outcome, uint64_t n);
 /* A field of the caller's own slot: single writer, so a plain relaxed load and store. */

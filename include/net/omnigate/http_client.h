@@ -74,7 +74,9 @@ struct og_hc_req {
     bool over_cap;
 };
 
-/* Creates the client of one worker's loop. `log` may be NULL. NULL on failure. */
+/* Creates the client of one worker's loop. `log` may be NULL. NULL on failure, and when
+ * libcurl lacks an asynchronous resolver (logged to `log`): it would resolve host names with a
+ * blocking getaddrinfo on the loop, so a gateway must not start with it. */
 og_hc_t *og_hc_new(uv_loop_t *loop, og_log_t *log);
 
 /* Sends r. r->done is called exactly once, later, from the loop, with r->result set; r must

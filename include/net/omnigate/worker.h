@@ -23,6 +23,11 @@
 
 typedef struct og_worker og_worker_t;
 
+/* Loop lag (omnigate_loop_lag_seconds): sampled every OG_LAG_TICK_MS; the gauge
+ * omnigate_loop_lag_max_seconds is the largest sample of the last OG_LAG_WINDOW_S seconds. */
+#define OG_LAG_TICK_MS  100
+#define OG_LAG_WINDOW_S 10
+
 /* What a worker serves: a route table and the application state behind it. The gateway
  * (gateway.c) and the provider simulator (test/sim) are two apps on the same HTTP stack. */
 typedef struct og_app {
@@ -57,6 +62,17 @@ struct og_worker {
     uv_timer_t drain_timer;
     uv_timer_t delay_timer; /* OMNIGATE_DRAIN_DELAY_MS: still accepting, /readyz 503 */
     uv_check_t flush_check; /* flushes the log buffer once per loop turn */
+    /* Watches og_log_wait_fd while the log output is full: started when a flush leaves lines
+     * behind, stopped when a flush empties the buffer. */
+    uv_poll_t log_poll;
+    bool log_poll_ready;       /* initialized (the logger has a wait descriptor) */
+    bool log_waiting;          /* started */
+    uint64_t log_dropped_seen; /* the part of log.dropped already added to the metrics slot */
+    /* Loop lag: a timer due every OG_LAG_TICK_MS measures how late it runs. */
+    uv_timer_t lag_timer;
+    uint64_t lag_due_ms;                  /* when it is due, in loop time (uv_now) */
+    uint64_t lag_max_us[OG_LAG_WINDOW_S]; /* the largest lag of each second of the window */
+    uint64_t lag_sec;                     /* the second the newest entry is for */
     bool draining;
     bool app_stopped;
     int exit_code;
