@@ -56,6 +56,10 @@ static const cfg_entry_t settings[] = {
      "serve: apply pending schema migrations before starting (else refuse an older schema)"},
     {"db_pool", "OMNIGATE_DB_POOL", "--db-pool", CFG_INT, "2", 1, 64, NULL, 0, OFF(db_pool),
      "database connections per worker"},
+    {"db_timeout_ms", "OMNIGATE_DB_TIMEOUT_MS", "--db-timeout-ms", CFG_INT, "5000", 100, 600000, NULL, 0,
+     OFF(db_timeout_ms),
+     "deadline of a database operation and of a connection attempt, in milliseconds: past it the request "
+     "answers 503 and the connection is rebuilt"},
     {"admin_token", "OMNIGATE_ADMIN_TOKEN", "--admin-token", CFG_STRING, NULL, 16, 0, NULL, CFG_SECRET,
      OFF(admin_token), "bearer token of the admin API (at least 16 characters)"},
     {"secret", "OMNIGATE_SECRET", "--secret", CFG_STRING, NULL, 16, 0, NULL, CFG_SECRET, OFF(secret),

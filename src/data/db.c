@@ -12,10 +12,21 @@
  * it connects, backs off and changes state through the same functions, and its first unit is
  * LISTEN instead of the statement table. Once ready it never carries a unit again; readable
  * input there means notifications (or the end of the connection).
+ *
+ * Each connection has one timer, whose meaning follows its state: the retry while down, the
+ * attempt's deadline while it comes up, the deadline of its most urgent unit once ready. The
+ * pool has one more, for the oldest operation still queued. No timer per operation.
+ *
+ * The conninfo is parsed once (PQconninfoParse) into a plan; every attempt rebuilds the
+ * PQconnectStartParams arrays from it, with `hostaddr` from the lookups of that attempt and
+ * our keepalive defaults where the conninfo sets none.
  */
 #include "omnigate/db.h"
 #include "omnigate/metrics.h"
+#include "omnigate/util.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,11 +34,18 @@
 #define BACKOFF_MAX_MS 5000
 #define NUDGE_MIN_MS   200
 #define CHANNEL_MAX    63 /* NAMEDATALEN - 1: the server would truncate a longer name */
+/* A lookup is bounded by the resolver's own timeouts (glibc: 5 s x 2 tries per server), not by
+ * OMNIGATE_DB_TIMEOUT_MS: a deadline shorter than the DNS would otherwise never connect. This
+ * only stops a resolver that hangs for good from holding the connection forever. */
+#define LOOKUP_MAX_MS  30000
+#define HOST_ADDRS_MAX 8  /* addresses kept per host name, tried in the resolver's order */
+#define ADDR_TEXT_MAX  64 /* an IPv6 address with a scope id, as text */
 
 /* A connection's state. Only conn_set_state changes it, along the moves of conn_moves. */
 typedef enum {
     C_DOWN = 0,   /* no PGconn: waiting for the retry timer or a nudge, or the pool is closing */
-    C_CONNECTING, /* PQconnectStart done, PQconnectPoll under way */
+    C_RESOLVING,  /* host names being looked up on the threadpool (conn->lookups) */
+    C_CONNECTING, /* PQconnectStartParams done, PQconnectPoll under way */
     C_PREPARING,  /* connected; the unit preparing the statement table (or LISTEN) is in flight */
     C_READY,      /* statements prepared: takes reads and write batches (the listener: listening) */
     C_NSTATES
@@ -35,13 +53,32 @@ typedef enum {
 
 /* The legal moves, [from][to]. Every other is a bug in this file. */
 static const bool conn_moves[C_NSTATES][C_NSTATES] = {
-    [C_DOWN] = {[C_CONNECTING] = true},                       /* conn_start */
+    [C_DOWN] = {[C_RESOLVING] = true, [C_CONNECTING] = true}, /* conn_start; conn_connect */
+    [C_RESOLVING] = {[C_CONNECTING] = true, [C_DOWN] = true}, /* conn_connect; conn_broken */
     [C_CONNECTING] = {[C_PREPARING] = true, [C_DOWN] = true}, /* send_prepares; conn_broken */
     [C_PREPARING] = {[C_READY] = true, [C_DOWN] = true},      /* unit_done; conn_broken */
     [C_READY] = {[C_DOWN] = true},                            /* conn_broken */
 };
 
-static const char *const cstate_names[C_NSTATES] = {"down", "connecting", "preparing", "ready"};
+static const char *const cstate_names[C_NSTATES] = {"down", "resolving", "connecting", "preparing", "ready"};
+
+/* How a host of the conninfo is reached: only names need a lookup. */
+typedef enum { H_SOCKET, H_NUMERIC, H_NAME } hkind_t;
+
+/* What the conninfo says, parsed once by og_db_new. */
+typedef struct plan {
+    PQconninfoOption *opts; /* NULL when it did not parse: every attempt fails with `error` */
+    char *error;
+    int nopts;
+    /* Filled only when some host is a name (`resolve`): the host and port lists (from the
+     * conninfo, else PGHOST/PGPORT), cut at the commas. nports is 0, 1 or nhosts. */
+    bool resolve;
+    char **hosts, **ports;
+    int nhosts, nports;
+    hkind_t *kinds;
+    /* Our keepalive parameters, derived from the timeout. */
+    char ka_idle[16], ka_interval[16], user_timeout[16];
+} plan_t;
 
 typedef struct dbconn dbconn_t;
 
@@ -52,7 +89,8 @@ typedef struct unit {
     bool prepare; /* the statement-preparing unit sent right after connecting */
     bool failed;
     uint64_t sent_us;
-    og_db_op_t *cur; /* op the next result belongs to */
+    uint64_t deadline_ms; /* sending + the timeout (the attempt's deadline, for the preparing unit) */
+    og_db_op_t *cur;      /* op the next result belongs to */
     int cur_stmt;
     struct unit *next;
 } unit_t;
@@ -63,6 +101,8 @@ typedef struct poll_h {
     uv_poll_t poll;
     dbconn_t *c;
 } poll_h_t;
+
+typedef struct lookups lookups_t;
 
 struct dbconn {
     og_db_t *db;
@@ -75,9 +115,34 @@ struct dbconn {
     int events;
     unit_t *uhead, *utail;
     bool write_inflight;
-    uv_timer_t retry;
+    uv_timer_t timer;          /* retry, attempt deadline or unit deadline: see on_timer */
+    uint64_t timer_due;        /* loop time the timer is armed for, while it runs */
+    uint64_t attempt_deadline; /* loop time by which the attempt under way must be ready */
+    lookups_t *lookups;        /* while C_RESOLVING */
+    bool lookup_warned;        /* a failed lookup was logged since the last time it was ready */
     uint64_t backoff_ms;
     uint64_t last_attempt_ms;
+};
+
+/* One host name lookup of an attempt, on libuv's threadpool. */
+typedef struct lookup {
+    uv_getaddrinfo_t req;
+    lookups_t *set;
+    bool pending;
+    int status; /* 0, or the UV_E* code of the failed lookup */
+    int naddrs;
+    char addrs[HOST_ADDRS_MAX][ADDR_TEXT_MAX];
+} lookup_t;
+
+/* The lookups of one attempt, a slot per host of the plan (slots of hosts that need none stay
+ * idle). It outlives an attempt that gives up (deadline, pool closing), which only clears `c`:
+ * a running getaddrinfo cannot be stopped, so the set is freed by its last callback and counts
+ * as an open handle of the pool until then. */
+struct lookups {
+    og_db_t *db;
+    dbconn_t *c; /* NULL once the attempt gave up */
+    int pending;
+    lookup_t l[]; /* db->plan.nhosts */
 };
 
 typedef struct opq {
@@ -88,7 +153,8 @@ typedef struct opq {
 struct og_db {
     uv_loop_t *loop;
     og_log_t *log;
-    char *conninfo;
+    plan_t plan;
+    int timeout_ms;
     const og_db_stmt_t *stmts;
     int nstmts;
     dbconn_t *conns;
@@ -100,7 +166,9 @@ struct og_db {
     void *notify_arg;
     opq_t writes, reads, failed;
     uv_check_t check;
-    uv_idle_t idle; /* active while work is queued, so the loop does not block in poll */
+    uv_idle_t idle;      /* active while work is queued, so the loop does not block in poll */
+    uv_timer_t qtimer;   /* armed for the deadline of the oldest queued op (queue_arm) */
+    uint64_t qtimer_due; /* what it is armed for, while it runs */
     og_db_stats_t stats;
     struct og_metrics_slot *metrics;
     bool closing;
@@ -110,6 +178,7 @@ struct og_db {
 };
 
 static void conn_start(dbconn_t *c);
+static void conn_connect(dbconn_t *c, const lookups_t *ls);
 static void nudge_conn(dbconn_t *c, uint64_t now);
 static void conn_broken(dbconn_t *c, const char *why);
 static void conn_io(dbconn_t *c, int events);
@@ -176,7 +245,10 @@ static void complete(og_db_op_t *op, og_db_status_t st)
 
 /* ---- poll handling ---------------------------------------------------------------------- */
 
-/* Every closed handle ends here; the pool is freed with its last handle. */
+static void plan_free(plan_t *p);
+
+/* Every closed handle (and every finished lookup set) ends here; the pool is freed with the
+ * last one. */
 static void handle_gone(og_db_t *db)
 {
     if (--db->open_handles > 0 || !db->closing)
@@ -184,7 +256,7 @@ static void handle_gone(og_db_t *db)
     void (*cb)(void *) = db->closed;
     void *arg = db->closed_arg;
     free(db->conns);
-    free(db->conninfo);
+    plan_free(&db->plan);
     free(db);
     if (cb)
         cb(arg);
@@ -213,6 +285,14 @@ static void on_poll(uv_poll_t *p, int status, int events)
 {
     poll_h_t *ph = p->data;
     dbconn_t *c = ph->c;
+    if (status < 0 && c->state == C_CONNECTING) {
+        /* A refused or failed connect shows as POLLERR, which libuv reports as UV_EBADF after
+         * stopping the handle. libpq must see it (SO_ERROR): it then tries the host's next
+         * address or the next host, or fails with the real reason. */
+        c->events = 0;
+        conn_io(c, 0);
+        return;
+    }
     if (status < 0) {
         conn_broken(c, uv_strerror(status));
         return;
@@ -281,9 +361,31 @@ static void conn_set_state(dbconn_t *c, cstate_t to)
     c->state = to;
 }
 
-static void on_retry(uv_timer_t *t)
+/* The deadline of c's most urgent unit in flight; UINT64_MAX with none. */
+static uint64_t units_deadline(const dbconn_t *c)
 {
-    conn_start(t->data);
+    uint64_t due = UINT64_MAX;
+    for (const unit_t *u = c->uhead; u; u = u->next)
+        due = u->deadline_ms < due ? u->deadline_ms : due;
+    return due;
+}
+
+static void on_timer(uv_timer_t *t);
+
+/* Arms c's timer for what its state waits on: the attempt's deadline while it comes up, its
+ * most urgent unit once ready (stopped with none in flight). Not for C_DOWN (the retry). */
+static void conn_arm(dbconn_t *c)
+{
+    uint64_t due = c->state == C_READY ? units_deadline(c) : c->attempt_deadline;
+    if (due == UINT64_MAX) {
+        uv_timer_stop(&c->timer);
+        return;
+    }
+    if (due == c->timer_due && uv_is_active((uv_handle_t *)&c->timer))
+        return;
+    uint64_t now = uv_now(c->db->loop);
+    c->timer_due = due;
+    uv_timer_start(&c->timer, on_timer, due > now ? due - now : 0, 0);
 }
 
 static void fail_units(dbconn_t *c)
@@ -305,6 +407,20 @@ static void fail_units(dbconn_t *c)
     }
 }
 
+/* The attempt gives up its lookups: cancelled if not started yet, else left to finish (their
+ * set is freed by the last callback, see struct lookups). */
+static void lookups_abandon(dbconn_t *c)
+{
+    lookups_t *ls = c->lookups;
+    if (ls == NULL)
+        return;
+    c->lookups = NULL;
+    ls->c = NULL;
+    for (int i = 0; i < c->db->plan.nhosts; i++)
+        if (ls->l[i].pending)
+            uv_cancel((uv_req_t *)&ls->l[i].req);
+}
+
 static void conn_broken(dbconn_t *c, const char *why)
 {
     og_db_t *db = c->db;
@@ -316,6 +432,7 @@ static void conn_broken(dbconn_t *c, const char *why)
                c->listen ? "database listener lost" : "database connection lost",
                "\"conn\":%d,\"error\":\"%s\"", c->idx, esc);
     }
+    lookups_abandon(c);
     poll_drop(c);
     if (c->pg) {
         PQfinish(c->pg);
@@ -329,8 +446,378 @@ static void conn_broken(dbconn_t *c, const char *why)
     c->backoff_ms = c->backoff_ms ? c->backoff_ms * 2 : BACKOFF_MIN_MS;
     if (c->backoff_ms > BACKOFF_MAX_MS)
         c->backoff_ms = BACKOFF_MAX_MS;
-    uv_timer_start(&c->retry, on_retry, c->backoff_ms, 0);
+    uv_timer_start(&c->timer, on_timer, c->backoff_ms, 0);
     schedule(db);
+}
+
+/* See struct dbconn: down, the timer is the retry; on the way up, the attempt's deadline;
+ * ready, the deadline of the most urgent unit in flight. A missed deadline drops the
+ * connection: libpq cannot take back what it sent, and the server may answer any time. */
+static void on_timer(uv_timer_t *t)
+{
+    dbconn_t *c = t->data;
+    og_db_t *db = c->db;
+    char why[128];
+    switch (c->state) {
+    case C_DOWN:
+        conn_start(c);
+        return;
+    case C_READY:
+        if (units_deadline(c) > uv_now(db->loop)) {
+            conn_arm(c); /* the unit it was armed for is done; a later one is due later */
+            return;
+        }
+        db->stats.timeouts++;
+        snprintf(why, sizeof(why), "no answer within %d ms (OMNIGATE_DB_TIMEOUT_MS)", db->timeout_ms);
+        break;
+    case C_RESOLVING:
+        snprintf(why, sizeof(why), "host name lookup took longer than %d ms", LOOKUP_MAX_MS);
+        break;
+    default:
+        snprintf(why, sizeof(why), "not connected within %d ms (OMNIGATE_DB_TIMEOUT_MS)", db->timeout_ms);
+        break;
+    }
+    conn_broken(c, why);
+}
+
+/* ---- host name lookups ------------------------------------------------------------------ */
+
+static void lookups_done(lookups_t *ls);
+
+/* Keeps the addresses of one answer as text, in the resolver's order, without repeats. */
+static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    lookup_t *l = container_of(req, lookup_t, req);
+    lookups_t *ls = l->set;
+    l->pending = false;
+    l->status = status;
+    for (const struct addrinfo *a = res; a != NULL && l->naddrs < HOST_ADDRS_MAX; a = a->ai_next) {
+        char *text = l->addrs[l->naddrs];
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, text, ADDR_TEXT_MAX, NULL, 0, NI_NUMERICHOST) != 0)
+            continue;
+        bool seen = false;
+        for (int i = 0; i < l->naddrs && !seen; i++)
+            seen = strcmp(l->addrs[i], text) == 0;
+        if (!seen)
+            l->naddrs++;
+    }
+    if (status == 0 && l->naddrs == 0)
+        l->status = UV_EAI_NODATA;
+    uv_freeaddrinfo(res);
+    if (--ls->pending == 0)
+        lookups_done(ls);
+}
+
+/* Looks up every host name of the plan at once, then connects (lookups_done). */
+static void lookups_start(dbconn_t *c)
+{
+    og_db_t *db = c->db;
+    int n = db->plan.nhosts;
+    lookups_t *ls = calloc(1, sizeof(*ls) + (size_t)n * sizeof(ls->l[0]));
+    conn_set_state(c, C_RESOLVING);
+    if (ls == NULL) {
+        conn_broken(c, "out of memory");
+        return;
+    }
+    ls->db = db;
+    ls->c = c;
+    c->lookups = ls;
+    db->open_handles++;
+    c->attempt_deadline = uv_now(db->loop) + LOOKUP_MAX_MS;
+    conn_arm(c);
+    /* As libpq asks (fe-connect.c): any family, stream sockets. */
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    for (int i = 0; i < n; i++) {
+        lookup_t *l = &ls->l[i];
+        l->set = ls;
+        if (db->plan.kinds[i] != H_NAME)
+            continue;
+        int r = uv_getaddrinfo(db->loop, &l->req, on_lookup, db->plan.hosts[i], NULL, &hints);
+        if (r != 0) {
+            l->status = r;
+        } else {
+            l->pending = true;
+            ls->pending++;
+        }
+    }
+    if (ls->pending == 0) /* every lookup failed to start: callbacks only come from the loop */
+        lookups_done(ls);
+}
+
+static void lookups_done(lookups_t *ls)
+{
+    og_db_t *db = ls->db;
+    dbconn_t *c = ls->c;
+    if (c != NULL) {
+        c->lookups = NULL;
+        conn_connect(c, ls);
+    }
+    free(ls);
+    handle_gone(db);
+}
+
+/* ---- connection parameters -------------------------------------------------------------- */
+
+/* Splits a comma-separated list (libpq's syntax: no quoting) into one allocation: the array of
+ * `*n` pointers followed by the cut copy of the text. */
+static char **split_list(const char *s, int *n)
+{
+    size_t len = strlen(s);
+    int count = 1;
+    for (const char *p = s; *p; p++)
+        count += *p == ',';
+    char **out = malloc((size_t)count * sizeof(*out) + len + 1);
+    if (out == NULL)
+        return NULL;
+    char *text = (char *)(out + count);
+    memcpy(text, s, len + 1);
+    for (int i = 0; i < count; i++) {
+        out[i] = text;
+        text += strcspn(text, ",");
+        *text++ = '\0';
+    }
+    *n = count;
+    return out;
+}
+
+static const char *opt_value(const PQconninfoOption *opts, const char *key)
+{
+    for (const PQconninfoOption *o = opts; o->keyword != NULL; o++)
+        if (strcmp(o->keyword, key) == 0)
+            return o->val;
+    return NULL;
+}
+
+static hkind_t host_kind(const char *host)
+{
+    unsigned char addr[16];
+    /* Empty: libpq's default socket directory. '@': an abstract socket (libpq's is_unixsock_path). */
+    if (host[0] == '\0' || host[0] == '/' || host[0] == '@')
+        return H_SOCKET;
+    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1)
+        return H_NUMERIC;
+    return H_NAME;
+}
+
+/* Parses the conninfo once. Names are looked up by us only where libpq would look them up
+ * itself: no hostaddr given, and the hosts known here (a service file may name hosts we
+ * cannot see: libpq then resolves them, as before). Environment defaults apply as in libpq. */
+static bool plan_init(plan_t *p, const char *conninfo, int timeout_ms)
+{
+    snprintf(p->user_timeout, sizeof(p->user_timeout), "%d", timeout_ms);
+    snprintf(p->ka_idle, sizeof(p->ka_idle), "%d", (timeout_ms + 999) / 1000);
+    snprintf(p->ka_interval, sizeof(p->ka_interval), "%d", (timeout_ms + 2999) / 3000);
+    char *err = NULL;
+    p->opts = PQconninfoParse(conninfo, &err);
+    if (p->opts == NULL) {
+        p->error = strdup(err != NULL ? err : "out of memory");
+        PQfreemem(err);
+        return p->error != NULL;
+    }
+    for (const PQconninfoOption *o = p->opts; o->keyword != NULL; o++)
+        p->nopts++;
+    const char *host = opt_value(p->opts, "host");
+    const char *hostaddr = opt_value(p->opts, "hostaddr");
+    const char *port = opt_value(p->opts, "port");
+    if (host == NULL && opt_value(p->opts, "service") == NULL && getenv("PGSERVICE") == NULL)
+        host = getenv("PGHOST");
+    if (hostaddr == NULL)
+        hostaddr = getenv("PGHOSTADDR");
+    if (port == NULL)
+        port = getenv("PGPORT");
+    if (host == NULL || (hostaddr != NULL && hostaddr[0] != '\0'))
+        return true;
+    p->hosts = split_list(host, &p->nhosts);
+    p->ports = port != NULL ? split_list(port, &p->nports) : NULL;
+    p->kinds = p->hosts != NULL ? calloc((size_t)p->nhosts, sizeof(*p->kinds)) : NULL;
+    if (p->hosts == NULL || (port != NULL && p->ports == NULL) || p->kinds == NULL)
+        return false;
+    if (p->nports > 1 && p->nports != p->nhosts)
+        return true; /* libpq refuses it without looking anything up */
+    for (int i = 0; i < p->nhosts; i++) {
+        p->kinds[i] = host_kind(p->hosts[i]);
+        p->resolve |= p->kinds[i] == H_NAME;
+    }
+    return true;
+}
+
+static void plan_free(plan_t *p)
+{
+    PQconninfoFree(p->opts);
+    free(p->error);
+    free(p->hosts);
+    free(p->ports);
+    free(p->kinds);
+}
+
+/* One host entry handed to libpq: a name with several addresses gives several entries. */
+typedef struct entry {
+    const char *host, *addr, *port;
+} entry_t;
+
+enum { L_HOST, L_ADDR, L_PORT, L_COUNT };
+
+typedef struct params {
+    const char **kw, **val; /* one allocation: val points into kw's */
+    int n;
+    char *lists[L_COUNT]; /* owned: host, hostaddr and port lists built from the entries */
+} params_t;
+
+static void params_add(params_t *p, const char *kw, const char *val)
+{
+    p->kw[p->n] = kw;
+    p->val[p->n] = val;
+    p->n++;
+}
+
+/* Joins one field of the entries with commas (libpq's list syntax); NULL without memory. */
+static char *join_entries(const entry_t *e, int n, size_t field)
+{
+    size_t len = 1;
+    for (int i = 0; i < n; i++)
+        len += strlen(*(const char *const *)((const char *)&e[i] + field)) + 1;
+    char *out = malloc(len), *w = out;
+    for (int i = 0; out != NULL && i < n; i++) {
+        const char *v = *(const char *const *)((const char *)&e[i] + field);
+        size_t l = strlen(v);
+        if (i > 0)
+            *w++ = ',';
+        memcpy(w, v, l);
+        w += l;
+    }
+    if (out != NULL)
+        *w = '\0';
+    return out;
+}
+
+/* Logs each host name whose lookup failed, once until the connection is ready again. */
+static void log_lookup_failures(dbconn_t *c, const lookups_t *ls)
+{
+    og_db_t *db = c->db;
+    for (int i = 0; i < db->plan.nhosts && !c->lookup_warned; i++) {
+        if (db->plan.kinds[i] != H_NAME || ls->l[i].status == 0)
+            continue;
+        char host[160];
+        og_log_escape(host, sizeof(host), db->plan.hosts[i], strlen(db->plan.hosts[i]));
+        og_log(db->log, OG_LOG_WARN,
+               c->listen ? "database listener host lookup failed" : "database host lookup failed",
+               "\"conn\":%d,\"host\":\"%s\",\"error\":\"%s\"", c->idx, host, uv_strerror(ls->l[i].status));
+    }
+    for (int i = 0; i < db->plan.nhosts; i++)
+        c->lookup_warned |= db->plan.kinds[i] == H_NAME && ls->l[i].status != 0;
+}
+
+/* The host, hostaddr and port lists of an attempt from its lookups (ls). A host whose lookup
+ * failed is left out, as libpq itself skips a host it cannot resolve; false when none is
+ * left (`why` says so). */
+static bool params_hosts(dbconn_t *c, const lookups_t *ls, params_t *p, char *why, size_t whylen)
+{
+    const plan_t *pl = &c->db->plan;
+    entry_t *e = calloc((size_t)pl->nhosts * HOST_ADDRS_MAX, sizeof(*e));
+    if (e == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
+    int n = 0;
+    for (int i = 0; i < pl->nhosts; i++) {
+        const char *port = pl->nports > 1 ? pl->ports[i] : "";
+        if (pl->kinds[i] == H_SOCKET)
+            e[n++] = (entry_t){pl->hosts[i], "", port};
+        else if (pl->kinds[i] == H_NUMERIC)
+            e[n++] = (entry_t){pl->hosts[i], pl->hosts[i], port};
+        for (int a = 0; pl->kinds[i] == H_NAME && a < ls->l[i].naddrs; a++)
+            e[n++] = (entry_t){pl->hosts[i], ls->l[i].addrs[a], port};
+    }
+    log_lookup_failures(c, ls);
+    bool ok = false;
+    if (n == 0) { /* every host is a name, and none resolved */
+        snprintf(why, whylen, "could not look up host \"%.100s\": %s", pl->hosts[0],
+                 uv_strerror(ls->l[0].status));
+    } else {
+        p->lists[L_HOST] = join_entries(e, n, offsetof(entry_t, host));
+        p->lists[L_ADDR] = join_entries(e, n, offsetof(entry_t, addr));
+        p->lists[L_PORT] = pl->nports > 1 ? join_entries(e, n, offsetof(entry_t, port)) : NULL;
+        ok = p->lists[L_HOST] != NULL && p->lists[L_ADDR] != NULL &&
+             (pl->nports <= 1 || p->lists[L_PORT] != NULL);
+        if (!ok)
+            snprintf(why, whylen, "out of memory");
+    }
+    free(e);
+    if (!ok)
+        return false;
+    params_add(p, "host", p->lists[L_HOST]);
+    params_add(p, "hostaddr", p->lists[L_ADDR]);
+    if (p->lists[L_PORT] != NULL)
+        params_add(p, "port", p->lists[L_PORT]);
+    else if (pl->nports == 1 && opt_value(pl->opts, "port") != NULL)
+        params_add(p, "port", opt_value(pl->opts, "port"));
+    return true;
+}
+
+static void params_free(params_t *p)
+{
+    free(p->kw);
+    for (int i = 0; i < L_COUNT; i++)
+        free(p->lists[i]);
+}
+
+/* The PQconnectStartParams arrays of one attempt: the conninfo's own options, our keepalive
+ * defaults where it sets none, and with lookups (ls) the host lists params_hosts builds. */
+static bool params_build(dbconn_t *c, const lookups_t *ls, params_t *p, char *why, size_t whylen)
+{
+    const plan_t *pl = &c->db->plan;
+    const char *const ka[][2] = {
+        {"keepalives", "1"},
+        {"keepalives_idle", pl->ka_idle},
+        {"keepalives_interval", pl->ka_interval},
+        {"keepalives_count", "3"},
+        {"tcp_user_timeout", pl->user_timeout},
+    };
+    size_t cap = (size_t)pl->nopts + sizeof(ka) / sizeof(ka[0]) + 4; /* + host lists + NULL */
+    *p = (params_t){.kw = calloc(2 * cap, sizeof(char *))};
+    if (p->kw == NULL) {
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
+    p->val = p->kw + cap;
+    for (const PQconninfoOption *o = pl->opts; o->keyword != NULL; o++) {
+        bool ours = ls != NULL && (strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+                                   strcmp(o->keyword, "port") == 0);
+        if (o->val != NULL && !ours)
+            params_add(p, o->keyword, o->val);
+    }
+    for (size_t i = 0; i < sizeof(ka) / sizeof(ka[0]); i++)
+        if (opt_value(pl->opts, ka[i][0]) == NULL)
+            params_add(p, ka[i][0], ka[i][1]);
+    return ls == NULL || params_hosts(c, ls, p, why, whylen);
+}
+
+/* ---- connecting ------------------------------------------------------------------------- */
+
+/* Starts libpq's connection, with the lookups' addresses when there were lookups (ls). */
+static void conn_connect(dbconn_t *c, const lookups_t *ls)
+{
+    og_db_t *db = c->db;
+    params_t p = {0};
+    char why[256] = "out of memory"; /* unless the plan or params_build says otherwise */
+    if (db->plan.opts == NULL)
+        snprintf(why, sizeof(why), "%s", db->plan.error);
+    else if (params_build(c, ls, &p, why, sizeof(why)))
+        c->pg = PQconnectStartParams(p.kw, p.val, 0); /* libpq copies what it keeps */
+    params_free(&p);
+    conn_set_state(c, C_CONNECTING); /* also on failure, so conn_broken logs and backs off */
+    if (c->pg == NULL || PQstatus(c->pg) == CONNECTION_BAD) {
+        if (c->pg != NULL)
+            snprintf(why, sizeof(why), "%s", PQerrorMessage(c->pg));
+        conn_broken(c, why);
+        return;
+    }
+    PQsetnonblocking(c->pg, 1);
+    c->attempt_deadline = uv_now(db->loop) + (uint64_t)db->timeout_ms;
+    conn_arm(c);
+    /* Per the libpq docs, start as if PQconnectPoll had said PGRES_POLLING_WRITING. */
+    if (!poll_set(c, UV_WRITABLE))
+        conn_broken(c, "cannot watch socket");
 }
 
 static void conn_start(dbconn_t *c)
@@ -338,19 +825,12 @@ static void conn_start(dbconn_t *c)
     og_db_t *db = c->db;
     if (db->closing || c->state != C_DOWN)
         return;
-    uv_timer_stop(&c->retry);
+    uv_timer_stop(&c->timer);
     c->last_attempt_ms = uv_now(db->loop);
-    c->pg = PQconnectStart(db->conninfo);
-    if (c->pg == NULL || PQstatus(c->pg) == CONNECTION_BAD) {
-        conn_set_state(c, C_CONNECTING); /* so conn_broken logs and backs off */
-        conn_broken(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
-        return;
-    }
-    PQsetnonblocking(c->pg, 1);
-    conn_set_state(c, C_CONNECTING);
-    /* Per the libpq docs, start as if PQconnectPoll had said PGRES_POLLING_WRITING. */
-    if (!poll_set(c, UV_WRITABLE))
-        conn_broken(c, "cannot watch socket");
+    if (db->plan.resolve)
+        lookups_start(c);
+    else
+        conn_connect(c, NULL);
 }
 
 /* Sends the unit that makes a new connection useful: the statement table, or the listener's
@@ -365,6 +845,7 @@ static void send_prepares(dbconn_t *c)
         return;
     }
     u->prepare = true;
+    u->deadline_ms = c->attempt_deadline;
     bool sent = true;
     if (c->listen) {
         /* LISTEN takes no parameter: the channel is an identifier og_db_listen checked ([a-z_]+). */
@@ -419,7 +900,9 @@ static void unit_done(dbconn_t *c, unit_t *u)
             return;
         }
         conn_set_state(c, C_READY);
+        conn_arm(c); /* no unit in flight yet: the attempt's deadline is over */
         c->backoff_ms = 0;
+        c->lookup_warned = false;
         og_log(db->log, OG_LOG_INFO, c->listen ? "database listener connected" : "database connected",
                "\"conn\":%d", c->idx);
         free(u);
@@ -433,6 +916,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
         schedule(db);
         return;
     }
+    conn_arm(c); /* for the next unit in flight, if any */
     if (u->write) {
         c->write_inflight = false;
         if (!u->failed) {
@@ -582,6 +1066,9 @@ static bool send_unit(dbconn_t *c, unit_t *u)
     if (!PQpipelineSync(c->pg))
         return false;
     u->sent_us = now_us();
+    /* Counted from sending, not from submission: the connection is dropped only for a server
+     * that stays silent that long, never for time the ops spent queued (queue_arm bounds it). */
+    u->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms;
     u->cur = u->head;
     u->cur_stmt = 0;
     if (c->utail)
@@ -591,6 +1078,7 @@ static bool send_unit(dbconn_t *c, unit_t *u)
     c->utail = u;
     if (u->write)
         c->write_inflight = true;
+    conn_arm(c);
     return true;
 }
 
@@ -661,18 +1149,75 @@ static void nudge(og_db_t *db)
         nudge_conn(&db->listener, now);
 }
 
+/* Fails the ops of `q` whose deadline has passed: they waited for a connection too long. */
+static void expire_queue(og_db_t *db, opq_t *q, uint64_t now)
+{
+    opq_t keep = {0}, expired = {0};
+    og_db_op_t *op;
+    while ((op = q_pop(q)) != NULL)
+        q_push(op->deadline_ms <= now ? &expired : &keep, op);
+    *q = keep;
+    db->stats.timeouts += expired.len;
+    /* Completed after the queue is whole again: a callback may submit. */
+    while ((op = q_pop(&expired)) != NULL) {
+        snprintf(op->error, sizeof(op->error), "no database connection within %d ms", db->timeout_ms);
+        complete(op, OG_DB_UNAVAILABLE);
+    }
+}
+
+static void queue_arm(og_db_t *db);
+
+/* Fails the queued ops past their deadline, if any (the heads are the oldest: see queue_arm). */
+static void expire_due(og_db_t *db)
+{
+    uint64_t now = uv_now(db->loop);
+    if (db->reads.head != NULL && db->reads.head->deadline_ms <= now)
+        expire_queue(db, &db->reads, now);
+    if (db->writes.head != NULL && db->writes.head->deadline_ms <= now)
+        expire_queue(db, &db->writes, now);
+}
+
+static void on_qtimer(uv_timer_t *t)
+{
+    og_db_t *db = t->data;
+    expire_due(db);
+    queue_arm(db);
+}
+
+/* Arms the pool's timer for the oldest queued op. Queues are in submission order (ops put back
+ * at the front are older than the rest), so the heads are the oldest. */
+static void queue_arm(og_db_t *db)
+{
+    uint64_t due = UINT64_MAX;
+    if (db->reads.head != NULL)
+        due = db->reads.head->deadline_ms;
+    if (db->writes.head != NULL && db->writes.head->deadline_ms < due)
+        due = db->writes.head->deadline_ms;
+    if (due == UINT64_MAX || db->closing) {
+        uv_timer_stop(&db->qtimer);
+        return;
+    }
+    if (due == db->qtimer_due && uv_is_active((uv_handle_t *)&db->qtimer))
+        return;
+    uint64_t now = uv_now(db->loop);
+    db->qtimer_due = due;
+    uv_timer_start(&db->qtimer, on_qtimer, due > now ? due - now : 0, 0);
+}
+
 static void run_queues(og_db_t *db)
 {
     og_db_op_t *op;
     while ((op = q_pop(&db->failed)) != NULL)
         complete(op, OG_DB_UNAVAILABLE);
+    expire_due(db); /* never send an op whose caller's deadline is over */
 
     if (db->nstate[C_READY] == 0) {
         if (db->reads.len || db->writes.len)
             nudge(db);
         /* A connection on its way up (start-up, or a reconnect the nudge just began) will
-         * take the queue when ready; only with none coming do requests fail at once. */
-        if (db->nstate[C_CONNECTING] + db->nstate[C_PREPARING] > 0)
+         * take the queue when ready, or the queue's deadline fails it (queue_arm); only with
+         * none coming do requests fail at once. */
+        if (db->nstate[C_RESOLVING] + db->nstate[C_CONNECTING] + db->nstate[C_PREPARING] > 0)
             return;
         while ((op = q_pop(&db->reads)) != NULL)
             complete(op, OG_DB_UNAVAILABLE);
@@ -722,6 +1267,7 @@ static void on_check(uv_check_t *h)
     og_db_t *db = h->data;
     uv_idle_stop(&db->idle);
     run_queues(db);
+    queue_arm(db);
     if (db->metrics != NULL) {
         og_metrics_gauge(&db->metrics->db_queue, (uint64_t)(db->reads.len + db->writes.len));
         og_metrics_gauge(&db->metrics->db_connected, (uint64_t)db->nstate[C_READY]);
@@ -747,23 +1293,23 @@ static void conn_init(og_db_t *db, dbconn_t *c, int idx)
     c->db = db;
     c->idx = idx;
     c->fd = -1;
-    uv_timer_init(db->loop, &c->retry);
-    c->retry.data = c;
+    uv_timer_init(db->loop, &c->timer);
+    c->timer.data = c;
     db->open_handles++;
     conn_start(c);
 }
 
-og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, const og_db_stmt_t *stmts,
-                   int nstmts)
+og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                   const og_db_stmt_t *stmts, int nstmts)
 {
     og_db_t *db = calloc(1, sizeof(*db));
     if (db == NULL)
         return NULL;
     db->conns = calloc((size_t)pool, sizeof(*db->conns));
-    db->conninfo = strdup(conninfo);
-    if (db->conns == NULL || db->conninfo == NULL) {
+    int deadline = timeout_ms > 0 ? timeout_ms : OG_DB_TIMEOUT_DEFAULT_MS;
+    if (db->conns == NULL || !plan_init(&db->plan, conninfo, deadline)) {
         free(db->conns);
-        free(db->conninfo);
+        plan_free(&db->plan);
         free(db);
         return NULL;
     }
@@ -772,6 +1318,7 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     db->stmts = stmts;
     db->nstmts = nstmts;
     db->nconns = pool;
+    db->timeout_ms = deadline;
     db->nstate[C_DOWN] = pool; /* calloc made every connection C_DOWN */
     uv_check_init(loop, &db->check);
     db->check.data = db;
@@ -779,7 +1326,9 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     uv_unref((uv_handle_t *)&db->check);
     uv_idle_init(loop, &db->idle);
     db->idle.data = db;
-    db->open_handles = 2;
+    uv_timer_init(loop, &db->qtimer);
+    db->qtimer.data = db;
+    db->open_handles = 3;
     for (int i = 0; i < pool; i++)
         conn_init(db, &db->conns[i], i);
     return db;
@@ -817,6 +1366,7 @@ void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
 void og_db_submit(og_db_t *db, og_db_op_t *op)
 {
     op->solo = false;
+    op->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms;
     op->sqlstate[0] = '\0';
     op->error[0] = '\0';
     if (db->closing)
@@ -842,16 +1392,20 @@ void og_db_stats(const og_db_t *db, og_db_stats_t *out)
     out->connected = db->nstate[C_READY];
 }
 
-static void on_handle_closed(uv_handle_t *h)
+static void on_pool_handle_closed(uv_handle_t *h)
 {
-    og_db_t *db = h->type == UV_TIMER ? ((dbconn_t *)h->data)->db : h->data;
-    handle_gone(db);
+    handle_gone(h->data);
+}
+
+static void on_conn_timer_closed(uv_handle_t *h)
+{
+    handle_gone(((dbconn_t *)h->data)->db);
 }
 
 static void conn_close(dbconn_t *c)
 {
     conn_broken(c, "closing");
-    uv_close((uv_handle_t *)&c->retry, on_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_conn_timer_closed);
 }
 
 void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
@@ -870,6 +1424,7 @@ void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
         conn_close(&db->conns[i]);
     if (db->listener.listen)
         conn_close(&db->listener);
-    uv_close((uv_handle_t *)&db->check, on_handle_closed);
-    uv_close((uv_handle_t *)&db->idle, on_handle_closed);
+    uv_close((uv_handle_t *)&db->check, on_pool_handle_closed);
+    uv_close((uv_handle_t *)&db->idle, on_pool_handle_closed);
+    uv_close((uv_handle_t *)&db->qtimer, on_pool_handle_closed);
 }

@@ -78,8 +78,8 @@ static int gw_start(og_worker_t *w)
     gw->w = w;
     w->app_data = gw;
     if (w->cfg->database_url != NULL) {
-        gw->db =
-            og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, og_store_stmts, OG_Q__COUNT);
+        gw->db = og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, w->cfg->db_timeout_ms,
+                           og_store_stmts, OG_Q__COUNT);
         if (gw->db == NULL)
             return -1;
         og_db_set_metrics(gw->db, w->m);

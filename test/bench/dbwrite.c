@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     b.active = conc;
     b.end_ms = (uint64_t)secs * 1000; /* duration until on_start turns it into a time */
     snprintf(b.run_id, sizeof(b.run_id), "%08x", (unsigned)uv_hrtime());
-    b.db = og_db_new(&b.loop, log, argv[1], pool, stmts, 2);
+    b.db = og_db_new(&b.loop, log, argv[1], pool, OG_DB_TIMEOUT_DEFAULT_MS, stmts, 2);
     writer_t *ws = calloc((size_t)conc, sizeof(*ws));
     for (int i = 0; i < conc; i++)
         ws[i].b = &b;

@@ -106,7 +106,7 @@ int main(int argc, char **argv)
     static app_t a;
     uv_loop_init(&a.loop);
     og_log_init(&a.log, OG_LOG_INFO, false);
-    a.db = og_db_new(&a.loop, &a.log, argv[1], 1, NULL, 0);
+    a.db = og_db_new(&a.loop, &a.log, argv[1], 1, OG_DB_TIMEOUT_DEFAULT_MS, NULL, 0);
     if (a.db == NULL)
         return 1;
     int rc = 0;

@@ -20,6 +20,7 @@ typedef struct og_config {
     char *database_url;      /* OMNIGATE_DATABASE_URL, NULL when unset */
     bool auto_migrate;       /* OMNIGATE_AUTO_MIGRATE: serve migrates first, default false */
     int db_pool;             /* OMNIGATE_DB_POOL, connections per worker, default 2 */
+    int db_timeout_ms;       /* OMNIGATE_DB_TIMEOUT_MS, deadline of a database operation, default 5000 */
     char *admin_token;       /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
     char *secret;            /* OMNIGATE_SECRET, NULL when unset */
     int attempt_timeout_ms;  /* OMNIGATE_ATTEMPT_TIMEOUT_MS, default 10000 */

@@ -1,6 +1,6 @@
 /*
  * Asynchronous PostgreSQL for one worker: a small pool of libpq connections driven by the
- * worker's loop (PQconnectStart/PQconnectPoll, nonblocking, pipeline mode, prepared
+ * worker's loop (PQconnectStartParams/PQconnectPoll, nonblocking, pipeline mode, prepared
  * statements, one uv_poll_t per socket). Responsible for getting operations to the server
  * and their results back, batching writes, reconnecting; not for what the SQL means (store.c).
  *
@@ -15,6 +15,19 @@
  * turn (never hang), and each submission nudges a reconnect (at most one attempt per
  * 200 ms) so the worker recovers within moments of the database coming back, despite the
  * 100 ms..5 s backoff of idle reconnects.
+ *
+ * Deadlines (the pool's timeout, OMNIGATE_DB_TIMEOUT_MS): an operation queued that long for
+ * want of a connection fails with OG_DB_UNAVAILABLE, and is never sent after that. An
+ * operation (or a write batch) whose results have not all come back that long after it was
+ * sent fails the same way, and so does everything else in flight on its connection, which is
+ * dropped and rebuilt: a silent server holds every unit behind the late one. So whatever the
+ * server does, an operation completes within twice the timeout. A connection attempt gets the
+ * timeout to connect and prepare, host name lookups apart. Connections also ask the kernel for
+ * TCP keepalives and tcp_user_timeout (see docs/persistence.md).
+ *
+ * Nothing here blocks the loop on DNS: host names of the conninfo are looked up with
+ * uv_getaddrinfo (libuv's threadpool) before each attempt and handed to libpq as `hostaddr`,
+ * next to `host` (kept for TLS verification, pg_hba and the password file).
  *
  * og_db_listen adds one more connection outside the pool, for LISTEN: the pool's connections
  * are pipelined and shared, so a notification could never be told apart from a result there.
@@ -34,6 +47,9 @@
 #define OG_DB_MAX_STMTS  8
 #define OG_DB_MAX_PARAMS 16
 #define OG_DB_MAX_BATCH  256
+
+/* Default of og_db_new's timeout_ms, as of OMNIGATE_DB_TIMEOUT_MS. */
+#define OG_DB_TIMEOUT_DEFAULT_MS 5000
 
 typedef struct og_db og_db_t;
 typedef struct og_db_op og_db_op_t;
@@ -71,7 +87,8 @@ struct og_db_op {
 
     /* private */
     og_db_op_t *next;
-    bool solo; /* being retried alone after its batch failed */
+    bool solo;            /* being retried alone after its batch failed */
+    uint64_t deadline_ms; /* loop time after which it is never sent: submission + the pool's timeout */
 };
 
 typedef struct og_db_stats {
@@ -81,13 +98,19 @@ typedef struct og_db_stats {
     uint64_t retries;   /* batches retried op by op */
     size_t queued;      /* operations waiting for a connection right now */
     int connected;      /* connections ready right now */
-    /* Connection state changes so far (down, connecting, preparing, ready; db.c has the table). */
+    /* Connection state changes so far (down, resolving, connecting, preparing, ready; db.c has
+     * the table). */
     uint64_t state_changes;
+    /* Deadlines missed: connections dropped because a unit in flight ran out of time, plus
+     * queued operations failed for waiting too long for a connection. */
+    uint64_t timeouts;
 } og_db_stats_t;
 
-/* Creates the pool and starts connecting. `stmts` must outlive the pool. */
-og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, const og_db_stmt_t *stmts,
-                   int nstmts);
+/* Creates the pool and starts connecting. `timeout_ms` is the deadline of every operation and
+ * connection attempt (<= 0: OG_DB_TIMEOUT_DEFAULT_MS). `stmts` must outlive the pool. A
+ * conninfo that does not parse is not an error here: every attempt fails with libpq's reason. */
+og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                   const og_db_stmt_t *stmts, int nstmts);
 
 /* Submits `op`; `op->done` is always called later, from the loop, never from inside this call. */
 void og_db_submit(og_db_t *db, og_db_op_t *op);

@@ -1,0 +1,262 @@
+"""Issue 15, items 2 and 4 (src/data/db.c): nothing blocks a worker's loop on the database.
+
+- Host names of OMNIGATE_DATABASE_URL are looked up on libuv's threadpool and handed to libpq
+  as `hostaddr`: a DNS answer that takes 2 s does not delay /healthz. The slow DNS is
+  og-slowdns.so (test/e2e/slowdns.c, path in OMNIGATE_SLOWDNS_LIB), an LD_PRELOAD shim whose
+  getaddrinfo answers chosen names late and notes which process and thread asked.
+- Every database operation has a deadline (OMNIGATE_DB_TIMEOUT_MS): a server that stops
+  answering without closing the connection (SIGSTOP of every process of a private cluster)
+  turns requests into 503 within the deadline, and service returns within 2 s of the server
+  waking up, with every acknowledged send in the database.
+
+Measured numbers (p99 of /healthz, answer times) are printed: run pytest with -s to see them.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+import pgcluster
+from conftest import Closed, Conn, assert_error, assert_ok, free_port, omnigate_bin, request_bytes, wait_for
+from gwlib import (admin, call, gateway_env, migrate, new_tenant, new_token, provider_env, query_url,  # noqa: F401
+                   sim, SETTINGS_ALL)
+
+# The cluster that pgcluster.py gives (postmaster pid, tcp_url), private to the test: it gets frozen.
+pg_private = pgcluster.pg_private
+
+SLOW_MS = 2000
+HEALTHZ_P99_MS = 10.0
+DEADLINE_MS = 1000
+# How late past the deadline an answer may come: loop turns, a reconnect, ASan on 2 shared cores.
+MARGIN_S = 1.5
+OK_TO = "+6281234567890"
+
+
+def slowdns_lib():
+    path = os.environ.get("OMNIGATE_SLOWDNS_LIB")
+    if not path:
+        pytest.skip("OMNIGATE_SLOWDNS_LIB is not set: point it at the built og-slowdns.so")
+    return path
+
+
+def sanitizer_runtime():
+    """The ASan runtime the binary links, if any: it must come first in LD_PRELOAD."""
+    try:
+        out = subprocess.run(["ldd", omnigate_bin()], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.split("=>")[1].split()[0] for line in out.splitlines()
+            if "libasan.so" in line and "=>" in line]
+
+
+def slow_env(tmp_path, names, delay_ms=SLOW_MS):
+    """Environment that makes getaddrinfo answer `names` ({name: address or ""}) after delay_ms."""
+    log = str(tmp_path / "slowdns.log")
+    return log, {"LD_PRELOAD": ":".join(sanitizer_runtime() + [slowdns_lib()]),
+                 "OG_SLOWDNS": ",".join("%s=%s" % kv for kv in names.items()),
+                 "OG_SLOWDNS_DELAY_MS": str(delay_ms), "OG_SLOWDNS_LOG": log}
+
+
+def lookups(log_path):
+    """(pid, tid, name) of every slowed getaddrinfo call so far."""
+    try:
+        with open(log_path) as f:
+            return [(int(p), int(t), n) for p, t, n in (line.split() for line in f if line.strip())]
+    except OSError:
+        return []
+
+
+def p99(samples):
+    s = sorted(samples)
+    return s[max(0, -(-len(s) * 99 // 100) - 1)]
+
+
+def healthz_latencies(srv, seconds, readyz_every=10):
+    """/healthz on one keep-alive connection every 10 ms for `seconds`, plus a /readyz on a new
+    connection every `readyz_every` probes (each nudges a reconnect, which used to resolve the
+    host name on the loop). Returns (latencies in ms, readyz statuses)."""
+    lat, ready = [], []
+    end = time.monotonic() + seconds
+    with Conn(srv.port, timeout=5) as c:
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            c.send(request_bytes("GET", "/healthz"))
+            r = c.read_response(timeout=5)
+            lat.append((time.perf_counter() - t) * 1000)
+            assert r.status == 200, r
+            if len(lat) % readyz_every == 0:
+                ready.append(srv.request("GET", "/readyz").status)
+            time.sleep(0.01)
+    return lat, ready
+
+
+def db_name(url):
+    return urllib.parse.unquote(urllib.parse.urlparse(url).path.lstrip("/"))
+
+
+# ---- host name lookups off the loop ------------------------------------------------------------
+
+def test_healthz_stays_fast_while_the_database_host_resolves_slowly(make_server, tmp_path):
+    """Database down and its host name taking 2 s to resolve: /healthz p99 stays under 10 ms
+    while the worker keeps retrying, and every lookup of the worker ran off its loop thread."""
+    log, env = slow_env(tmp_path, {"db.slow.test": "127.0.0.1"})
+    url = "postgresql://omnigate@db.slow.test:%d/omnigate" % free_port()  # nothing listens there
+    srv = make_server(env=gateway_env(url, env), workers=1)
+    lat, ready = healthz_latencies(srv, 6.0)
+    worker = srv.worker_pids()[0]
+    mine = [(p, t) for p, t, n in lookups(log) if p == worker and n == "db.slow.test"]
+    print("\n/healthz with a 2 s DNS and the database down: %d probes, p50 %.2f ms, p99 %.2f ms, max %.2f ms; "
+          "%d lookups by the worker" % (len(lat), sorted(lat)[len(lat) // 2], p99(lat), max(lat), len(mine)))
+    assert p99(lat) < HEALTHZ_P99_MS, sorted(lat)[-10:]
+    assert set(ready) == {503}, ready
+    # The worker retried (each attempt looks the name up again), never on its loop's thread.
+    assert len(mine) >= 2, lookups(log)
+    assert all(tid != pid for pid, tid in mine), mine
+
+
+def test_gateway_becomes_ready_through_a_slowly_resolved_name(make_server, pg_session, fresh_db, tmp_path):
+    """The database host is a name that takes 2 s to resolve: the worker connects through the
+    address it got (host kept as the name), /readyz turns 200, the database routes work, and
+    /healthz stays fast meanwhile."""
+    migrate(fresh_db)
+    log, env = slow_env(tmp_path, {"db.slow.test": "127.0.0.1"})
+    url = "postgresql://omnigate@db.slow.test:%d/%s" % (pg_session.port, urllib.parse.quote(db_name(fresh_db)))
+    srv = make_server(env=gateway_env(url, env), workers=1)
+    t0 = time.monotonic()
+    lat, _ = healthz_latencies(srv, 1.0)
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 15)
+    print("\nready %.2f s after the workers started (2 s lookup); /healthz meanwhile p99 %.2f ms"
+          % (time.monotonic() - t0, p99(lat)))
+    assert p99(lat) < HEALTHZ_P99_MS, sorted(lat)[-10:]
+    t = new_tenant(srv)
+    assert new_token(srv, t["id"])["token"]
+    worker = srv.worker_pids()[0]
+    assert any(p == worker and tid != p for p, tid, _ in lookups(log)), lookups(log)
+    # libpq was told the name: the server sees a TCP client on 127.0.0.1.
+    rows = query_url(fresh_db, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                               "AND client_addr = '127.0.0.1'")
+    assert int(rows[0][0]) >= 1, rows
+
+
+@pytest.mark.parametrize("form", ["keywords", "uri"])
+def test_multi_host_conninfo_skips_unresolvable_and_refusing_hosts(make_server, pg_session, fresh_db, tmp_path,
+                                                                    form):
+    """host=a,b,c with one port per host and target_session_attrs: a name that does not
+    resolve is left out (and logged with its name), a refusing host is passed over, the third
+    host serves; the same in URI form."""
+    migrate(fresh_db)
+    log, env = slow_env(tmp_path, {"db.gone.test": "", "db.slow.test": "127.0.0.1"}, delay_ms=300)
+    closed, real, name = free_port(), pg_session.port, db_name(fresh_db)
+    if form == "keywords":
+        url = ("host=db.gone.test,db.slow.test,db.slow.test port=5432,%d,%d dbname=%s user=omnigate "
+               "target_session_attrs=read-write" % (closed, real, name))
+    else:
+        url = ("postgresql://omnigate@db.gone.test:5432,db.slow.test:%d,db.slow.test:%d/%s"
+               "?target_session_attrs=read-write" % (closed, real, urllib.parse.quote(name)))
+    srv = make_server(env=gateway_env(url, env), workers=1)
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 15), srv.stderr()[-3000:]
+    new_tenant(srv)
+    rec = srv.wait_log(lambda r: r.get("msg") == "database host lookup failed")
+    assert rec is not None and rec["host"] == "db.gone.test", rec
+
+
+# ---- deadlines -------------------------------------------------------------------------------------
+
+def freeze(pg):
+    """SIGSTOP the postmaster, then every process it has: the server stops answering while the
+    kernel keeps its sockets open (and even completes new TCP handshakes)."""
+    os.kill(pg.pid, signal.SIGSTOP)
+    pids = [pg.pid] + pgcluster._children(pg.pid)
+    for p in pids[1:]:
+        os.kill(p, signal.SIGSTOP)
+    return pids
+
+
+def thaw(pids):
+    for p in reversed(pids):
+        try:
+            os.kill(p, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def timed(fn):
+    t = time.monotonic()
+    r = fn()
+    return r, time.monotonic() - t
+
+
+def test_frozen_database_answers_503_within_the_deadline_then_recovers(make_gateway, pg_private, sim):
+    """A database that stops answering without closing: sends and log reads answer 503
+    `unavailable` within OMNIGATE_DB_TIMEOUT_MS (+ margin) and /healthz keeps answering; once
+    it answers again, a send succeeds within 2 s, and every send acknowledged before the freeze
+    is in the database."""
+    url = pg_private.tcp_url
+    sim.clear()
+    srv = make_gateway(workers=2, url=url,
+                       env=provider_env(sim, {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000",
+                                              "OMNIGATE_DB_TIMEOUT_MS": str(DEADLINE_MS)}))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    token = new_token(srv, tenant["id"])["token"]
+
+    def send(text):
+        return call(srv, "POST", "/api/omni/send", token=token, body={"to": OK_TO, "text": text}, timeout=15)
+
+    def read_logs():
+        return call(srv, "GET", "/api/omni/logs", token=token, timeout=15)
+
+    acked = [assert_ok(send("before %d" % i))["data"]["reference"] for i in range(5)]
+    assert_ok(read_logs())
+
+    pids = freeze(pg_private)
+    try:
+        # Round 1 meets connections that are up: their units time out and they are dropped.
+        # Round 2 meets a pool reconnecting to a server that accepts TCP but never answers.
+        for rnd in (1, 2):
+            results = []
+
+            def worker(fn):
+                t = time.monotonic()
+                try:
+                    r = fn()
+                except (OSError, Closed) as e:  # no answer at all
+                    r = e
+                results.append((r, time.monotonic() - t))
+
+            threads = [threading.Thread(target=worker, args=(f,))
+                       for f in (lambda: send("frozen"), lambda: send("frozen"), read_logs, read_logs)]
+            for th in threads:
+                th.start()
+            health, hdur = timed(lambda: srv.request("GET", "/healthz", timeout=5))
+            for th in threads:
+                th.join(30)
+            assert health.status == 200 and hdur < 0.5, (health, hdur)
+            print("\nfrozen database, round %d: answers in %s s; /healthz in %.1f ms"
+                  % (rnd, ", ".join("%.2f" % d for _, d in results), hdur * 1000))
+            assert len(results) == 4
+            for r, dur in results:
+                assert not isinstance(r, (OSError, Closed)), "no answer after %.1f s: %r" % (dur, r)
+                assert_error(r, 503, "unavailable")
+                assert dur < DEADLINE_MS / 1000 + MARGIN_S, (r, dur)
+        lost = srv.wait_log(lambda r: r.get("msg") == "database connection lost"
+                            and "OMNIGATE_DB_TIMEOUT_MS" in r.get("error", ""))
+        assert lost is not None and lost["level"] == "warn", lost
+    finally:
+        thaw(pids)
+
+    t0 = time.monotonic()
+    recovered = wait_for(lambda: send("after").status == 200, 2.0, interval=0.05)
+    took = time.monotonic() - t0
+    print("\nfirst send answered 200 %.2f s after the database woke up" % took)
+    assert recovered and took < 2.0, took
+    assert_ok(read_logs())
+    refs = ",".join("'%s'" % r for r in acked)
+    rows = query_url(url, "SELECT reference, status FROM messages WHERE reference IN (%s)" % refs)
+    assert sorted(r for r, _ in rows) == sorted(acked), rows
+    assert {s for _, s in rows} == {"sent"}, rows
