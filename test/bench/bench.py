@@ -16,9 +16,19 @@ per POST, each for a distinct pre-created attempt (a tenant of their own, so the
 as sends): `statuses` at full speed, `fallback_with_statuses` as a fixed-rate stream alongside
 the `fallback_first` wrk run, to compare sends/s with and without it.
 
+The durable-step scenarios (issue 14; test/bench/steps.py): `fallback_steps` makes 10,000
+delivery-fallback sends (whatsapp_meta then sms, `fallbackOn: delivered`) whose WhatsApp
+attempt the simulator accepts and then fails by a signed status callback (a simulator rule), and
+measures from the database the time from that callback reaching the gateway to the SMS attempt
+starting (p50, p99), the steps done per second, and that every chain got exactly one SMS and
+left no step; `steps_idle` measures the gateway's and PostgreSQL's CPU with 100,000 steps due
+in an hour and nothing else running. The simulator runs with --callback-url pointing at the
+gateway throughout; the other scenarios' recipients script no callbacks.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
-                [--status-attempts 1000000]
+                [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
+                [--steps-history 200000] [--idle-steps 100000]
 Scenarios: see SCENARIOS below. Results: DIR/bench.json and DIR/bench.md.
 """
 
@@ -32,10 +42,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
 import statuses
+import steps
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -47,6 +59,7 @@ SMS_SID = "AC00000000000000000000000000bench"
 SMS_TOKEN = "bench-sms-auth-token"
 TENANTS = 4  # tenants (one token each) the send scenarios spread over
 META_SECRET = "bench-meta-app-secret-0123"  # OMNIGATE_META_APP_SECRET: enables POST /webhooks/meta
+QR_HOOK_SECRET = "bench-waha-webhook-secret"  # OMNIGATE_QR_WEBHOOK_SECRET: enables POST /webhooks/waha
 
 
 def log(msg):
@@ -134,6 +147,25 @@ def cpu_ticks(root_pid):
     return total
 
 
+def cpu_ns(root_pid):
+    """CPU time of a process tree in nanoseconds, for small amounts (idle): the scheduler's
+    exact run time of every live thread (/proc/PID/task/TID/schedstat) rather than utime and
+    stime, which are sampled per 10 ms tick. Reaped children count by their ticks, as in
+    cpu_ticks."""
+    total = 0
+    for p in tree(root_pid):
+        try:
+            for tid in os.listdir("/proc/%d/task" % p):
+                with open("/proc/%d/task/%s/schedstat" % (p, tid)) as f:
+                    total += int(f.read().split()[0])
+            if p == root_pid:
+                st = proc_stat(p)
+                total += (st["cutime"] + st["cstime"]) * 1000000000 // CLK_TCK
+        except OSError:
+            continue
+    return total
+
+
 def rss_kib(root_pid):
     total = 0
     for p in tree(root_pid):
@@ -197,13 +229,42 @@ class Bench:
         return subprocess.run(["psql", self.db_url, "-XAtq", "-c", sql], capture_output=True, text=True,
                               check=True).stdout.strip()
 
+    def psql_super(self, sql):
+        """As the superuser (CHECKPOINT, VACUUM of every table): deploy/pg.sh's cluster has
+        "postgres", trusted on loopback."""
+        return subprocess.run(["psql", self.db_url.replace("//omnigate@", "//postgres@", 1), "-XAtq", "-c", sql],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
     # -- simulator
     def start_sim(self):
+        """The simulator, calling the gateway back with status webhooks signed as the providers
+        sign them (only for what a rule or a recipient's fourth magic digit scripts). The
+        gateway's port is chosen here, before the gateway starts, and kept for its restarts."""
         self.sim_port = free_port()
+        self.og_port = free_port()
         env = dict(os.environ, OMNIGATE_QR_API_KEY=QR_KEY, OMNIGATE_SMS_ACCOUNT_SID=SMS_SID,
-                   OMNIGATE_SMS_AUTH_TOKEN=SMS_TOKEN, OMNIGATE_ACCESS_LOG="false")
-        self.sim = self.spawn([self.args.sim, "serve", "--listen", "127.0.0.1:%d" % self.sim_port], env, "sim")
-        wait_http("http://127.0.0.1:%d/__sim/stats" % self.sim_port)
+                   OMNIGATE_SMS_AUTH_TOKEN=SMS_TOKEN, OMNIGATE_ACCESS_LOG="false",
+                   OMNIGATE_META_APP_SECRET=META_SECRET, OMNIGATE_QR_WEBHOOK_SECRET=QR_HOOK_SECRET)
+        self.sim = self.spawn([self.args.sim, "serve", "--listen", "127.0.0.1:%d" % self.sim_port,
+                               "--callback-url", self.og_url("")], env, "sim")
+        wait_http(self.sim_url("/__sim/stats"))
+
+    def sim_url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.sim_port, path)
+
+    def sim_stats(self):
+        st, j = http_json("GET", self.sim_url("/__sim/stats"))
+        assert st == 200, j
+        return j["data"]
+
+    def callbacks_settled(self, timeout=30):
+        """Waits until the simulator has no callback under way; False when some still are."""
+        end = time.monotonic() + timeout
+        while self.sim_stats()["callbacks"]["pending"] > 0:
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.1)
+        return True
 
     def env(self, extra=None):
         sim = "http://127.0.0.1:%d" % getattr(self, "sim_port", 1)
@@ -211,14 +272,15 @@ class Bench:
                  OMNIGATE_ADMIN_TOKEN=ADMIN, OMNIGATE_META_BASE_URL=sim, OMNIGATE_QR_BASE_URL=sim,
                  OMNIGATE_QR_API_KEY=QR_KEY, OMNIGATE_SMS_BASE_URL=sim, OMNIGATE_SMS_ACCOUNT_SID=SMS_SID,
                  OMNIGATE_SMS_AUTH_TOKEN=SMS_TOKEN, OMNIGATE_ACCESS_LOG="false",
-                 OMNIGATE_IDLE_TIMEOUT_MS="600000", OMNIGATE_META_APP_SECRET=META_SECRET)
+                 OMNIGATE_IDLE_TIMEOUT_MS="600000", OMNIGATE_META_APP_SECRET=META_SECRET,
+                 OMNIGATE_QR_WEBHOOK_SECRET=QR_HOOK_SECRET,
+                 OMNIGATE_PUBLIC_URL="http://127.0.0.1:%d" % getattr(self, "og_port", 1))
         if extra:
             e.update(extra)
         return e
 
     # -- gateway
     def start_gateway(self, extra=None):
-        self.og_port = free_port()
         self.og = self.spawn([self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
                               "--workers", str(self.args.workers)], self.env(extra), "omnigate")
         wait_http(self.og_url("/readyz"))
@@ -229,6 +291,10 @@ class Bench:
 
     def og_url(self, path):
         return "http://127.0.0.1:%d%s" % (self.og_port, path)
+
+    def metrics(self):
+        with urllib.request.urlopen(self.og_url("/metrics"), timeout=10) as r:
+            return r.read().decode()
 
     def make_tenants(self):
         settings = {
@@ -447,7 +513,11 @@ def stream_ok(s):
 def prepare_statuses(b, names):
     """Creates the attempts the status scenarios deliver, one disjoint range of numbers per
     scenario, before any scenario runs: fallback_first and fallback_with_statuses, compared
-    with each other, then run on the same tables."""
+    with each other, then run on the same tables. fallback_steps wants a history of at least
+    --steps-history such messages (its status callbacks then plan as in a production database,
+    whatever other scenarios run: with a few thousand attempts, og_status_apply's matching
+    EXISTS is planned as a hashed subplan, a scan of every attempt for each callback, which
+    dominates the run and measures a young database's planner instead of the steps)."""
     sizes = []
     if "statuses" in names:
         sizes.append(("statuses", b.args.status_attempts))
@@ -456,20 +526,22 @@ def prepare_statuses(b, names):
         # wrk), with room to spare, in whole POSTs.
         n = int(b.args.status_rate * (b.args.duration + 10))
         sizes.append(("fallback_with_statuses", n + statuses.PER_POST - n % statuses.PER_POST))
+    if "fallback_steps" in names:
+        n = b.args.steps_history - sum(n for _, n in sizes)
+        if n > 0:
+            sizes.append(("history", n))
     b.status_ranges, first = {}, 1
     for name, n in sizes:
         b.status_ranges[name] = (first, first + n - 1)
         first += n
     if first > 1:
-        log("creating %d messages, each with a whatsapp_meta attempt and its 'sent' status (for the status "
-            "scenarios)" % (first - 1))
+        log("creating %d messages, each with a whatsapp_meta attempt and its 'sent' status (for %s)" % (
+            first - 1, ", ".join(name for name, _ in sizes)))
         t = time.monotonic()
         statuses.create_attempts(b.psql, b.status_tenant, first - 1)
         # The load's dirty pages are written now rather than by a checkpoint in the middle of
-        # a measurement. CHECKPOINT needs a superuser: deploy/pg.sh's cluster has "postgres",
-        # trusted on loopback.
-        subprocess.run(["psql", b.db_url.replace("//omnigate@", "//postgres@", 1), "-XAtq", "-c", "CHECKPOINT"],
-                       check=True, capture_output=True)
+        # a measurement (CHECKPOINT needs the superuser).
+        b.psql_super("CHECKPOINT")
         log("created in %.0f s" % (time.monotonic() - t))
 
 
@@ -506,8 +578,10 @@ def sc_otp(b):
 
 def sc_slow2000(b):
     # whatsapp_qr answers after 200 ms (simulator magic digit 8): throughput should be
-    # concurrency / latency = 2000 / 0.2 s = 10,000 sends/s if the loop never blocks.
-    r = b.measure("slow2000", b.og_url("/api/omni/send"), conns=2000, script=send_script(b, "slow", "+19998{n}"),
+    # concurrency / latency = 2000 / 0.2 s = 10,000 sends/s if the loop never blocks. The next
+    # two digits (whatsapp_meta, sms: ok) and the fourth (callbacks: none) are zeros, so the
+    # per-request digits of {n} script nothing.
+    r = b.measure("slow2000", b.og_url("/api/omni/send"), conns=2000, script=send_script(b, "slow", "+19998000{n}"),
                   note="2,000 concurrent sends, provider latency 200 ms", timeout="5s")
     r["ideal_rps"] = 2000 / 0.2
 
@@ -531,6 +605,143 @@ def sc_idle(b):
                       "rss_kib": d.get("rss_after_kib", 0), "bytes_per_conn": d.get("bytes_per_conn")})
 
 
+def sc_fallback_steps(b):
+    """Delivery-based fallback moved on by a failed status (issue 14): --steps-sends sends over
+    --steps-conns connections (steps.Sends), channels whatsapp_meta then sms, fallbackOn
+    delivered. Simulator rules make Meta accept each and call back `failed` (131026) 20 ms
+    after its answer, and SMS accept with no callback, so each chain is one step: the failed
+    status makes it due, a worker claims it, records the SMS attempt and sends it. Measured:
+    the sends (answers), the steps done per second (the gateway's /metrics, sampled every
+    0.1 s, until every answered send's step is done), the gateway's and PostgreSQL's CPU per
+    chain (send + callback + step), then from the database the lag of each chain and that each
+    got exactly one SMS attempt and left no step. The rules are removed at the end."""
+    n, conns = b.args.steps_sends, b.args.steps_conns
+    rules = ({"channel": "whatsapp_meta", "behaviour": "ok", "callback": "not_on_whatsapp"},
+             {"channel": "sms", "behaviour": "ok", "callback": "none"})
+    for rule in rules:
+        st, j = http_json("POST", b.sim_url("/__sim/rules"), body=rule)
+        assert st == 201, j
+    http_json("DELETE", b.sim_url("/__sim/stats"))
+    m0 = b.metrics()
+    done0 = steps.metric(m0, "omnigate_steps_done_total", 'kind="fallback"')
+    failed0 = steps.metric(m0, "omnigate_steps_failed_total", 'kind="fallback"')
+    log("fallback_steps: %d delivery-fallback sends over %d connections; WhatsApp fails by callback" % (n, conns))
+    driver = steps.Sends(b.og_port, b.tokens, n, conns)
+    out = {}
+    th = threading.Thread(target=lambda: out.update(driver.run()), daemon=True)
+    t0, p0 = cpu_ticks(b.og.pid), cpu_ticks(b.pg_pid)
+    start = time.monotonic()
+    th.start()
+    # Sample the steps done until the sends are over and every answered one's step is done, or
+    # nothing moved for 30 s (a step that failed waits for its lease to expire).
+    samples, last_move, done_at = [(0.0, 0)], start, None
+    while True:
+        time.sleep(0.1)
+        now = time.monotonic()
+        d = int(steps.metric(b.metrics(), "omnigate_steps_done_total", 'kind="fallback"') - done0)
+        if d != samples[-1][1]:
+            last_move = now
+        samples.append((now - start, d))
+        if not th.is_alive() and d >= out.get("ok", n):
+            done_at = now - start
+            break
+        if now - last_move > 30:
+            log("fallback_steps: no step done for 30 s; giving up waiting")
+            break
+    th.join()
+    t1, p1 = cpu_ticks(b.og.pid), cpu_ticks(b.pg_pid)
+    elapsed = done_at if done_at is not None else samples[-1][0]
+    settled = b.callbacks_settled()
+    stats = b.sim_stats()
+    m1 = b.metrics()
+    http_json("DELETE", b.sim_url("/__sim/rules"))
+    c = steps.chains(b.psql, b.tenant_ids)
+    lag = steps.lag(b.psql, b.tenant_ids)
+    done = samples[-1][1]
+    ch = dict(c, sends=n, answered=out["ok"], steps_done=done,
+              steps_failed=int(steps.metric(m1, "omnigate_steps_failed_total", 'kind="fallback"') - failed0),
+              elapsed_s=elapsed, complete=done_at is not None, steps_per_s=done / max(elapsed, 1e-9),
+              steps_per_s_peak=steps.peak_rate(samples), sends_wall_s=out["wall_s"],
+              sim_meta_ok=stats["channels"]["whatsapp_meta"]["ok"], sim_sms_ok=stats["channels"]["sms"]["ok"],
+              callbacks=stats["callbacks"], callbacks_settled=settled, lag=lag,
+              history=int(b.psql("SELECT count(*) FROM messages WHERE tenant_id = '%s'" % b.status_tenant)),
+              driver_cpu_share=out["driver_cpu_share"], workers=b.args.workers,
+              meta_callbacks={k: int(v - steps.callbacks_in(m0, "meta").get(k, 0))
+                              for k, v in steps.callbacks_in(m1, "meta").items()},
+              claim_lag=steps.histogram_delta(steps.histogram(m0, "omnigate_step_lag_seconds"),
+                                              steps.histogram(m1, "omnigate_step_lag_seconds")))
+    ch["ok"] = chains_ok(ch)
+    chains = max(out["ok"], 1)
+    r = {"scenario": "fallback_steps", "conns": conns, "duration_s": round(out["wall_s"], 2), "rps": out["rps"],
+         "requests": out["ok"] + out["non2xx"], "errors": out["errors"] + out["non2xx"], "non2xx": out["non2xx"],
+         "expect_errors": False, "p50_ms": out["p50_ms"], "p90_ms": out["p90_ms"], "p99_ms": out["p99_ms"],
+         "note": "delivery fallback (whatsapp_meta, sms; fallbackOn delivered), WhatsApp failed by callback: "
+                 "%d sends (CPU per chain: send + callback + step)" % n,
+         "cpu_us_per_req": (t1 - t0) * 1e6 / CLK_TCK / chains, "pg_cpu_us_per_req": (p1 - p0) * 1e6 / CLK_TCK / chains,
+         "rss_kib": rss_kib(b.og.pid), "chains": ch}
+    cl = ch["claim_lag"]
+    log("fallback_steps: %d sends at %.0f/s (p99 %.1f ms, %d errors); %d steps in %.2f s = %.0f steps/s (peak "
+        "%.0f/s); failed -> SMS lag p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d chains, %d over 500 ms (claim "
+        "lag p50 <= %g s, p99 <= %g s; %d statuses before their attempt); %d of %d messages with exactly one "
+        "SMS attempt (%d none, %d several, %d pending), %d steps left; simulator SMS ok %d; %s" % (
+            n, out["rps"], out["p99_ms"], r["errors"], done, elapsed, ch["steps_per_s"], ch["steps_per_s_peak"],
+            lag["p50_ms"], lag["p99_ms"], lag["max_ms"], lag["count"], lag["over_500ms"], cl["p50_le_s"],
+            cl["p99_le_s"], ch["meta_callbacks"].get("unknown_message", 0),
+            c["one_sms"], c["messages"], c["no_sms"],
+            c["several_sms"], c["pending"], c["steps_left"], ch["sim_sms_ok"], "OK" if ch["ok"] else "NOT OK"))
+    if out["last_error"]:
+        log("fallback_steps: last send error: %s" % out["last_error"])
+    b.results.append(r)
+
+
+def chains_ok(ch):
+    """Every send answered, every chain moved on by its failed status exactly once (one SMS
+    attempt, sent, one SMS at the simulator), no step left, the wait complete."""
+    n = ch["sends"]
+    return (ch["complete"] and ch["answered"] == n and ch["messages"] == n and ch["one_sms"] == n
+            and ch["sms_sent"] == n and ch["no_sms"] == 0 and ch["several_sms"] == 0 and ch["pending"] == 0
+            and ch["steps_left"] == 0 and ch["lag"]["count"] == n and ch["sim_sms_ok"] == n)
+
+
+def sc_steps_idle(b):
+    """The idle cost of pending steps: --idle-steps steps due in an hour (inserted with SQL;
+    they never run, so they need no message), nothing else running, the gateway's and
+    PostgreSQL's CPU over max(10 s, --duration). Before the window: VACUUM ANALYZE of the
+    whole database and a CHECKPOINT (autovacuum and the checkpointer would otherwise do the
+    earlier scenarios' leftovers during it), the simulator's callbacks settled, 2 s of quiet.
+    The bench issues no query during the window. The steps are deleted afterwards."""
+    n = b.args.idle_steps
+    window = max(10, b.args.duration)
+    b.psql("INSERT INTO steps (kind, tenant_id, reference, due_at) SELECT 'fallback', '%s', 'kf_IDLE' || i, "
+           "now() + interval '1 hour' FROM generate_series(1, %d) i" % (b.status_tenant, n))
+    log("steps_idle: %d steps due in an hour; VACUUM ANALYZE, CHECKPOINT, then %d s of nothing" % (n, window))
+    b.psql_super("VACUUM ANALYZE")
+    b.psql_super("CHECKPOINT")
+    b.callbacks_settled()
+    time.sleep(2)
+    active = int(b.psql_super("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                              "AND pid <> pg_backend_pid()"))
+    g0, p0, t0 = cpu_ns(b.og.pid), cpu_ns(b.pg_pid), time.monotonic()
+    time.sleep(window)
+    g1, p1, t1 = cpu_ns(b.og.pid), cpu_ns(b.pg_pid), time.monotonic()
+    wall = t1 - t0
+    pending = int(b.psql("SELECT count(*) FROM steps WHERE reference LIKE 'kf_IDLE%'"))
+    due = int(b.psql("SELECT count(*) FROM steps WHERE due_at <= now()"))
+    m = b.metrics()
+    b.psql("DELETE FROM steps WHERE reference LIKE 'kf_IDLE%'")
+    idle = {"steps": n, "steps_pending": pending, "steps_due": due, "window_s": wall, "active_backends": active,
+            "steps_due_gauge": steps.metric(m, "omnigate_steps_due"),
+            "gateway_core_pct": 100 * (g1 - g0) / 1e9 / wall, "pg_core_pct": 100 * (p1 - p0) / 1e9 / wall,
+            "workers": b.args.workers}
+    log("steps_idle: over %.1f s with %d steps pending (%d due): gateway %.3f%% of a core, PostgreSQL %.3f%% of "
+        "a core (%d other active backends at the start)" % (wall, pending, due, idle["gateway_core_pct"],
+                                                            idle["pg_core_pct"], active))
+    b.results.append({"scenario": "steps_idle", "note": "%d steps due in an hour, nothing else running, %.0f s" % (
+        n, wall), "conns": 0, "rps": 0, "requests": 0, "errors": 0, "non2xx": 0, "expect_errors": False,
+        "p50_ms": float("nan"), "p90_ms": float("nan"), "p99_ms": float("nan"), "cpu_us_per_req": float("nan"),
+        "pg_cpu_us_per_req": float("nan"), "rss_kib": rss_kib(b.og.pid), "steps_idle": idle})
+
+
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
@@ -543,9 +754,12 @@ SCENARIOS = {
     "otp": sc_otp,
     "slow2000": sc_slow2000,
     "statuses": sc_statuses,
+    "fallback_steps": sc_fallback_steps,
+    # After every load scenario: the idle window needs nothing else running.
+    "steps_idle": sc_steps_idle,
     "idle": sc_idle,
 }
-SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000")
+SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps")
 
 
 def warm_up(b):
@@ -609,6 +823,20 @@ def targets(b):
         out.append(("fallback sends/s with %.0f statuses/s alongside (wanted %d) / without (fallback_first)" % (
             s["statuses_per_s"], s["target_per_s"]), "%.3f (%.0f of %.0f)" % (v, r["rps"], by["fallback_first"]["rps"]),
                     ">= 0.85", v >= 0.85 and full))
+    if "fallback_steps" in by:
+        ch = by["fallback_steps"]["chains"]
+        lag = ch["lag"]
+        out.append(("delivery fallback: failed callback reaching the gateway -> SMS attempt starting, p99 (p50 "
+                    "%.0f ms; %d of %d chains measured)" % (lag["p50_ms"], lag["count"], ch["sends"]),
+                    "%.0f ms" % lag["p99_ms"], "<= 1000 ms", lag["p99_ms"] <= 1000 and lag["count"] == ch["sends"]))
+        out.append(("delivery fallback: chains with exactly one SMS attempt (sent, one SMS at the provider), "
+                    "steps left", "%d of %d, %d left" % (ch["one_sms"], ch["sends"], ch["steps_left"]), "all, 0",
+                    ch["ok"]))
+    if "steps_idle" in by:
+        d = by["steps_idle"]["steps_idle"]
+        for who, key in (("gateway (process tree)", "gateway_core_pct"), ("PostgreSQL (process tree)", "pg_core_pct")):
+            out.append(("idle CPU with %s steps due in an hour: %s" % ("{:,}".format(d["steps"]), who),
+                        "%.2f%% of a core" % d[key], "< 1%", d[key] < 1 and d["steps_pending"] == d["steps"]))
     if "idle" in by and by["idle"].get("bytes_per_conn") is not None:
         v = by["idle"]["bytes_per_conn"]
         out.append(("RSS per idle keep-alive connection", "%d bytes" % v, "<= 2048 bytes", v <= 2048))
@@ -705,6 +933,78 @@ def status_report(b):
     return lines
 
 
+def steps_report(b):
+    """The durable-steps section: the fallback chains and the idle cost of pending steps."""
+    by = {r["scenario"]: r for r in b.results}
+    if "fallback_steps" not in by and "steps_idle" not in by:
+        return []
+    lines = ["", "## Durable steps", ""]
+    if "fallback_steps" in by:
+        ch = by["fallback_steps"]["chains"]
+        lag, cb = ch["lag"], ch["callbacks"]
+        lines += [
+            "`fallback_steps`: %s tenant sends (`POST /api/omni/send` with a token, 4 tenants) over %d keep-alive "
+            "connections from the bench process (test/bench/steps.py), each `{\"channels\":[\"whatsapp_meta\","
+            "\"sms\"],\"fallbackOn\":\"delivered\"}` to its own number. Simulator rules: whatsapp_meta accepts "
+            "and calls back `failed` (131026, signed) 20 ms after its answer; sms accepts, no callback. Each "
+            "chain is one step, made due by the failed status. Lag = the SMS attempt's `attempted_at` (the "
+            "transaction writing it `pending`, just before the provider call) minus the `failed` status's "
+            "`received_at` in delivery_statuses (the transaction recording the callback), percentile_cont over "
+            "the chains in SQL. Steps/s = `omnigate_steps_done_total{kind=\"fallback\"}` (sampled every 0.1 s) "
+            "over the time from the first send to the last step done, for one instance with `--workers %d`; "
+            "peak = the best 1 s stretch. The sends' rate bounds the steps' rate here: steps are made due only "
+            "as fast as the sends and their callbacks come. Claim lag = `omnigate_step_lag_seconds` over the "
+            "run (claim time minus due time, both PostgreSQL's clock; the due time is the failed status's "
+            "write), as its buckets tell it (upper bounds): the part of the lag spent before a worker claimed "
+            "the step; the rest is the step's load and its `pending` write. Over 500 ms: chains whose lag "
+            "exceeded it. Statuses before their attempt: "
+            "`omnigate_status_callbacks_total{provider=\"meta\",outcome=\"unknown_message\"}` over the run, "
+            "callbacks whose write found no attempt yet (the send's completion write not committed): the "
+            "completion write adopts such a status when it sees it (the step is then due at once); when "
+            "neither saw the other, the once-a-second status sweep matches it, and only then is the step due "
+            "(up to 1 s more). The database held %s earlier "
+            "messages with an attempt and a status (--steps-history) planned with statistics; the gateway, "
+            "PostgreSQL, the simulator and the driver (%.0f%% of a core) share the machine." % (
+                "{:,}".format(ch["sends"]), by["fallback_steps"]["conns"], ch["workers"], ch["history"],
+                100 * ch["driver_cpu_share"]), "",
+            "| sends answered | sends/s | steps done | failed steps | elapsed s | steps/s | peak steps/s "
+            "| lag p50 ms | lag p99 ms | lag max ms | over 500 ms | statuses before their attempt "
+            "| claim lag p50 / p99 s | claims within 1 s | chains measured "
+            "| one SMS | none | several | pending | steps left | SMS at simulator | callbacks ok / failed / pending "
+            "| verified |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+            "|---|---|",
+            "| %d | %.0f | %d | %d | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d | %d | <= %g / <= %g | %.1f%% | %d "
+            "| %d | %d "
+            "| %d | %d | %d | %d | %d / %d / %d | %s |" % (
+                ch["answered"], by["fallback_steps"]["rps"], ch["steps_done"], ch["steps_failed"], ch["elapsed_s"],
+                ch["steps_per_s"], ch["steps_per_s_peak"], lag["p50_ms"], lag["p99_ms"], lag["max_ms"],
+                lag["over_500ms"], ch["meta_callbacks"].get("unknown_message", 0), ch["claim_lag"]["p50_le_s"],
+                ch["claim_lag"]["p99_le_s"], 100 * ch["claim_lag"]["within_1s"],
+                lag["count"], ch["one_sms"], ch["no_sms"], ch["several_sms"], ch["pending"], ch["steps_left"],
+                ch["sim_sms_ok"], cb.get("ok", 0), cb.get("failed", 0), cb.get("pending", 0),
+                "yes" if ch["ok"] else "**no**")]
+        if not ch["complete"]:
+            lines += ["", "**fallback_steps: not every step was done (no progress for 30 s).**"]
+    if "steps_idle" in by:
+        d = by["steps_idle"]["steps_idle"]
+        lines += [
+            "", "`steps_idle`: %s steps due in an hour inserted with SQL (`kind` fallback, no message), then "
+            "VACUUM ANALYZE of the database and CHECKPOINT (so neither autovacuum nor the checkpointer works "
+            "off the earlier scenarios' writes during the window), 2 s of quiet, then %.1f s with nothing "
+            "running and no query from the bench. CPU = the scheduler's run time of every thread of the "
+            "process tree (/proc/PID/task/TID/schedstat), in %% of one core: the gateway (supervisor and "
+            "`--workers %d`: each worker claims every 0.5-1 s, and counts the steps due every fifth tick) and "
+            "PostgreSQL (postmaster, its background processes and the gateway's backends)." % (
+                "{:,}".format(d["steps"]), d["window_s"], d["workers"]), "",
+            "| steps pending | due | gateway % of a core | PostgreSQL % of a core | window s | other active backends "
+            "at the start |",
+            "|---:|---:|---:|---:|---:|---:|",
+            "| %d | %d | %.3f | %.3f | %.1f | %d |" % (d["steps_pending"], d["steps_due"], d["gateway_core_pct"],
+                                                     d["pg_core_pct"], d["window_s"], d["active_backends"])]
+    return lines
+
+
 def report(b, dur, path, png):
     ceiling = next((r["rps"] for r in b.results if r["scenario"] == "nginx"), None)
     lines = ["# Omnigate benchmark", "",
@@ -729,6 +1029,7 @@ def report(b, dur, path, png):
         lines += ["", "## Targets", "", "| target | measured | wanted | met |", "|---|---:|---:|---|"]
         lines += ["| %s | %s | %s | %s |" % (w, v, tg, "yes" if ok else "**no**") for w, v, tg, ok in t]
     lines += status_report(b)
+    lines += steps_report(b)
     if dur:
         lines += ["", "Durability: %d sends answered 2xx; %d of the send tenants' messages completed in the "
                   "database (`sent`, or `delivered`/`read`/`undelivered` since), each with its "
@@ -759,6 +1060,15 @@ def main():
                     help="fallback_with_statuses: statuses per second posted alongside the sends (100 per POST)")
     ap.add_argument("--status-attempts", type=int, default=1000000,
                     help="statuses: pre-created attempts it may deliver (each at most once)")
+    ap.add_argument("--steps-sends", type=int, default=10000,
+                    help="fallback_steps: delivery-fallback sends whose WhatsApp attempt fails by callback")
+    ap.add_argument("--steps-conns", type=int, default=16,
+                    help="fallback_steps: connections the sends are posted over")
+    ap.add_argument("--steps-history", type=int, default=200000,
+                    help="fallback_steps: at least this many earlier messages with an attempt and a status in "
+                         "the database (0: none beyond what other scenarios leave)")
+    ap.add_argument("--idle-steps", type=int, default=100000,
+                    help="steps_idle: steps due in an hour while the instance idles")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]
     for n in names:
@@ -779,6 +1089,8 @@ def main():
         prepare_statuses(b, names)
         for n in names:
             SCENARIOS[n](b)
+        # Only fallback_steps scripts callbacks: any others would be load the scenarios did not ask for.
+        log("simulator callbacks over the run: %s" % json.dumps(b.sim_stats()["callbacks"]))
         answered = sum(r["requests"] - r["non2xx"] for r in b.results if r["scenario"] in SENDS)
         answered += getattr(b, "warm_answered", 0)
         dur = durability(b, answered) if any(n in SENDS for n in names) else None

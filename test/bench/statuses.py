@@ -65,24 +65,66 @@ def percentile(sorted_ms, p):
     return sorted_ms[min(len(sorted_ms) - 1, int(math.ceil(p / 100 * len(sorted_ms))) - 1)]
 
 
+def applied(status, data):
+    """The counts of a status POST's answer."""
+    if status != 200:
+        raise RuntimeError("%d %s" % (status, data[:200]))
+    d = json.loads(data)["data"]
+    return {"applied": d["applied"], "duplicate": d["duplicate"], "unknown": d["unknown"]}
+
+
 def driver_cpu_s():
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
 
 
-class Driver:
+class Poster:
+    """POSTs from several threads, each on its own keep-alive connection, recording each one's
+    latency and what it counted (under a lock). `unit` is the counter every POST adds 1 to."""
+
+    def __init__(self, port, unit, counts):
+        self.port = port
+        self.unit = unit
+        self.lock = threading.Lock()
+        self.lat_ms = []
+        self.counts = dict(counts, **{unit: 0, "errors": 0})
+        self.last_error = None
+
+    def connect(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def post(self, conn, path, body, headers, judge):
+        """One POST; judge(status, body) returns the counts it adds (raising: an error). Returns
+        the connection to use next (a new one after an error)."""
+        t0 = time.perf_counter()
+        try:
+            conn.request("POST", path, body, headers)
+            r = conn.getresponse()
+            c = judge(r.status, r.read())
+        except Exception as e:
+            c = {"errors": 1}
+            self.last_error = str(e)
+            conn.close()
+            conn = self.connect()
+        ms = (time.perf_counter() - t0) * 1000
+        with self.lock:
+            self.lat_ms.append(ms)
+            self.counts[self.unit] += 1
+            for k, v in c.items():
+                self.counts[k] += v
+        return conn
+
+
+class Driver(Poster):
     """Posts batches of statuses for the attempts numbered first..last, each number once."""
 
     def __init__(self, port, secret, first, last):
-        self.port = port
+        super().__init__(port, "posts", {"applied": 0, "duplicate": 0, "unknown": 0})
         self.secret = secret.encode()
         self.next = first
         self.last = last
-        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.threads = []
-        self.lat_ms = []
-        self.counts = {"posts": 0, "applied": 0, "duplicate": 0, "unknown": 0, "errors": 0}
         self.exhausted = False
 
     def take(self):
@@ -100,40 +142,21 @@ class Driver:
         b = (HEAD + ",".join(STATUS % (n, ts) for n in range(first, first + PER_POST)) + TAIL).encode()
         return b, "sha256=" + hmac.new(self.secret, b, hashlib.sha256).hexdigest()
 
-    def post(self, conn, first):
-        """One signed POST; returns the connection to use next (a new one after an error)."""
+    def signed(self, conn, first):
+        """One signed POST of the batch starting at `first`; returns the connection to use next."""
         body, sig = self.body(first)
-        t0 = time.perf_counter()
-        c = {"posts": 1}
-        try:
-            conn.request("POST", PATH, body, {"Content-Type": "application/json", "X-Hub-Signature-256": sig})
-            r = conn.getresponse()
-            data = r.read()
-            if r.status != 200:
-                raise RuntimeError("%d %s" % (r.status, data[:200]))
-            d = json.loads(data)["data"]
-            c.update(applied=d["applied"], duplicate=d["duplicate"], unknown=d["unknown"])
-        except Exception as e:
-            c["errors"] = 1
-            self.last_error = str(e)
-            conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        ms = (time.perf_counter() - t0) * 1000
-        with self.lock:
-            self.lat_ms.append(ms)
-            for k, v in c.items():
-                self.counts[k] += v
-        return conn
+        return self.post(conn, PATH, body, {"Content-Type": "application/json", "X-Hub-Signature-256": sig},
+                         applied)
 
     def closed_loop(self, conns, duration):
         """`conns` connections, each posting its next batch as soon as the last is answered."""
         def run():
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            conn = self.connect()
             while not self.stop.is_set():
                 n = self.take()
                 if n is None:
                     break
-                conn = self.post(conn, n)
+                conn = self.signed(conn, n)
             conn.close()
         self.start([run] * conns)
         # Until the duration is over, or sooner if every thread stopped (the range used up).
@@ -152,7 +175,7 @@ class Driver:
         t0 = time.monotonic()
 
         def run(offset):
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            conn = self.connect()
             due = t0 + offset
             while not self.stop.is_set():
                 wait = due - time.monotonic()
@@ -161,7 +184,7 @@ class Driver:
                 n = self.take()
                 if n is None:
                     break
-                conn = self.post(conn, n)
+                conn = self.signed(conn, n)
                 due += period
             conn.close()
         self.start([lambda o=i * period / k: run(o) for i in range(k)])
@@ -187,6 +210,5 @@ class Driver:
         out = dict(c, wall_s=wall, statuses_per_s=c["applied"] / wall, posts_per_s=c["posts"] / wall,
                    p50_ms=percentile(lat, 50), p90_ms=percentile(lat, 90), p99_ms=percentile(lat, 99),
                    driver_cpu_share=cpu / wall, driver_cpu_us_per_status=cpu * 1e6 / max(c["applied"], 1),
-                   threads=len(self.threads), exhausted=self.exhausted,
-                   last_error=getattr(self, "last_error", None))
+                   threads=len(self.threads), exhausted=self.exhausted, last_error=self.last_error)
         return out
