@@ -256,6 +256,9 @@ static const metric_t metrics[] = {
     SUMMED("omnigate_steps_running", M_GAUGE, steps_running, "Durable steps running now."),
     SUMMED("omnigate_steps_due", M_GAUGE, steps_due,
            "Durable steps due and not running, all instances (sampled every few seconds)."),
+    SUMMED("omnigate_db_timeouts_total", M_COUNTER, db_timeouts,
+           "Database deadlines missed (OMNIGATE_DB_TIMEOUT_MS): a connection with no answer dropped, or an "
+           "operation that waited too long for a connection failed."),
     SUMMED("omnigate_db_batch_retries_total", M_COUNTER, db_retries,
            "Write batches that failed and were retried op by op."),
     SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),

@@ -468,6 +468,8 @@ static void on_timer(uv_timer_t *t)
             return;
         }
         db->stats.timeouts++;
+        if (db->metrics != NULL)
+            og_metrics_add(&db->metrics->db_timeouts, 1);
         snprintf(why, sizeof(why), "no answer within %d ms (OMNIGATE_DB_TIMEOUT_MS)", db->timeout_ms);
         break;
     case C_RESOLVING:
@@ -1158,6 +1160,8 @@ static void expire_queue(og_db_t *db, opq_t *q, uint64_t now)
         q_push(op->deadline_ms <= now ? &expired : &keep, op);
     *q = keep;
     db->stats.timeouts += expired.len;
+    if (db->metrics != NULL && expired.len > 0)
+        og_metrics_add(&db->metrics->db_timeouts, expired.len);
     /* Completed after the queue is whole again: a callback may submit. */
     while ((op = q_pop(&expired)) != NULL) {
         snprintf(op->error, sizeof(op->error), "no database connection within %d ms", db->timeout_ms);
