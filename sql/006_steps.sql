@@ -35,13 +35,12 @@ $$;
 -- Delivery-based fallback: what the chain waits for, and the senders the send resolved, so a
 -- later step sends from the same numbers.
 ALTER TABLE messages
-    ADD COLUMN fallback_on      text CHECK (fallback_on IN ('delivered', 'read')),
+    ADD COLUMN fallback_on      text, -- 'delivered' or 'read' (no CHECK: each costs every write a parse)
     ADD COLUMN fallback_after_s integer,
     ADD COLUMN whatsapp_from    text,
     ADD COLUMN sms_sender       text;
 ALTER TABLE attempts
-    ADD COLUMN fallback_reason text
-        CHECK (fallback_reason IN ('status_failed', 'status_undelivered', 'no_status_in_time'));
+    ADD COLUMN fallback_reason text; -- status_failed, status_undelivered, no_status_in_time
 
 -- The statuses of a message decide its chain: when the attempt the chain waits on fails, the
 -- next step is due now (and every worker is told); when any attempt reaches the wanted status
@@ -139,15 +138,21 @@ $$;
 
 -- A completed message's status from its accepted attempts (og_message_delivery), except that
 -- 'undelivered' waits while a fallback step is still pending for it.
+-- (An expression without FROM, so that PostgreSQL inlines it and og_message_delivery into the
+-- caller instead of running a function per row.)
 CREATE FUNCTION og_message_status(p_tenant uuid, p_ref text) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN s = 'undelivered' AND EXISTS (
-                    SELECT 1 FROM steps st
-                    WHERE st.kind = 'fallback' AND st.tenant_id = p_tenant AND st.reference = p_ref)
-                THEN 'sent' ELSE s END
-    FROM og_message_delivery(ARRAY(
-        SELECT a.delivery_status FROM attempts a
-        WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent')) AS s
+    SELECT CASE
+        WHEN og_message_delivery(ARRAY(
+                 SELECT a.delivery_status FROM attempts a
+                 WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent')) = 'undelivered'
+             AND EXISTS (SELECT 1 FROM steps st
+                         WHERE st.kind = 'fallback' AND st.tenant_id = p_tenant AND st.reference = p_ref)
+            THEN 'sent'
+        ELSE og_message_delivery(ARRAY(
+                 SELECT a.delivery_status FROM attempts a
+                 WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent'))
+        END
 $$;
 
 -- Schedules the next step of a message's delivery-based fallback chain after an accepted

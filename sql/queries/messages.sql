@@ -50,10 +50,15 @@ WITH a AS (
         ON x.status = 'sent'
     RETURNING status, delivery_status)
 UPDATE messages
-SET status = CASE WHEN $3 <> 'sent' THEN $3
-        ELSE (SELECT CASE WHEN d = 'undelivered' AND $6::boolean THEN 'sent' ELSE d END
-              FROM og_message_delivery(ARRAY(SELECT delivery_status FROM a WHERE status = 'sent')) AS d)
-        END,
+-- The rule of og_message_delivery (sql/005), written out: a SQL function called here would be
+-- parsed again on every execution (PostgreSQL does not inline it with a sub-select argument).
+SET status = CASE WHEN $3 <> 'sent' THEN $3 ELSE (
+        SELECT CASE WHEN bool_or(delivery_status = 'read') THEN 'read'
+                    WHEN bool_or(delivery_status = 'delivered') THEN 'delivered'
+                    WHEN bool_and(delivery_status IN ('failed', 'undelivered'))
+                        THEN CASE WHEN $6::boolean THEN 'sent' ELSE 'undelivered' END
+                    ELSE 'sent' END
+        FROM a WHERE status = 'sent') END,
     winning_channel = $4, completed_at = now()
 WHERE tenant_id = $1 AND reference = $2;
 
