@@ -136,23 +136,22 @@ BEGIN
 END
 $$;
 
--- A completed message's status from its accepted attempts (og_message_delivery), except that
--- 'undelivered' waits while a fallback step is still pending for it.
--- (An expression without FROM, so that PostgreSQL inlines it and og_message_delivery into the
--- caller instead of running a function per row.)
+-- A completed message's status from its accepted attempts (the rule of og_message_delivery,
+-- written out over the rows: a call of og_message_delivery with a sub-select argument is not
+-- inlined and would parse its body again on every execution), except that 'undelivered' waits
+-- while a fallback step is still pending for it.
 CREATE FUNCTION og_message_status(p_tenant uuid, p_ref text) RETURNS text
 LANGUAGE sql STABLE AS $$
-    SELECT CASE
-        WHEN og_message_delivery(ARRAY(
-                 SELECT a.delivery_status FROM attempts a
-                 WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent')) = 'undelivered'
-             AND EXISTS (SELECT 1 FROM steps st
-                         WHERE st.kind = 'fallback' AND st.tenant_id = p_tenant AND st.reference = p_ref)
-            THEN 'sent'
-        ELSE og_message_delivery(ARRAY(
-                 SELECT a.delivery_status FROM attempts a
-                 WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent'))
-        END
+    SELECT CASE WHEN bool_or(a.delivery_status = 'read') THEN 'read'
+                WHEN bool_or(a.delivery_status = 'delivered') THEN 'delivered'
+                WHEN bool_and(a.delivery_status IN ('failed', 'undelivered'))
+                    THEN CASE WHEN EXISTS (SELECT 1 FROM steps st
+                                           WHERE st.kind = 'fallback' AND st.tenant_id = p_tenant
+                                               AND st.reference = p_ref)
+                              THEN 'sent' ELSE 'undelivered' END
+                ELSE 'sent' END
+    FROM attempts a
+    WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent'
 $$;
 
 -- Schedules the next step of a message's delivery-based fallback chain after an accepted
