@@ -11,6 +11,7 @@ PACKAGES=(
   libcmocka-dev python3-pytest
   postgresql-15 postgresql-client-15
   wrk nginx-light haproxy gnuplot-nox linux-perf clang-format
+  clang libclang-rt-dev
   curl ca-certificates procps
 )
 

@@ -6,7 +6,8 @@ Usage: summarize.py BUILDDIR
 Reads BUILDDIR/junit/*.xml (cmocka writes unit-*.xml, pytest writes e2e-*.xml) and
 BUILDDIR/meson-logs/testlog.json (one JSON object per meson test). A meson test that failed,
 crashed or timed out without its cases showing a failure counts as one more failure; a meson
-test that wrote no JUnit file counts as one case (passed or failed by its meson result).
+test that wrote no JUnit file counts as one case (passed or failed by its meson result): so
+does each corpus replay of suite "fuzz" (test/fuzz), one case per harness.
 
 Prints one line per suite, then as its LAST line exactly `N passed, N failed` (plus
 a line before it says how many were skipped). Exit status: 1 when anything failed or nothing ran,

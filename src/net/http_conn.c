@@ -127,6 +127,8 @@ static og_http_req_t *req_new(og_http_conn_t *c)
 static int hbuf_append(og_http_conn_t *c, const char *at, size_t len)
 {
     og_http_req_t *req = c->req;
+    if (len == 0) /* llhttp reports empty spans too; hbuf may still be NULL (no offset on NULL) */
+        return HPE_OK;
     size_t counted = req->hlen + len + 4 * req->nheaders;
     if (counted > c->shared->limits.max_header_bytes) {
         c->reject_status = 431;
@@ -143,6 +145,21 @@ static int hbuf_append(og_http_conn_t *c, const char *at, size_t len)
         req->hcap = cap;
     }
     memcpy(req->hbuf + req->hlen, at, len);
+    req->hlen += len;
+    return HPE_OK;
+}
+
+/* Trailer fields (after a chunked body) are dropped: the header array and the buffer it points
+ * into were made final at headers_done, and no route reads trailers. Their bytes still count
+ * against the header limit (hlen grows, nothing is stored), so a client cannot stream them
+ * for ever. */
+static int trailer_bytes(og_http_conn_t *c, size_t len)
+{
+    og_http_req_t *req = c->req;
+    if (req->hlen + len + 4 * req->nheaders > c->shared->limits.max_header_bytes) {
+        c->reject_status = 431;
+        return HPE_USER;
+    }
     req->hlen += len;
     return HPE_OK;
 }
@@ -187,6 +204,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
     for (size_t i = 0; i < len; i++)
         if (!is_tchar((unsigned char)at[i]))
             return HPE_USER;
+    if (c->state == OG_CONN_BODY)
+        return trailer_bytes(c, len);
     if (c->hstate != HS_FIELD) {
         if (req->nheaders == OG_MAX_HEADERS) {
             c->reject_status = 431;
@@ -216,6 +235,8 @@ static int on_header_field(llhttp_t *p, const char *at, size_t len)
 static int on_header_value(llhttp_t *p, const char *at, size_t len)
 {
     og_http_conn_t *c = conn_of(p);
+    if (c->state == OG_CONN_BODY)
+        return trailer_bytes(c, len);
     og_http_req_t *req = c->req;
     uint32_t *h = req->hoff + (req->nheaders - 1) * 4;
     if (c->hstate != HS_VALUE) {
@@ -307,7 +328,8 @@ static void assign_request_id(og_http_conn_t *c, og_http_req_t *req)
     }
 }
 
-/* Turns the recorded offsets into the public header array and splits the target. */
+/* Turns the recorded offsets into the public header array and splits the target. False on a
+ * header without a name, which llhttp 8.1 lets through (": x") and RFC 9110 does not. */
 static bool headers_finalize(og_http_conn_t *c, og_http_req_t *req)
 {
     if (req->nheaders > 0) {
@@ -316,6 +338,8 @@ static bool headers_finalize(og_http_conn_t *c, og_http_req_t *req)
             return false;
         for (size_t i = 0; i < req->nheaders; i++) {
             const uint32_t *h = req->hoff + i * 4;
+            if (h[1] == 0)
+                return false;
             req->headers[i] = (og_http_header_t){req->hbuf + h[0], h[1], req->hbuf + h[2], h[3]};
         }
     }

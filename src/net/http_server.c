@@ -60,6 +60,17 @@ static void on_write(uv_write_t *wr, int status)
         og_http_conn_drained(&sc->http);
 }
 
+/* A write failed (the peer reset, or out of memory): the socket is of no more use. The core
+ * hears of it through og_http_conn_io_closed once the handles are closed, never from inside
+ * io_write: the core may be in the middle of answering (og_http_io_t allows no synchronous
+ * call back), and closing it there would free the request it is answering. */
+static void write_failed(og_server_conn_t *sc, char *data)
+{
+    free(data);
+    sc->closing = true;
+    close_handles(sc);
+}
+
 static void io_write(og_http_conn_t *c, char *data, size_t len)
 {
     og_server_conn_t *sc = conn_of_http(c);
@@ -74,24 +85,21 @@ static void io_write(og_http_conn_t *c, char *data, size_t len)
         return;
     }
     if (n < 0 && n != UV_EAGAIN) {
-        free(data);
-        og_http_conn_close(c);
+        write_failed(sc, data);
         return;
     }
     size_t done = n > 0 ? (size_t)n : 0;
     write_op_t *op = malloc(sizeof(*op));
     if (op == NULL) {
-        free(data);
-        og_http_conn_close(c);
+        write_failed(sc, data);
         return;
     }
     op->data = data;
     op->req.data = sc;
     buf = uv_buf_init(data + done, (unsigned)(len - done));
     if (uv_write(&op->req, (uv_stream_t *)&sc->tcp, &buf, 1, on_write) != 0) {
-        free(data);
         free(op);
-        og_http_conn_close(c);
+        write_failed(sc, data);
     }
 }
 

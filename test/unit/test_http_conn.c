@@ -291,6 +291,64 @@ static void test_chunked_body(void **state)
     fake_free(f);
 }
 
+/* Trailer fields are dropped: the request keeps its own headers and path intact, even when the
+ * trailer is longer than everything before it (found by test/fuzz/fuzz_http_conn.c). */
+static void test_chunked_trailers_dropped(void **state)
+{
+    fake_t *f = fake_new();
+    f->async = true;
+    feed(f,
+         "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Request-Id: keep-me\r\n\r\n4\r\nWiki\r\n0\r\n"
+         "X-Trailer: ");
+    char big[4000];
+    memset(big, 't', sizeof(big));
+    og_http_conn_feed(&f->c, big, sizeof(big));
+    feed(f, "\r\nX-Other: v\r\n\r\n");
+    assert_int_equal(f->handled, 1);
+    og_http_req_t *req = f->held[0];
+    assert_int_equal(req->nheaders, 2);
+    assert_int_equal(req->path_len, 2);
+    assert_memory_equal(req->path, "/c", 2);
+    size_t len = 0;
+    const char *rid = og_http_req_header(req, "x-request-id", &len);
+    assert_non_null(rid);
+    assert_int_equal(len, 7);
+    assert_memory_equal(rid, "keep-me", 7);
+    assert_null(og_http_req_header(req, "x-other", NULL));
+    og_http_respond(req, 200, NULL, 0, NULL, "ok", 2);
+    assert_non_null(strstr(f->out, "HTTP/1.1 200 OK\r\n"));
+    fake_free(f);
+}
+
+/* The handler never ran, the answer starts with `status_line` and the connection is closing; then
+ * frees `f`. */
+static void assert_refused_and_free(fake_t *f, const char *status_line)
+{
+    assert_int_equal(f->handled, 0);
+    assert_true(strncmp(f->out, status_line, strlen(status_line)) == 0);
+    assert_int_equal(f->closes, 1);
+    fake_free(f);
+}
+
+/* A header line without a name (": x", which llhttp 8.1 accepts) is a malformed request: 400 and
+ * close, the handler never runs (found by test/fuzz/fuzz_http_conn.c). */
+static void test_empty_header_name(void **state)
+{
+    fake_t *f = fake_new();
+    feed(f, "GET / HTTP/1.1\r\nA: b\r\n: x\r\n\r\n");
+    assert_refused_and_free(f, "HTTP/1.1 400 ");
+}
+
+/* Trailers count against the header limit: endless trailer fields are cut off with 431. */
+static void test_chunked_trailers_limited(void **state)
+{
+    fake_t *f = fake_new();
+    feed(f, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWiki\r\n0\r\n");
+    for (int i = 0; i < 2000 && f->closes == 0; i++)
+        feed(f, "X-Trailer: tttt\r\n");
+    assert_refused_and_free(f, "HTTP/1.1 431 ");
+}
+
 /* A chunked body growing over the limit is cut off with 413. */
 static void test_chunked_too_large(void **state)
 {
@@ -660,6 +718,9 @@ int main(void)
         cmocka_unit_test(test_too_many_headers),
         cmocka_unit_test(test_body_too_large_by_length),
         cmocka_unit_test(test_chunked_body),
+        cmocka_unit_test(test_chunked_trailers_dropped),
+        cmocka_unit_test(test_chunked_trailers_limited),
+        cmocka_unit_test(test_empty_header_name),
         cmocka_unit_test(test_chunked_too_large),
         cmocka_unit_test(test_body_limit_per_request),
         cmocka_unit_test(test_malformed_request_line),
