@@ -17,8 +17,8 @@ typedef enum og_hmac_alg { OG_HMAC_SHA1, OG_HMAC_SHA256, OG_HMAC_SHA512 } og_hma
 /* HMAC keyed by key[0..keylen) over the concatenation of parts[i][0..lens[i]) for i < n, into
  * `out`. Returns the digest's length (20, 32 or 64), or 0 when OpenSSL fails. An empty key is
  * a valid key. */
-size_t og_hmac(og_hmac_alg_t alg, const void *key, size_t keylen, const void *const *parts, const size_t *lens,
-               size_t n, unsigned char out[OG_HMAC_MAX]);
+size_t og_hmac(og_hmac_alg_t alg, const void *key, size_t keylen, const void *const *parts,
+               const size_t *lens, size_t n, unsigned char out[OG_HMAC_MAX]);
 
 /* Lower-case hex of in[0..n) into out (room for 2n + 1), NUL-terminated. */
 void og_hex_lower(const unsigned char *in, size_t n, char *out);
@@ -31,7 +31,7 @@ bool og_hmac_check_hex(og_hmac_alg_t alg, const char *key, const void *data, siz
 
 /* True when sig[0..siglen) is the standard base64 (with padding) of HMAC(key, the
  * concatenation of parts), compared in constant time. */
-bool og_hmac_check_b64(og_hmac_alg_t alg, const char *key, const void *const *parts, const size_t *lens, size_t n,
-                       const char *sig, size_t siglen);
+bool og_hmac_check_b64(og_hmac_alg_t alg, const char *key, const void *const *parts, const size_t *lens,
+                       size_t n, const char *sig, size_t siglen);
 
 #endif

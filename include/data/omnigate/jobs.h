@@ -41,14 +41,14 @@ typedef struct og_step og_step_t;
 struct og_step {
     og_jobs_t *jobs;
     char id[24];
-    int kind;         /* index given at og_jobs_register */
-    char *tenant_id;  /* malloc'd copies */
+    int kind;        /* index given at og_jobs_register */
+    char *tenant_id; /* malloc'd copies */
     char *reference;
-    char *payload;    /* JSON text */
-    int claims;       /* including this one */
-    uint64_t lag_ms;  /* how late the claim was: now - due_at */
-    void *data;       /* for the runner */
-    og_step_t *next;  /* private */
+    char *payload;   /* JSON text */
+    int claims;      /* including this one */
+    uint64_t lag_ms; /* how late the claim was: now - due_at */
+    void *data;      /* for the runner */
+    og_step_t *next; /* private */
 };
 
 /* Runs a claimed step; it must end, now or later, with exactly one og_jobs_finish. */

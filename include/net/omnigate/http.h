@@ -91,7 +91,7 @@ typedef struct og_http_shared {
     /* The body limit of one request, asked once its headers are in (a route may accept more
      * than limits.max_body_bytes, e.g. provider webhooks); NULL: always limits.max_body_bytes. */
     size_t (*body_limit)(const og_http_req_t *req, void *ctx);
-    char rid_prefix[24];            /* random per worker start: generated request ids are prefix + counter */
+    char rid_prefix[24]; /* random per worker start: generated request ids are prefix + counter */
     uint64_t rid_seq;
     /* The connections sharing this struct, by state, kept exact by the core: one counts from
      * og_http_conn_init until the core hands it to io->release. */

@@ -45,8 +45,8 @@ json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err
 /* Twilio's signature: base64 of HMAC-SHA1(token, url + every form field of `body` sorted by
  * name, each as name then value, decoded, no separators). `url` is the full URL Twilio called
  * (OMNIGATE_PUBLIC_URL + path + query). Constant-time; false on a malformed form. */
-bool og_webhook_twilio_signed(const char *token, const char *url, const char *body, size_t len, const char *sig,
-                              size_t siglen);
+bool og_webhook_twilio_signed(const char *token, const char *url, const char *body, size_t len,
+                              const char *sig, size_t siglen);
 
 /* The deliveryError code of API.md §10 for a failure with the provider's code `code` (may be
  * NULL) on channel `channel` ("whatsapp_meta", "whatsapp_qr" or "sms"). */
