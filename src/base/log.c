@@ -257,13 +257,20 @@ void og_log_close(og_log_t *l, int wait_ms)
             break;
     }
     uint64_t dropped = l->dropped + count_lines(l->buf, l->len);
+    og_log_forget(l);
+    l->dropped = dropped;
+}
+
+void og_log_forget(og_log_t *l)
+{
+    if (!l->buffered)
+        return;
     free(l->buf);
     if (l->wait_fd >= 0)
         close(l->wait_fd);
     if (l->own_fd >= 0)
         close(l->own_fd);
     init_unbuffered(l, l->level, l->fd);
-    l->dropped = dropped;
 }
 
 /* Formats one line into line[OG_LOG_LINE], newline included; returns its length. */

@@ -175,7 +175,18 @@ struct og_db {
     int open_handles;
     void (*closed)(void *arg);
     void *closed_arg;
+#if OG_TEST_ROUTES
+    struct {
+        int stmt; /* -1: any */
+        uint8_t kind;
+        int left;
+    } fault;
+    uint32_t *trace; /* per statement, since the last og_db_test_trace */
+#endif
 };
+
+/* og_db_op_t.fault (test builds; og_db_test_fault). */
+enum { FAULT_NONE, FAULT_ERROR, FAULT_UNAVAILABLE, FAULT_LOST };
 
 static void conn_start(dbconn_t *c);
 static void conn_connect(dbconn_t *c, const lookups_t *ls);
@@ -238,6 +249,14 @@ void og_db_op_clear(og_db_op_t *op)
 
 static void complete(og_db_op_t *op, og_db_status_t st)
 {
+    if (op->fault != FAULT_NONE) {
+        if (op->fault == FAULT_LOST && st == OG_DB_OK)
+            og_db_op_clear(op);
+        st = op->fault == FAULT_ERROR ? OG_DB_ERROR : OG_DB_UNAVAILABLE;
+        snprintf(op->error, sizeof(op->error), "injected fault (test build)");
+        snprintf(op->sqlstate, sizeof(op->sqlstate), "%s", op->fault == FAULT_ERROR ? "XX000" : "");
+        op->fault = FAULT_NONE;
+    }
     if (st == OG_DB_UNAVAILABLE && op->error[0] == '\0')
         snprintf(op->error, sizeof(op->error), "database unavailable");
     op->done(op, st);
@@ -257,6 +276,9 @@ static void handle_gone(og_db_t *db)
     void *arg = db->closed_arg;
     free(db->conns);
     plan_free(&db->plan);
+#if OG_TEST_ROUTES
+    free(db->trace);
+#endif
     free(db);
     if (cb)
         cb(arg);
@@ -1367,12 +1389,64 @@ void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
     db->metrics = m;
 }
 
+#if OG_TEST_ROUTES
+/* Counts op in the trace and arms the fault on it if it matches; true when it must fail
+ * without being sent. */
+static bool test_faulted(og_db_t *db, og_db_op_t *op)
+{
+    bool match = db->fault.left > 0 && db->fault.stmt < 0;
+    for (int i = 0; i < op->nstmts; i++) {
+        int s = op->stmts[i].stmt;
+        if (db->trace != NULL && s >= 0 && s < db->nstmts)
+            db->trace[s]++;
+        match = match || (db->fault.left > 0 && s == db->fault.stmt);
+    }
+    if (!match)
+        return false;
+    db->fault.left--;
+    op->fault = db->fault.kind;
+    return op->fault != FAULT_LOST;
+}
+
+void og_db_test_fault(og_db_t *db, int stmt, og_db_status_t st, bool lost, int count)
+{
+    db->fault.stmt = stmt;
+    db->fault.kind = lost ? FAULT_LOST : st == OG_DB_ERROR ? FAULT_ERROR : FAULT_UNAVAILABLE;
+    db->fault.left = count;
+}
+
+int og_db_test_fault_left(const og_db_t *db)
+{
+    return db->fault.left;
+}
+
+void og_db_test_trace(og_db_t *db, uint32_t *counts)
+{
+    if (db->trace == NULL) { /* tracing starts with the first call */
+        db->trace = calloc((size_t)db->nstmts, sizeof(*db->trace));
+        return;
+    }
+    for (int i = 0; i < db->nstmts; i++) {
+        counts[i] += db->trace[i];
+        db->trace[i] = 0;
+    }
+}
+#endif
+
 void og_db_submit(og_db_t *db, og_db_op_t *op)
 {
     op->solo = false;
     op->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms;
     op->sqlstate[0] = '\0';
     op->error[0] = '\0';
+    op->fault = FAULT_NONE;
+#if OG_TEST_ROUTES
+    if (test_faulted(db, op)) {
+        q_push(&db->failed, op);
+        uv_idle_start(&db->idle, on_idle);
+        return;
+    }
+#endif
     if (db->closing)
         q_push(&db->failed, op);
     else

@@ -49,6 +49,9 @@ struct og_hc {
     struct og_metrics_slot *metrics;
     CURLM *multi;
     uv_timer_t timer; /* curl's own timeout (CURLMOPT_TIMERFUNCTION) */
+#if OG_TEST_ROUTES
+    int fail_starts; /* og_hc_test_fail_start */
+#endif
     uv_timer_t defer; /* runs deferred completions, then the teardown when closing */
     /* The live (not closing) poll handle of each curl socket, indexed by fd. */
     hc_sock_t **by_fd;
@@ -564,9 +567,31 @@ static void reset_results(og_hc_req_t *r)
     r->slist = NULL;
 }
 
+#if OG_TEST_ROUTES
+void og_hc_test_fail_start(og_hc_t *hc, int count)
+{
+    hc->fail_starts = count;
+}
+
+int og_hc_test_fail_left(const og_hc_t *hc)
+{
+    return hc->fail_starts;
+}
+
+static bool test_fail_start(og_hc_t *hc)
+{
+    if (hc->fail_starts <= 0)
+        return false;
+    hc->fail_starts--;
+    return true;
+}
+#else
+#define test_fail_start(hc) false
+#endif
+
 int og_hc_complete_later(og_hc_t *hc, og_hc_req_t *r, og_hc_result_t result, const char *why)
 {
-    if (hc->torn_down || r->state != R_IDLE)
+    if (hc->torn_down || r->state != R_IDLE || test_fail_start(hc))
         return -1;
     reset_results(r);
     r->start_ns = uv_hrtime();
@@ -579,7 +604,7 @@ int og_hc_complete_later(og_hc_t *hc, og_hc_req_t *r, og_hc_result_t result, con
 
 int og_hc_start(og_hc_t *hc, og_hc_req_t *r)
 {
-    if (hc->torn_down || r->state != R_IDLE) /* closed, or r is already in flight */
+    if (hc->torn_down || r->state != R_IDLE || test_fail_start(hc)) /* closed, or r is in flight */
         return -1;
     if (hc->closing)
         return og_hc_complete_later(hc, r, OG_HC_CANCELLED, "the HTTP client is closing");

@@ -21,6 +21,8 @@
 #define RESTART_BACKOFF_MIN_MS 100
 #define RESTART_BACKOFF_MAX_MS 5000
 #define STABLE_AFTER_MS        5000
+#define LOG_RETRY_MS           50   /* how soon lines the log output refused are tried again */
+#define LOG_EXIT_WAIT_MS       1000 /* how long the last lines may wait for the output at exit */
 
 typedef struct slot {
     pid_t pid; /* 0 when not running */
@@ -64,6 +66,7 @@ static void spawn(supervisor_t *s, int i)
          * "parent is pid 1": in a container the supervisor may be pid 1 itself.) */
         if (getppid() != parent)
             _exit(1);
+        og_log_forget(&s->log); /* the supervisor's lines are the supervisor's to write */
         /* Signals stay blocked until og_worker_run has its handlers in place: a SIGTERM that
          * arrives while the worker starts is then a drain, not a death by default action. */
         _exit(og_worker_run(s->cfg, s->app, i, s->metrics.slots ? &s->metrics : NULL));
@@ -142,7 +145,9 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
     supervisor_t s = {.cfg = cfg, .app = app, .nslots = cfg->workers};
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
-    og_log_init(&s.log, level, false);
+    /* Buffered like a worker's: a stalled log reader must not stop the supervisor from
+     * reaping and restarting workers or from passing signals on (the loop below flushes). */
+    og_log_init(&s.log, level, true);
     s.slots = calloc((size_t)s.nslots, sizeof(*s.slots));
     if (s.slots == NULL)
         return 1;
@@ -181,6 +186,9 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
             }
         }
         uint64_t wait_ms = next > now ? next - now : 0;
+        /* Lines the output had no room for: try again soon (a signal still wakes us at once). */
+        if (!og_log_flush(&s.log) && wait_ms > LOG_RETRY_MS)
+            wait_ms = LOG_RETRY_MS;
         struct timespec ts = {(time_t)(wait_ms / 1000), (long)(wait_ms % 1000) * 1000000};
         siginfo_t info;
         int sig = sigtimedwait(&s.mask, &info, &ts);
@@ -194,6 +202,7 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
         }
     }
     og_log(&s.log, OG_LOG_INFO, "supervisor exiting", "\"failures\":%d", s.failures);
+    og_log_close(&s.log, LOG_EXIT_WAIT_MS);
     free(s.slots);
     og_metrics_unmap(&s.metrics);
     return s.failures ? 1 : 0;

@@ -10,6 +10,7 @@
 
 #include <openssl/crypto.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/admin.h"
 #include "omnigate/gateway.h"
@@ -66,14 +67,7 @@ static void admin_op_free(admin_op_t *a)
 
 static void db_failed(admin_op_t *a, og_db_status_t st)
 {
-    if (st == OG_DB_ERROR) {
-        og_log(&a->gw->w->log, OG_LOG_ERROR, "admin query failed",
-               "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", a->req->request_id,
-               a->op.sqlstate, a->op.error);
-        og_api_error(a->req, "internal_error", NULL, "database error");
-    } else {
-        og_api_error(a->req, "unavailable", NULL, "database unavailable");
-    }
+    og_answer_db_failure(a->req, &a->gw->w->log, &a->op, st, "admin query failed", "database unavailable");
 }
 
 /* The stored settings of tenant row `row`, their secrets opened; NULL when unreadable. */

@@ -1,10 +1,12 @@
 /*
  * Tenant authentication with a per-worker cache. See include/product/omnigate/auth.h.
  */
+#include "omnigate/auth.h"
+
+#include "omnigate/answer.h"
 #include "omnigate/metrics.h"
 #include "omnigate/ratelimit.h"
 #include "omnigate/settings.h"
-#include "omnigate/auth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -151,10 +153,8 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
     og_auth_req_t *a = op->arg;
     og_auth_t *auth = a->auth;
     if (st != OG_DB_OK) {
-        if (st == OG_DB_ERROR)
-            og_log(auth->log, OG_LOG_ERROR, "auth lookup failed", "\"error\":\"%s\"", op->error);
+        og_answer_db_failure(a->req, auth->log, op, st, "auth lookup failed", "database unavailable");
         og_db_op_clear(op);
-        answer_error(a->req, "unavailable", "database unavailable");
         a->done(a);
         return;
     }

@@ -18,6 +18,7 @@
 #include "omnigate/send.h"
 #include "omnigate/store.h"
 #include "omnigate/sweep.h"
+#include "omnigate/testhooks.h"
 #include "omnigate/util.h"
 #include "omnigate/webhooks_in.h"
 
@@ -25,7 +26,7 @@
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
-    {"POST", "/admin/tenants", og_admin_tenant_create},
+    OG_TESTHOOK_ROUTES{"POST", "/admin/tenants", og_admin_tenant_create},
     {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
     {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
     {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},

@@ -9,6 +9,7 @@
 
 #include <openssl/sha.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/store.h"
 
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
@@ -35,6 +36,15 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     return true;
 }
 
+char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *message, size_t *len)
+{
+    json_t *data = json_pack("{s:s,s:s,s:o}", "reference", reference, "status", "unknown", "attempts",
+                             attempts != NULL ? attempts : json_array());
+    og_err_t err = {0};
+    og_err_fail(&err, "outcome_unknown", NULL, "%s", message);
+    return og_api_envelope(og_api_status(err.code), err.message, data, &err, NULL, len);
+}
+
 static void in_progress(og_idem_t *i)
 {
     og_http_header_t h = {"Retry-After", 11, "1", 1};
@@ -57,7 +67,8 @@ static void stale_stored(og_db_op_t *op, og_db_status_t st)
 {
     og_idem_t *i = op->arg;
     if (st != OG_DB_OK) {
-        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
+        og_answer_db_failure(i->req, i->log, op, st, "storing an outcome_unknown answer failed",
+                             "database unavailable: nothing was sent");
     } else {
         og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
         og_http_respond(i->req, 502, &h, 1, "application/json", i->stale_body, strlen(i->stale_body));
@@ -71,7 +82,8 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
     og_idem_t *i = op->arg;
     const PGresult *r = op->res[0];
     if (st != OG_DB_OK || r == NULL || PQntuples(r) != 1) {
-        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
+        og_answer_db_failure(i->req, i->log, op, st != OG_DB_OK ? st : OG_DB_ERROR,
+                             "resolving a stale claim failed", "database unavailable: nothing was sent");
         i->answered = true;
         finish(i);
         return;
@@ -88,16 +100,12 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
         finish(i);
         return;
     }
-    json_t *attempts = json_loads(PQgetvalue(r, 0, 2), 0, NULL);
-    json_t *data = json_pack("{s:s,s:s,s:o}", "reference", PQgetvalue(r, 0, 1), "status", "unknown",
-                             "attempts", attempts != NULL ? attempts : json_array());
-    og_err_t err = {0};
-    og_err_fail(
-        &err, "outcome_unknown", NULL,
-        "the instance serving the first request with this Idempotency-Key stopped before recording its "
-        "outcome; it is never sent again");
     size_t len;
-    i->stale_body = og_api_envelope(502, err.message, data, &err, NULL, &len);
+    i->stale_body = og_idem_unknown_body(
+        PQgetvalue(r, 0, 1), json_loads(PQgetvalue(r, 0, 2), 0, NULL),
+        "the instance serving the first request with this Idempotency-Key stopped before recording its "
+        "outcome; it is never sent again",
+        &len);
     if (i->stale_body == NULL) {
         og_api_error(i->req, "unavailable", NULL, "out of memory");
         finish(i);
@@ -135,7 +143,8 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
 {
     og_idem_t *i = op->arg;
     if (st != OG_DB_OK) {
-        og_api_error(i->req, "unavailable", NULL, "database unavailable: nothing was sent");
+        og_answer_db_failure(i->req, i->log, op, st, "claiming an idempotency key failed",
+                             "database unavailable: nothing was sent");
         i->answered = true;
     } else if (op->res[0] != NULL && PQntuples(op->res[0]) == 1) {
         i->claimed = true;
@@ -165,11 +174,12 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
     finish(i);
 }
 
-void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route, uint32_t lease_ms,
-                   void (*done)(og_idem_t *i), void *arg)
+void og_idem_claim(og_idem_t *i, og_db_t *db, og_log_t *log, const char *tenant_id, const char *route,
+                   uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg)
 {
     snprintf(i->lease_s, sizeof(i->lease_s), "%u", lease_ms);
     i->db = db;
+    i->log = log;
     i->tenant_id = tenant_id;
     i->route = route;
     i->done = done;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
 #include "omnigate/logs_api.h"
@@ -192,13 +193,7 @@ static void page_done(og_db_op_t *op, og_db_status_t st)
     logs_op_t *l = op->arg;
     og_http_req_t *req = l->auth.req;
     if (st != OG_DB_OK) {
-        if (st == OG_DB_ERROR) {
-            og_log(&l->gw->w->log, OG_LOG_ERROR, "logs query failed", "\"requestId\":\"%s\",\"error\":\"%s\"",
-                   req->request_id, op->error);
-            og_api_error(req, "internal_error", NULL, "database error");
-        } else {
-            og_api_error(req, "unavailable", NULL, "database unavailable");
-        }
+        og_answer_db_failure(req, &l->gw->w->log, op, st, "logs query failed", "database unavailable");
         goto out;
     }
     /* The rows are JSON already (json_build_object in the query): splice them into the

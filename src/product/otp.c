@@ -11,6 +11,7 @@
 
 #include <openssl/crypto.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
 #include "omnigate/otp.h"
@@ -58,8 +59,9 @@ typedef struct sms_ctx {
     char code[16];
     char code_hash[65];
     char expires_at[40];
-    bool retried;        /* verify: a lost race is re-read once */
-    char retry_after[8]; /* Retry-After of the answer, "" for none */
+    bool retried;         /* verify: a lost race is re-read once */
+    bool provider_called; /* the SMS went out: a failed write now leaves the outcome unknown */
+    char retry_after[8];  /* Retry-After of the answer, "" for none */
 
     char *response_text;
     size_t response_len;
@@ -81,16 +83,41 @@ static void ctx_free(sms_ctx_t *c)
     free(c);
 }
 
+/* The SMS went to the provider but its outcome could not be recorded (API.md §15): 502
+ * outcome_unknown now, as a repeat with the key would get once the claim's lease is over. */
+static void outcome_unknown(sms_ctx_t *c, og_db_status_t st)
+{
+    og_log(&c->gw->w->log, OG_LOG_ERROR, "recording an SMS failed; its outcome is unknown",
+           "\"requestId\":\"%s\",\"reference\":\"%s\",\"status\":%d,\"sqlstate\":\"%s\",\"error\":\"%s\"",
+           c->req->request_id, c->reference, (int)st, c->op.sqlstate, c->op.error);
+    const og_attempt_result_t *r = &c->att.result;
+    json_t *a = json_pack("{s:s,s:s}", "channel", "sms", "status", r->sent ? "sent" : "failed");
+    if (r->sent)
+        json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
+    else
+        json_object_set_new(a, "error", og_attempt_error_json(r));
+    size_t len;
+    char *body = og_idem_unknown_body(
+        c->reference, json_pack("[o]", a),
+        "the SMS provider was called but the outcome could not be recorded; do not send again before "
+        "checking the logs for the reference",
+        &len);
+    if (body == NULL) {
+        og_api_error(c->req, "internal_error", NULL, "out of memory");
+    } else {
+        og_http_respond(c->req, 502, NULL, 0, "application/json", body, len);
+        free(body);
+    }
+    ctx_free(c);
+}
+
 static void db_failed(sms_ctx_t *c, og_db_status_t st)
 {
-    if (st == OG_DB_ERROR) {
-        og_log(&c->gw->w->log, OG_LOG_ERROR, "sms/otp query failed",
-               "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", c->req->request_id,
-               c->op.sqlstate, c->op.error);
-        og_api_error(c->req, "internal_error", NULL, "database error");
-    } else {
-        og_api_error(c->req, "unavailable", NULL, "database unavailable");
+    if (c->provider_called) {
+        outcome_unknown(c, st);
+        return;
     }
+    og_answer_db_failure(c->req, &c->gw->w->log, &c->op, st, "sms/otp query failed", "database unavailable");
     ctx_free(c);
 }
 
@@ -168,6 +195,7 @@ static void start_sms(sms_ctx_t *c, void (*done)(og_attempt_t *))
     c->params = (og_send_params_t){.to = c->to, .text = c->text, .from = c->sender};
     c->att.done = done;
     c->att.arg = c;
+    c->provider_called = true;
     og_attempt_start(c->gw->hc, c->gw->w->cfg, OG_CH_SMS, &c->params, &c->att);
 }
 
@@ -603,7 +631,7 @@ static void authed(og_auth_req_t *a)
     }
     /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
     uint32_t lease_ms = (uint32_t)(c->kind == K_OTP_VERIFY ? 0 : c->gw->w->cfg->attempt_timeout_ms) + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, routes[c->kind], lease_ms, claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms, claimed, c);
 }
 
 static void start(og_http_req_t *req, void *ctx, kind_t kind)

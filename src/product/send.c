@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
 #include "omnigate/engine.h"
@@ -238,18 +239,6 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-static void db_error_answer(send_ctx_t *c, og_db_status_t st, const char *what)
-{
-    if (st == OG_DB_ERROR) {
-        og_log(&c->gw->w->log, OG_LOG_ERROR, what,
-               "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", c->req->request_id,
-               c->op.sqlstate, c->op.error);
-        og_api_error(c->req, "internal_error", NULL, "database error");
-    } else {
-        og_api_error(c->req, "unavailable", NULL, "database unavailable: nothing was sent");
-    }
-}
-
 static json_t *attempt_json(const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
                             uint64_t at_ms)
 {
@@ -283,8 +272,29 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
     send_ctx_t *c = op->arg;
     if (st != OG_DB_OK) {
         /* The providers were called but the outcome could not be recorded: the message stays
-         * pending and is marked unknown at the next start; the client learns it now. */
-        db_error_answer(c, st, "recording a send failed");
+         * pending until the sweep marks it unknown, and a repeat with the key gets 409 and then
+         * outcome_unknown (API.md §15). This answer says so now, with what the attempts gave;
+         * never "nothing was sent". */
+        og_log(&c->gw->w->log, OG_LOG_ERROR, "recording a send failed; its outcome is unknown",
+               "\"requestId\":\"%s\",\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
+               c->req->request_id, c->reference, op->sqlstate, op->error);
+        json_t *attempts = json_array();
+        for (int k = 0; k < c->engine.started; k++)
+            json_array_append_new(attempts,
+                                  attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
+        size_t len;
+        char *body = og_idem_unknown_body(
+            c->reference, attempts,
+            "the providers were called but the outcome could not be recorded; do not send again before "
+            "checking the logs for the reference",
+            &len);
+        if (body == NULL) {
+            og_api_error(c->req, "internal_error", NULL, "out of memory");
+        } else {
+            og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
+            og_http_respond(c->req, 502, &h, 1, "application/json", body, len);
+            free(body);
+        }
     } else {
         /* A status that beat this commit may have made the next step due at once: run it. */
         const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;
@@ -442,7 +452,8 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
 {
     send_ctx_t *c = op->arg;
     if (st != OG_DB_OK) {
-        db_error_answer(c, st, "inserting a message failed");
+        og_answer_db_failure(c->req, &c->gw->w->log, op, st, "inserting a message failed",
+                             "database unavailable: nothing was sent");
         ctx_free(c);
         return;
     }
@@ -520,7 +531,7 @@ static void authed(og_auth_req_t *a)
     }
     /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
     uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, a->tenant->id, "omni", lease_ms, claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, a->tenant->id, "omni", lease_ms, claimed, c);
 }
 
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)

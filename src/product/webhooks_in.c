@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/gateway.h"
 #include "omnigate/hmac.h"
@@ -409,13 +410,9 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
         og_metrics_callback(m, o->ch, OG_M_CB_DUPLICATE, (uint64_t)duplicate);
         og_metrics_callback(m, o->ch, OG_M_CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
         answer_counts(o->req, applied, duplicate, unknown);
-    } else if (st == OG_DB_ERROR) {
-        og_log(&o->gw->w->log, OG_LOG_ERROR, "recording statuses failed",
-               "\"requestId\":\"%s\",\"provider\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
-               o->req->request_id, og_channel_provider(o->ch), op->sqlstate, op->error);
-        og_api_error(o->req, "internal_error", NULL, "database error");
     } else {
-        og_api_error(o->req, "unavailable", NULL, "database unavailable: nothing was recorded");
+        og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",
+                             "database unavailable: nothing was recorded");
     }
     og_db_op_clear(op);
     free(o->json);

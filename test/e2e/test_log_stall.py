@@ -2,15 +2,20 @@
 counted in /metrics, marked in the log), never answers; the loop-lag metrics show a callback
 that does block the loop."""
 
+import fcntl
 import json
+import os
 import re
+import signal
+import struct
 import subprocess
+import termios
 import threading
 import time
 
 import pytest
 
-from conftest import SANITIZER_MARKERS, Conn, Server, have_test_routes, omnigate_bin, request_bytes
+from conftest import SANITIZER_MARKERS, Conn, Server, have_test_routes, omnigate_bin, request_bytes, wait_for
 from gwlib import gateway_env, migrate
 
 
@@ -150,6 +155,35 @@ def test_stalled_log_reader_costs_lines_not_answers(piped_gateway):
     assert gaps and sum(gaps) == dropped
     accessed = sum(1 for rec in records if rec.get("msg") == "access")
     assert accessed + dropped >= n + 20 + 2  # every request logged or counted (and the scrapes)
+
+
+def test_stalled_log_reader_does_not_stop_the_supervisor(piped_gateway):
+    """With the pipe full, workers killed by SIGKILL are still reaped and restarted (each
+    death and restart is a supervisor log line: one written blocking would stop it for good),
+    and SIGTERM still drains and stops the server."""
+    srv = piped_gateway(workers=2, env={"OMNIGATE_ACCESS_LOG": "true"})
+    # One page of pipe: the supervisor's lines cannot all fit in what the workers leave.
+    fcntl.fcntl(srv.proc.stderr.fileno(), fcntl.F_SETPIPE_SZ, 4096)
+    c = Conn(srv.port)
+    try:
+        for _ in range(200):  # about 250 bytes an access line
+            c.send(request_bytes("GET", "/healthz"))
+            assert c.read_response().status == 200
+    finally:
+        c.close()
+    # The pipe is full: what is in it leaves no room for another access line.
+    queued = struct.unpack("i", fcntl.ioctl(srv.proc.stderr.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+    assert queued > 4096 - 300, queued
+    for _ in range(3):
+        old = set(srv.worker_pids())
+        os.kill(sorted(old)[0], signal.SIGKILL)
+        assert wait_for(lambda: len(set(srv.worker_pids()) - old) == 1 and len(srv.worker_pids()) == 2, 15), \
+            "a killed worker was not replaced while the log pipe was full"
+    assert srv.request("GET", "/healthz").status == 200
+    rc = srv.finish()
+    assert rc == 0
+    msgs = [json.loads(line).get("msg") for line in srv.stderr().split("\n")[:-1]]
+    assert "supervisor exiting" in msgs
 
 
 @pytest.mark.skipif(not have_test_routes(), reason="needs -Dtest_routes=true")

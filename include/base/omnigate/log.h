@@ -72,6 +72,10 @@ bool og_log_open(og_log_t *l, og_log_level_t level, int fd);
  * buffer and the descriptors the logger opened. The logger is unbuffered afterwards. */
 void og_log_close(og_log_t *l, int wait_ms);
 
+/* Releases the buffer and the descriptors the logger opened without writing anything: for a
+ * child after fork, whose parent still owns the lines. The logger is unbuffered afterwards. */
+void og_log_forget(og_log_t *l);
+
 /* Parses "error" | "warn" | "info" | "debug"; returns false for anything else. */
 bool og_log_level_parse(const char *s, og_log_level_t *out);
 

@@ -42,6 +42,7 @@
 #include <libpq-fe.h>
 #include <uv.h>
 
+#include "og_build.h"
 #include "omnigate/log.h"
 
 #define OG_DB_MAX_STMTS  8
@@ -88,6 +89,7 @@ struct og_db_op {
     /* private */
     og_db_op_t *next;
     bool solo;            /* being retried alone after its batch failed */
+    uint8_t fault;        /* test builds: the fault og_db_test_fault armed for it (db.c) */
     uint64_t deadline_ms; /* loop time after which it is never sent: submission + the pool's timeout */
 };
 
@@ -140,6 +142,22 @@ bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *ar
 
 /* Frees the results of a completed op so it can be reused. */
 void og_db_op_clear(og_db_op_t *op);
+
+#if OG_TEST_ROUTES
+/* Test builds only (-Dtest_routes=true), for the tests that force each failure of a caller.
+ *
+ * og_db_test_fault: the next `count` operations submitted that contain statement `stmt` (-1:
+ * any) fail: with `st` (OG_DB_ERROR or OG_DB_UNAVAILABLE) without being sent; or, with `lost`,
+ * they run and commit and are then reported OG_DB_UNAVAILABLE without results, as when a
+ * connection breaks after COMMIT and before its answer arrives. A new call replaces the
+ * previous one; og_db_test_fault_left says how many are still armed.
+ *
+ * og_db_test_trace: adds to counts[i] (nstmts entries) how many operations containing
+ * statement i were submitted since the previous call. */
+void og_db_test_fault(og_db_t *db, int stmt, og_db_status_t st, bool lost, int count);
+int og_db_test_fault_left(const og_db_t *db);
+void og_db_test_trace(og_db_t *db, uint32_t *counts);
+#endif
 
 /* Fails what is queued with OG_DB_UNAVAILABLE, closes the connections (async); `closed` is
  * called once every handle is closed and the pool is freed. */

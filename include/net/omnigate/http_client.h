@@ -18,6 +18,8 @@
 
 #include <uv.h>
 
+#include "og_build.h"
+
 #include "omnigate/log.h"
 
 #define OG_HC_MAX_HEADERS      8
@@ -89,6 +91,13 @@ int og_hc_start(og_hc_t *hc, og_hc_req_t *r);
  * anything: for callers that must report a failure asynchronously. Same contract as
  * og_hc_start. */
 int og_hc_complete_later(og_hc_t *hc, og_hc_req_t *r, og_hc_result_t result, const char *why);
+
+#if OG_TEST_ROUTES
+/* Test builds only: the next `count` calls of og_hc_start and og_hc_complete_later fail with
+ * -1 as on misuse (done is not called), so that tests reach their callers' handling of it. */
+void og_hc_test_fail_start(og_hc_t *hc, int count);
+int og_hc_test_fail_left(const og_hc_t *hc);
+#endif
 
 /* Appends a "Name: value" header (printf-style). False when the table is full or out of memory. */
 bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

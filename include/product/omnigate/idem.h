@@ -22,6 +22,7 @@ struct og_idem {
     /* in */
     og_http_req_t *req;
     og_db_t *db;
+    og_log_t *log;
     const char *tenant_id;
     const char *route; /* "omni", "sms", "otp_send", "otp_verify" */
     void (*done)(og_idem_t *i);
@@ -48,8 +49,8 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err);
  * i->arg). Without a key it completes at once with neither claimed nor answered. A claim
  * found unfinished past its lease (its instance died) is resolved per API.md §15: taken over
  * when nothing was recorded under it (claimed), else answered 502 outcome_unknown. */
-void og_idem_claim(og_idem_t *i, og_db_t *db, const char *tenant_id, const char *route, uint32_t lease_ms,
-                   void (*done)(og_idem_t *i), void *arg);
+void og_idem_claim(og_idem_t *i, og_db_t *db, og_log_t *log, const char *tenant_id, const char *route,
+                   uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg);
 
 /* Adds to `op` the statement that records `reference` as the record the claimed key is about;
  * it must ride in the write that commits the record's pending row, before any provider call.
@@ -59,5 +60,10 @@ int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *r
 /* Adds to `op` the statement that stores the answer (when a key was claimed); returns the
  * number of statements added (0 or 1). `status` and `body` must outlive the op. */
 int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *status, const char *body);
+
+/* The 502 outcome_unknown envelope (API.md §15): data {reference, "status": "unknown",
+ * attempts}, for a request that may have sent but whose outcome is not recorded. Steals
+ * `attempts` (NULL: []). NULL when out of memory; else free() it. */
+char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *message, size_t *len);
 
 #endif

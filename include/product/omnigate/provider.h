@@ -80,8 +80,10 @@ struct og_attempt {
 };
 
 /* Starts attempt a over channel ch; set a->done and a->arg first. a->done is called exactly
- * once, always later from the loop (a not_configured failure too); a must stay valid until
- * then, p need not. When done runs, a holds no allocations: it may be freed or reused. */
+ * once, later from the loop (a not_configured failure too), except when the HTTP client has
+ * finished closing: then it fails (provider_error, nothing sent) before this returns, so call
+ * it last. a must stay valid until done, p need not. When done runs, a holds no
+ * allocations: it may be freed or reused. */
 void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, const og_send_params_t *p,
                       og_attempt_t *a);
 

@@ -278,15 +278,24 @@ void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, cons
     a->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
     char why[200] = "";
     a->configured = a->prov != NULL && a->prov->build(cfg, p, &a->req, why, sizeof(why));
+    int rc;
     if (!a->configured) {
         og_hc_req_clear(&a->req);
         og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s",
                          why[0] ? why : "the channel is not configured");
         a->req.done = attempt_req_done;
-        og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
-        return;
+        rc = og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
+    } else {
+        a->req.timeout_ms = a->timeout_ms;
+        a->req.done = attempt_req_done;
+        rc = og_hc_start(hc, &a->req);
     }
-    a->req.timeout_ms = a->timeout_ms;
-    a->req.done = attempt_req_done;
-    og_hc_start(hc, &a->req);
+    if (rc != 0) {
+        /* The client refused it (it has finished closing) and will never call back: the
+         * attempt fails here, nothing was sent. */
+        a->configured = false;
+        a->hc = NULL;
+        og_provider_fail(&a->result, OG_ERR_PROVIDER_ERROR, "attempt not started: the HTTP client is closed");
+        attempt_req_done(&a->req);
+    }
 }
