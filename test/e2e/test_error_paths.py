@@ -169,6 +169,7 @@ def test_every_database_failure_answers(gw, sim, sc):
     assert r.status == sc.ok_status, r
     statements = sorted(set(trace(gw)) - gw.background)
     assert statements, "the route ran no statement of its own"
+    print("%s: %s" % (sc.name, ", ".join(statements)))
     for stmt, mode in itertools.product(statements, MODES):
         run = sc.setup(gw, sim)
         before = provider_requests(sim)
