@@ -60,6 +60,18 @@ static const cfg_entry_t settings[] = {
      OFF(db_timeout_ms),
      "deadline of a database operation and of a connection attempt, in milliseconds: past it the request "
      "answers 503 and the connection is rebuilt"},
+    {"database_read_url", "OMNIGATE_DATABASE_READ_URL", "--database-read-url", CFG_STRING, NULL, 0, 0, NULL,
+     CFG_SECRET, OFF(database_read_url),
+     "PostgreSQL connection string for log queries only, e.g. a streaming replica (unset: "
+     "OMNIGATE_DATABASE_URL); see docs/persistence.md for the lag a reader may see"},
+    {"db_read_pool", "OMNIGATE_DB_READ_POOL", "--db-read-pool", CFG_INT, "1", 1, 64, NULL, 0,
+     OFF(db_read_pool),
+     "database connections per worker for log queries, apart from the write path's; each runs one query at a "
+     "time"},
+    {"log_query_timeout_ms", "OMNIGATE_LOG_QUERY_TIMEOUT_MS", "--log-query-timeout-ms", CFG_INT, "5000", 100,
+     600000, NULL, 0, OFF(log_query_timeout_ms),
+     "statement_timeout of log queries, in milliseconds: the server cancels a longer one and the request "
+     "answers 503 query_timeout"},
     {"admin_token", "OMNIGATE_ADMIN_TOKEN", "--admin-token", CFG_STRING, NULL, 16, 0, NULL, CFG_SECRET,
      OFF(admin_token), "bearer token of the admin API (at least 16 characters)"},
     {"secret", "OMNIGATE_SECRET", "--secret", CFG_STRING, NULL, 16, 0, NULL, CFG_SECRET, OFF(secret),

@@ -59,6 +59,8 @@ void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid)
     og_metrics_gauge(&s->pid, pid);
     og_metrics_gauge(&s->db_queue, 0);
     og_metrics_gauge(&s->db_connected, 0);
+    og_metrics_gauge(&s->db_read_queue, 0);
+    og_metrics_gauge(&s->db_read_connected, 0);
     og_metrics_gauge(&s->conns_open, 0);
     og_metrics_gauge(&s->conns_idle, 0);
     og_metrics_gauge(&s->draining, 0);
@@ -263,7 +265,13 @@ static const metric_t metrics[] = {
            "Write batches that failed and were retried op by op."),
     SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),
     SUMMED("omnigate_db_connections_ready", M_GAUGE, db_connected,
-           "Database connections ready, all workers."),
+           "Database connections ready, all workers (the write path's pool: sends, OTPs, statuses, admin)."),
+    SUMMED("omnigate_db_read_queue_depth", M_GAUGE, db_read_queue,
+           "Log queries waiting for a free read connection (OMNIGATE_DB_READ_POOL per worker)."),
+    SUMMED("omnigate_db_read_connections_ready", M_GAUGE, db_read_connected,
+           "Read connections ready (log queries; on OMNIGATE_DATABASE_READ_URL when set), all workers."),
+    SUMMED("omnigate_log_query_timeouts_total", M_COUNTER, log_query_timeouts,
+           "Log queries the server cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (answered 503 query_timeout)."),
     SUMMED("omnigate_http_connections_accepted_total", M_COUNTER, accepted, "Client connections accepted."),
     SUMMED("omnigate_http_connections_open", M_GAUGE, conns_open, "Client connections open."),
     SUMMED("omnigate_http_connections_idle", M_GAUGE, conns_idle,

@@ -20,6 +20,11 @@
  * The conninfo is parsed once (PQconninfoParse) into a plan; every attempt rebuilds the
  * PQconnectStartParams arrays from it, with `hostaddr` from the lookups of that attempt and
  * our keepalive defaults where the conninfo sets none.
+ *
+ * A read pool (og_db_new_reader) differs in three places only: its connections' first unit sets
+ * the session (statement_timeout, read-only, no parallel workers) instead of preparing; its statements go out
+ * as text with their parameters (PQsendQueryParams: the unnamed statement, planned for the values at hand);
+ * and a connection takes a unit only when it has none in flight (pick).
  */
 #include "omnigate/db.h"
 #include "omnigate/metrics.h"
@@ -157,6 +162,10 @@ struct og_db {
     int timeout_ms;
     const og_db_stmt_t *stmts;
     int nstmts;
+    /* A read pool (og_db_new_reader): every op is a read, see the top of this file. */
+    bool reader;
+    char statement_timeout[16]; /* reader: the session's statement_timeout, in ms, as text */
+    uint64_t unit_grace_ms;     /* added to timeout_ms for a unit's deadline: the statement timeout */
     dbconn_t *conns;
     int nconns;
     int nstate[C_NSTATES];         /* pool connections in each state, kept exact by conn_set_state */
@@ -198,6 +207,20 @@ static void schedule(og_db_t *db);
 static uint64_t now_us(void)
 {
     return uv_hrtime() / 1000;
+}
+
+/* The texts of a connection's log lines, by its kind: a pool's, a read pool's, the listener. */
+enum { MSG_CONNECTED, MSG_LOST, MSG_LOOKUP, MSG__COUNT };
+static const char *const conn_msgs[3][MSG__COUNT] = {
+    {"database connected", "database connection lost", "database host lookup failed"},
+    {"database read connection connected", "database read connection lost",
+     "database read connection host lookup failed"},
+    {"database listener connected", "database listener lost", "database listener host lookup failed"},
+};
+
+static const char *conn_msg(const dbconn_t *c, int which)
+{
+    return conn_msgs[c->listen ? 2 : c->db->reader ? 1 : 0][which];
 }
 
 /* ---- op queues -------------------------------------------------------------------------- */
@@ -450,8 +473,7 @@ static void conn_broken(dbconn_t *c, const char *why)
     if (c->state != C_DOWN && !db->closing) {
         char esc[256];
         og_log_escape(esc, sizeof(esc), why ? why : "", why ? strlen(why) : 0);
-        og_log(db->log, was_ready ? OG_LOG_WARN : OG_LOG_DEBUG,
-               c->listen ? "database listener lost" : "database connection lost",
+        og_log(db->log, was_ready ? OG_LOG_WARN : OG_LOG_DEBUG, conn_msg(c, MSG_LOST),
                "\"conn\":%d,\"error\":\"%s\"", c->idx, esc);
     }
     lookups_abandon(c);
@@ -723,9 +745,8 @@ static void log_lookup_failures(dbconn_t *c, const lookups_t *ls)
             continue;
         char host[160];
         og_log_escape(host, sizeof(host), db->plan.hosts[i], strlen(db->plan.hosts[i]));
-        og_log(db->log, OG_LOG_WARN,
-               c->listen ? "database listener host lookup failed" : "database host lookup failed",
-               "\"conn\":%d,\"host\":\"%s\",\"error\":\"%s\"", c->idx, host, uv_strerror(ls->l[i].status));
+        og_log(db->log, OG_LOG_WARN, conn_msg(c, MSG_LOOKUP), "\"conn\":%d,\"host\":\"%s\",\"error\":\"%s\"",
+               c->idx, host, uv_strerror(ls->l[i].status));
     }
     for (int i = 0; i < db->plan.nhosts; i++)
         c->lookup_warned |= db->plan.kinds[i] == H_NAME && ls->l[i].status != 0;
@@ -876,8 +897,17 @@ static void send_prepares(dbconn_t *c)
         char sql[80];
         snprintf(sql, sizeof(sql), "LISTEN %s", db->channel);
         sent = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
+    } else if (db->reader) {
+        /* For the session: a read that runs longer is cancelled by the server itself (57014);
+         * nothing sent here can ever write; and a read is one backend, no parallel workers, so
+         * the pool's size bounds the server's cores its reads take (a parallel scan takes 3). */
+        static const char sql[] = "SELECT set_config('statement_timeout', $1, false), "
+                                  "set_config('default_transaction_read_only', 'on', false), "
+                                  "set_config('max_parallel_workers_per_gather', '0', false)";
+        const char *values[1] = {db->statement_timeout};
+        sent = PQsendQueryParams(c->pg, sql, 1, NULL, values, NULL, NULL, 0);
     }
-    for (int i = 0; sent && !c->listen && i < db->nstmts; i++)
+    for (int i = 0; sent && !c->listen && !db->reader && i < db->nstmts; i++)
         sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
     if (!sent || !PQpipelineSync(c->pg)) {
         free(u);
@@ -927,8 +957,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
         conn_arm(c); /* no unit in flight yet: the attempt's deadline is over */
         c->backoff_ms = 0;
         c->lookup_warned = false;
-        og_log(db->log, OG_LOG_INFO, c->listen ? "database listener connected" : "database connected",
-               "\"conn\":%d", c->idx);
+        og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED), "\"conn\":%d", c->idx);
         free(u);
         if (c->listen) {
             /* Notifications sent while it was down are lost: the caller looks for work. */
@@ -1083,7 +1112,9 @@ static bool send_unit(dbconn_t *c, unit_t *u)
     for (og_db_op_t *op = u->head; op; op = op->next) {
         for (int i = 0; i < op->nstmts; i++) {
             const og_db_stmt_t *s = &db->stmts[op->stmts[i].stmt];
-            if (!PQsendQueryPrepared(c->pg, s->name, s->nparams, op->stmts[i].values, NULL, NULL, 0))
+            const char *const *values = op->stmts[i].values;
+            if (db->reader ? !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0)
+                           : !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0))
                 return false;
         }
     }
@@ -1091,8 +1122,10 @@ static bool send_unit(dbconn_t *c, unit_t *u)
         return false;
     u->sent_us = now_us();
     /* Counted from sending, not from submission: the connection is dropped only for a server
-     * that stays silent that long, never for time the ops spent queued (queue_arm bounds it). */
-    u->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms;
+     * that stays silent that long, never for time the ops spent queued (queue_arm bounds it).
+     * A read pool's server cancels a statement at its statement_timeout: its units get that
+     * much more, so the server's answer (57014) comes first unless the server is silent. */
+    u->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms + db->unit_grace_ms;
     u->cur = u->head;
     u->cur_stmt = 0;
     if (c->utail)
@@ -1144,7 +1177,7 @@ static dbconn_t *pick(og_db_t *db, bool for_write)
     int best_load = 1 << 30;
     for (int i = 0; i < db->nconns; i++) {
         dbconn_t *c = &db->conns[i];
-        if (c->state != C_READY || (for_write && c->write_inflight))
+        if (c->state != C_READY || (for_write && c->write_inflight) || (db->reader && c->uhead != NULL))
             continue;
         int load = 0;
         for (unit_t *u = c->uhead; u; u = u->next)
@@ -1186,7 +1219,8 @@ static void expire_queue(og_db_t *db, opq_t *q, uint64_t now)
         og_metrics_add(&db->metrics->db_timeouts, expired.len);
     /* Completed after the queue is whole again: a callback may submit. */
     while ((op = q_pop(&expired)) != NULL) {
-        snprintf(op->error, sizeof(op->error), "no database connection within %d ms", db->timeout_ms);
+        snprintf(op->error, sizeof(op->error), "no %sdatabase connection within %d ms",
+                 db->reader ? "free read " : "", db->timeout_ms);
         complete(op, OG_DB_UNAVAILABLE);
     }
 }
@@ -1295,8 +1329,11 @@ static void on_check(uv_check_t *h)
     run_queues(db);
     queue_arm(db);
     if (db->metrics != NULL) {
-        og_metrics_gauge(&db->metrics->db_queue, (uint64_t)(db->reads.len + db->writes.len));
-        og_metrics_gauge(&db->metrics->db_connected, (uint64_t)db->nstate[C_READY]);
+        og_metrics_slot_t *m = db->metrics;
+        og_metrics_gauge(db->reader ? &m->db_read_queue : &m->db_queue,
+                         (uint64_t)(db->reads.len + db->writes.len));
+        og_metrics_gauge(db->reader ? &m->db_read_connected : &m->db_connected,
+                         (uint64_t)db->nstate[C_READY]);
     }
 }
 
@@ -1325,8 +1362,8 @@ static void conn_init(og_db_t *db, dbconn_t *c, int idx)
     conn_start(c);
 }
 
-og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
-                   const og_db_stmt_t *stmts, int nstmts)
+static og_db_t *pool_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                         const og_db_stmt_t *stmts, int nstmts, bool reader, int statement_timeout_ms)
 {
     og_db_t *db = calloc(1, sizeof(*db));
     if (db == NULL)
@@ -1345,6 +1382,12 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     db->nstmts = nstmts;
     db->nconns = pool;
     db->timeout_ms = deadline;
+    db->reader = reader;
+    if (reader) {
+        int st = statement_timeout_ms > 0 ? statement_timeout_ms : 0;
+        snprintf(db->statement_timeout, sizeof(db->statement_timeout), "%d", st);
+        db->unit_grace_ms = (uint64_t)st;
+    }
     db->nstate[C_DOWN] = pool; /* calloc made every connection C_DOWN */
     uv_check_init(loop, &db->check);
     db->check.data = db;
@@ -1358,6 +1401,23 @@ og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int poo
     for (int i = 0; i < pool; i++)
         conn_init(db, &db->conns[i], i);
     return db;
+}
+
+og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                   const og_db_stmt_t *stmts, int nstmts)
+{
+    return pool_new(loop, log, conninfo, pool, timeout_ms, stmts, nstmts, false, 0);
+}
+
+og_db_t *og_db_new_reader(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                          int statement_timeout_ms, const og_db_stmt_t *stmts, int nstmts)
+{
+    return pool_new(loop, log, conninfo, pool, timeout_ms, stmts, nstmts, true, statement_timeout_ms);
+}
+
+bool og_db_cancelled(const og_db_op_t *op)
+{
+    return strcmp(op->sqlstate, "57014") == 0; /* query_canceled */
 }
 
 static bool channel_valid(const char *channel)
@@ -1374,7 +1434,7 @@ static bool channel_valid(const char *channel)
 
 bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg)
 {
-    if (db->closing || db->listener.listen || fn == NULL || !channel_valid(channel))
+    if (db->closing || db->reader || db->listener.listen || fn == NULL || !channel_valid(channel))
         return false;
     snprintf(db->channel, sizeof(db->channel), "%s", channel);
     db->notify = fn;
@@ -1450,7 +1510,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
     if (db->closing)
         q_push(&db->failed, op);
     else
-        q_push(op->write ? &db->writes : &db->reads, op);
+        q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
     db->stats.queued = db->reads.len + db->writes.len;
     uv_idle_start(&db->idle, on_idle);
 }

@@ -53,6 +53,7 @@ static const struct {
     {"delivery_failed", 502},
     {"outcome_unknown", 502}, /* a repeat of a request whose instance died mid-send (API.md §15) */
     {"unavailable", 503},
+    {"query_timeout", 503}, /* a log query cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (API.md §16) */
 };
 
 int og_api_status(const char *code)

@@ -84,6 +84,13 @@ static int gw_start(og_worker_t *w)
         if (gw->db == NULL)
             return -1;
         og_db_set_metrics(gw->db, w->m);
+        const char *read_url =
+            w->cfg->database_read_url != NULL ? w->cfg->database_read_url : w->cfg->database_url;
+        gw->rdb = og_db_new_reader(&w->loop, &w->log, read_url, w->cfg->db_read_pool, w->cfg->db_timeout_ms,
+                                   w->cfg->log_query_timeout_ms, og_store_stmts, OG_Q__COUNT);
+        if (gw->rdb == NULL)
+            return -1;
+        og_db_set_metrics(gw->rdb, w->m);
     }
     gw->hc = og_hc_new(&w->loop, &w->log);
     if (gw->hc == NULL)
@@ -134,6 +141,11 @@ static void auth_closed(void *arg)
         og_hc_close(gw->hc, gw_piece_closed, gw);
         gw->hc = NULL;
     }
+    if (gw->rdb != NULL) {
+        gw->closing++;
+        og_db_close(gw->rdb, gw_piece_closed, gw);
+        gw->rdb = NULL;
+    }
     /* The pool goes last: the auth module's final last_used_at batch rides on it. */
     if (gw->db != NULL) {
         gw->closing++;
@@ -183,6 +195,8 @@ static void close_rest(og_gw_t *gw)
     auth_closed(gw);
 }
 
+/* Ready means the write path works: an instance whose read connections (or replica) are down
+ * still takes sends, and its log routes answer 503 meanwhile (docs/operations.md). */
 static const char *gw_not_ready(og_worker_t *w)
 {
     og_gw_t *gw = w->app_data;

@@ -4,6 +4,11 @@
  * are time-ordered and unique per tenant, so "reference < cursor" pages through every record
  * exactly once even while new ones arrive. Responsible for the query parameters and the page;
  * the SQL (which builds each item's JSON) is in store.c.
+ *
+ * Pages are read through the worker's read pool (gw->rdb: its own connections, possibly a
+ * replica, with OMNIGATE_LOG_QUERY_TIMEOUT_MS as statement_timeout), never the write path's, so
+ * a slow page delays no send (API.md §16, docs/persistence.md). Authentication still reads
+ * through the write path: a revoked token must not pass on a lagging replica.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,12 +193,34 @@ static const char *opt(const char *s)
     return s[0] ? s : NULL;
 }
 
+/* Answers a page that failed: 503 query_timeout when the server cancelled it (its statement
+ * timeout), 503 unavailable when it could not be run or a replica cancelled it for a conflict
+ * with recovery (class 40: worth retrying), else 500. */
+static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
+{
+    og_http_req_t *req = l->auth.req;
+    og_worker_t *w = l->gw->w;
+    if (st == OG_DB_ERROR && og_db_cancelled(op)) {
+        if (w->m != NULL)
+            og_metrics_add(&w->m->log_query_timeouts, 1);
+        og_log(&w->log, OG_LOG_WARN, "logs query cancelled", "\"requestId\":\"%s\",\"timeoutMs\":%d",
+               req->request_id, w->cfg->log_query_timeout_ms);
+        og_api_error(req, "query_timeout", NULL,
+                     "the log query took too long and was cancelled: narrow it or retry");
+    } else {
+        /* A replica cancelling a read for a recovery conflict (class 40) is worth a retry. */
+        bool retry = st == OG_DB_ERROR && strncmp(op->sqlstate, "40", 2) == 0;
+        og_answer_db_failure(req, &w->log, op, retry ? OG_DB_UNAVAILABLE : st, "logs query failed",
+                             "database unavailable");
+    }
+}
+
 static void page_done(og_db_op_t *op, og_db_status_t st)
 {
     logs_op_t *l = op->arg;
     og_http_req_t *req = l->auth.req;
     if (st != OG_DB_OK) {
-        og_answer_db_failure(req, &l->gw->w->log, op, st, "logs query failed", "database unavailable");
+        page_failed(l, op, st);
         goto out;
     }
     /* The rows are JSON already (json_build_object in the query): splice them into the
@@ -256,7 +283,7 @@ static void authed(og_auth_req_t *a)
     v[8] = l->limit_s;
     op->done = page_done;
     op->arg = l;
-    og_db_submit(l->gw->db, op);
+    og_db_submit(l->gw->rdb, op);
 }
 
 static void logs(og_http_req_t *req, void *ctx, const logs_kind_t *kind)

@@ -3,8 +3,10 @@
  *
  * POST /__test/fault {"point": "db", "statement": name|null, "status": "error"|"unavailable"|"lost",
  *                     "count": n}
- *   the next n database operations of this worker that contain the statement (null: any) fail
- *   (og_db_test_fault);
+ *   the next n database operations of this worker that contain the statement fail
+ *   (og_db_test_fault); a statement runs on one pool only (log pages on the read pool, the
+ *   rest on the write pool), so the fault is armed on both; null (any statement): the write
+ *   pool only;
  * POST /__test/fault {"point": "hc_start", "count": n}
  *   the next n outbound HTTP requests of this worker are refused by the client;
  * GET /__test/fault  how many of each are still armed;
@@ -65,8 +67,10 @@ void og_test_fault_set(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         og_api_error(req, "validation_failed", "status", "status must be error, unavailable or lost");
         goto out;
     } else {
-        og_db_test_fault(gw->db, idx, strcmp(status, "error") == 0 ? OG_DB_ERROR : OG_DB_UNAVAILABLE,
-                         strcmp(status, "lost") == 0, n);
+        og_db_status_t st = strcmp(status, "error") == 0 ? OG_DB_ERROR : OG_DB_UNAVAILABLE;
+        og_db_test_fault(gw->db, idx, st, strcmp(status, "lost") == 0, n);
+        if (gw->rdb != NULL)
+            og_db_test_fault(gw->rdb, idx, st, strcmp(status, "lost") == 0, stmt != NULL ? n : 0);
     }
     og_api_reply(req, 200, "armed", NULL, NULL, 0);
 out:
@@ -77,10 +81,12 @@ void og_test_fault_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     (void)m;
     og_gw_t *gw = og_gw(ctx);
+    /* Armed on both pools, hit on one: what is left is the smaller. */
+    int left = gw->db != NULL ? og_db_test_fault_left(gw->db) : 0;
+    if (gw->rdb != NULL && og_db_test_fault_left(gw->rdb) < left)
+        left = og_db_test_fault_left(gw->rdb);
     og_api_reply(req, 200, "faults",
-                 json_pack("{s:i,s:i}", "db", gw->db != NULL ? og_db_test_fault_left(gw->db) : 0, "hcStart",
-                           og_hc_test_fail_left(gw->hc)),
-                 NULL, 0);
+                 json_pack("{s:i,s:i}", "db", left, "hcStart", og_hc_test_fail_left(gw->hc)), NULL, 0);
 }
 
 void og_test_trace(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -91,6 +97,8 @@ void og_test_trace(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     json_t *out = json_object();
     if (gw->db != NULL)
         og_db_test_trace(gw->db, counts);
+    if (gw->rdb != NULL)
+        og_db_test_trace(gw->rdb, counts);
     for (int i = 0; i < OG_Q__COUNT; i++)
         if (counts[i] > 0)
             json_object_set_new(out, og_store_stmts[i].name, json_integer(counts[i]));

@@ -25,10 +25,16 @@ left no step; `steps_idle` measures the gateway's and PostgreSQL's CPU with 100,
 in an hour and nothing else running. The simulator runs with --callback-url pointing at the
 gateway throughout; the other scenarios' recipients script no callbacks.
 
+The log-reader scenario (issue 16; test/bench/readers.py): `fallback_readers` runs fallback_first's
+wrk three times back to back, without log readers, with --readers closed-loop readers of a
+tenant holding --reader-messages messages (first pages, cursor pages, filters matching nothing),
+and without again, and compares the middle run with the mean of the two around it: what admins
+reading logs cost the sends (their queries go to the read connections, OMNIGATE_DB_READ_POOL).
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
-                [--steps-history 200000] [--idle-steps 100000]
+                [--steps-history 200000] [--idle-steps 100000] [--readers 8] [--reader-messages 1000000]
 Scenarios: see SCENARIOS below. Results: DIR/bench.json and DIR/bench.md.
 """
 
@@ -46,6 +52,7 @@ import threading
 import time
 import urllib.request
 
+import readers
 import statuses
 import steps
 
@@ -545,6 +552,80 @@ def prepare_statuses(b, names):
         log("created in %.0f s" % (time.monotonic() - t))
 
 
+def prepare_readers(b, names):
+    """The readers' tenant (with a token) and its history, before any scenario runs."""
+    if "fallback_readers" not in names:
+        return
+    st, j = http_json("POST", b.og_url("/admin/tenants"), ADMIN,
+                      {"name": "bench-readers", "unifiedApiEnabled": True})
+    assert st == 201, j
+    b.reader_tenant = j["data"]["id"]
+    st, t = http_json("POST", b.og_url("/admin/tenants/%s/tokens" % b.reader_tenant), ADMIN, {})
+    assert st == 201, t
+    b.reader_token = t["data"]["token"]
+    log("creating %d messages of the readers' tenant (with their attempts), then VACUUM ANALYZE" %
+        b.args.reader_messages)
+    t0 = time.monotonic()
+    readers.create_history(b.psql, b.reader_tenant, b.args.reader_messages)
+    b.psql_super("CHECKPOINT")
+    log("created in %.0f s" % (time.monotonic() - t0))
+
+
+def sc_fallback_readers(b):
+    """fallback_first's wrk run without log readers, with --readers of them, and without again
+    (same script, connections and duration); the readers start half a second before the middle
+    run and stop after it. See the module doc."""
+    url, script = b.og_url("/api/omni/send"), send_script(b, "fr", "+6281{n}")
+    before = b.measure("fallback_readers_off", url, script=script, note="fallback_first, no log readers (before)")
+    m0 = b.metrics()
+    d = readers.Readers(b.og_port, b.reader_token, b.args.readers)
+    d.start()
+    time.sleep(0.5)
+    during = b.measure("fallback_readers_on", url, script=script,
+                       note="fallback_first with %d log readers alongside (%s messages in their tenant; gateway and "
+                            "PostgreSQL CPU include the reads)" % (b.args.readers,
+                                                                   "{:,}".format(b.args.reader_messages)))
+    s = d.finish()
+    m1 = b.metrics()
+    after = b.measure("fallback_readers_off2", url, script=script, note="fallback_first, no log readers (after)")
+    s["timeouts_metric"] = int(steps.metric(m1, "omnigate_log_query_timeouts_total")
+                               - steps.metric(m0, "omnigate_log_query_timeouts_total"))
+    s["messages"] = b.args.reader_messages
+    during["readers"] = s
+    during["baseline"] = {"rps": (before["rps"] + after["rps"]) / 2, "p99_ms": (before["p99_ms"] + after["p99_ms"]) / 2,
+                          "p50_ms": (before["p50_ms"] + after["p50_ms"]) / 2}
+    log("fallback_readers: %d readers: %.1f queries/s, p50 %.1f ms, p99 %.1f ms, answers %s, %d errors; sends/s "
+        "%.0f with vs %.0f without (ratio %.3f), p99 %.2f vs %.2f ms (ratio %.3f)" % (
+            s["readers"], s["queries_per_s"], s["p50_ms"], s["p99_ms"], json.dumps(s["answers"]), s["errors"],
+            during["rps"], during["baseline"]["rps"], during["rps"] / max(during["baseline"]["rps"], 1e-9),
+            during["p99_ms"], during["baseline"]["p99_ms"], during["p99_ms"] / max(during["baseline"]["p99_ms"], 1e-9)))
+
+
+def readers_report(b):
+    """The log-readers section: what the readers got while the sends ran."""
+    r = next((r for r in b.results if "readers" in r), None)
+    if r is None:
+        return []
+    s, base = r["readers"], r["baseline"]
+    return ["", "## Log readers", "",
+            "`fallback_readers`: fallback_first's wrk run (%d connections, %d s) without log readers, with %d, and "
+            "without again, back to back. The readers (test/bench/readers.py) are threads of the bench process, "
+            "one keep-alive connection each, asking again as soon as answered, of a tenant of their own with "
+            "%s sent messages generated in SQL (references and created_at 100 ms apart; one in ten with a "
+            "failed whatsapp_qr attempt before its sms one), in turn: the first page of 50, the next page by "
+            "cursor, `to` a number with no message, `status=failed` (none), `channel=sms`, and the SMS log's first "
+            "page. They go to the read connections (OMNIGATE_DB_READ_POOL, default 1 per worker; statement "
+            "timeout OMNIGATE_LOG_QUERY_TIMEOUT_MS, default 5 s). Ratios: the run with readers over the mean of "
+            "the two without." % (r["conns"], r["duration_s"], s["readers"], "{:,}".format(s["messages"])), "",
+            "| readers | queries/s | p50 ms | p99 ms | max ms | answers | transport errors | sends/s with / without "
+            "| send p99 ms with / without |",
+            "|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+            "| %d | %.1f | %.1f | %.1f | %.1f | %s | %d | %.0f / %.0f = %.3f | %.2f / %.2f = %.3f |" % (
+                s["readers"], s["queries_per_s"], s["p50_ms"], s["p99_ms"], s["max_ms"],
+                ", ".join("%s: %d" % kv for kv in s["answers"].items()), s["errors"], r["rps"], base["rps"],
+                r["rps"] / max(base["rps"], 1e-9), r["p99_ms"], base["p99_ms"], r["p99_ms"] / max(base["p99_ms"], 1e-9))]
+
+
 def sc_fallback_third(b):
     # +1999 1 1 0 ...: both WhatsApp channels reject (4xx), SMS succeeds: three attempts.
     b.measure("fallback_third", b.og_url("/api/omni/send"), script=send_script(b, "ft", "+19991100{n}"),
@@ -748,6 +829,8 @@ SCENARIOS = {
     "fallback_first": sc_fallback_first,
     # Right after fallback_first: the two are compared (sends/s with and without statuses).
     "fallback_with_statuses": sc_fallback_with_statuses,
+    # Its own comparison: without, with and without log readers, back to back.
+    "fallback_readers": sc_fallback_readers,
     "fallback_third": sc_fallback_third,
     "all3": sc_all3,
     "logs": sc_logs,
@@ -759,7 +842,8 @@ SCENARIOS = {
     "steps_idle": sc_steps_idle,
     "idle": sc_idle,
 }
-SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps")
+SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
+         "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2")
 
 
 def warm_up(b):
@@ -823,6 +907,15 @@ def targets(b):
         out.append(("fallback sends/s with %.0f statuses/s alongside (wanted %d) / without (fallback_first)" % (
             s["statuses_per_s"], s["target_per_s"]), "%.3f (%.0f of %.0f)" % (v, r["rps"], by["fallback_first"]["rps"]),
                     ">= 0.85", v >= 0.85 and full))
+    if "fallback_readers_on" in by:
+        r = by["fallback_readers_on"]
+        base = r["baseline"]
+        v = r["rps"] / max(base["rps"], 1e-9)
+        out.append(("fallback sends/s with %d log readers / without (mean of the runs before and after)" %
+                    r["readers"]["readers"], "%.3f (%.0f of %.0f)" % (v, r["rps"], base["rps"]), ">= 0.90", v >= 0.90))
+        v = r["p99_ms"] / max(base["p99_ms"], 1e-9)
+        out.append(("fallback send p99 with %d log readers / without" % r["readers"]["readers"],
+                    "%.3f (%.2f of %.2f ms)" % (v, r["p99_ms"], base["p99_ms"]), "<= 1.10", v <= 1.10))
     if "fallback_steps" in by:
         ch = by["fallback_steps"]["chains"]
         lag = ch["lag"]
@@ -1029,6 +1122,7 @@ def report(b, dur, path, png):
         lines += ["", "## Targets", "", "| target | measured | wanted | met |", "|---|---:|---:|---|"]
         lines += ["| %s | %s | %s | %s |" % (w, v, tg, "yes" if ok else "**no**") for w, v, tg, ok in t]
     lines += status_report(b)
+    lines += readers_report(b)
     lines += steps_report(b)
     if dur:
         lines += ["", "Durability: %d sends answered 2xx; %d of the send tenants' messages completed in the "
@@ -1069,6 +1163,10 @@ def main():
                          "the database (0: none beyond what other scenarios leave)")
     ap.add_argument("--idle-steps", type=int, default=100000,
                     help="steps_idle: steps due in an hour while the instance idles")
+    ap.add_argument("--readers", type=int, default=8,
+                    help="fallback_readers: concurrent log readers alongside the sends")
+    ap.add_argument("--reader-messages", type=int, default=1000000,
+                    help="fallback_readers: messages in the readers' tenant (generated in SQL)")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]
     for n in names:
@@ -1087,6 +1185,7 @@ def main():
         if any(n in SENDS for n in names):
             warm_up(b)
         prepare_statuses(b, names)
+        prepare_readers(b, names)
         for n in names:
             SCENARIOS[n](b)
         # Only fallback_steps scripts callbacks: any others would be load the scenarios did not ask for.

@@ -310,6 +310,9 @@ class Server:
 
     def spawn(self):
         """Starts the process without waiting for it to serve."""
+        # A server stopped and started again is running again: make_server's teardown must stop
+        # it (it skips servers whose returncode is set, which the earlier stop() had set).
+        self.returncode = None
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen([omnigate_bin()] + self.args, env=self.env, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=self._log)

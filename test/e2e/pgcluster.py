@@ -6,6 +6,8 @@
         url = pg.url                    # hand to the gateway as OMNIGATE_DATABASE_URL
         pg.stop(); pg.start()           # same data dir, same port, same socket
         pg.kill(); pg.start()           # SIGKILL (a crash), then crash recovery
+        with pg.replica() as r:         # a hot standby streaming from pg (pg_basebackup -R)
+            r.wait_replayed(pg)         # until it has replayed everything pg has written so far
 
 The postmaster is started directly (not through pg_ctl) as a child of this process, so its
 exit is observed and reaped here, and it gets SIGQUIT (immediate shutdown) if this process
@@ -16,7 +18,8 @@ are swept by the next PgCluster.
 As root, PostgreSQL refuses to run, so initdb and the server run as the `postgres` user (or a
 system user `omnigate-pg` created on demand) and the cluster's directories are made its own.
 
-Standard library only. Pytest fixtures at the bottom: pg_session, pg_private, fresh_db.
+Standard library only. Pytest fixtures at the bottom: pg_session, pg_private, fresh_db,
+pg_replica.
 """
 
 import atexit
@@ -427,6 +430,59 @@ class PgCluster:
         self._proc = None
         self._close_log()
 
+    def replica(self, settings=None):
+        """A new cluster that is a hot standby of this one (which must be running): a base backup
+        taken with `pg_basebackup -R -X stream` (so it streams from this cluster with PostgreSQL's
+        own replication, primary_conninfo pointing at this cluster's socket), on its own
+        directory, port and socket, started. Same roles and databases; read-only. Use it as a
+        context manager or call cleanup(). stop()/start() work as on any cluster; it catches up
+        on its own after a restart (within the WAL this cluster keeps)."""
+        if not self.running:
+            raise PgError("the primary must run to take a base backup")
+        r = PgCluster(fast=self.fast, settings=settings, tcp=self.tcp)
+        r._basebackup(self)
+        return r.start()
+
+    def _basebackup(self, primary):
+        if self._user:
+            os.chmod(self.base_dir, 0o755)
+            if self._own_socket_base:
+                os.chmod(self._own_socket_base, 0o755)
+        os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+        self._chown(self.data_dir)
+        args = [os.path.join(self.bindir, "pg_basebackup"), "-D", self.data_dir, "-R", "-X", "stream",
+                "-c", "fast", "--no-sync", "-d", primary.url_for("postgres", user="postgres")]
+        p = _run_as(self._user, args, cwd=self.data_dir)
+        if p.returncode != 0:
+            raise PgError("pg_basebackup failed (exit %d):\n%s%s" % (p.returncode, p.stdout, p.stderr))
+        # The primary's server log came along with its data directory: start this one's afresh.
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+        os.makedirs(self._socket_dir, mode=0o755, exist_ok=True)
+        self._chown(self._socket_dir)
+        self._initialized = True
+        self._bootstrapped = True  # the roles and databases are the primary's
+
+    def replay_lsn(self):
+        """The WAL position this standby has replayed up to (pg_lsn text), or None if it is not
+        a standby."""
+        return self.scalar("SELECT pg_last_wal_replay_lsn()", db="postgres", user="postgres") or None
+
+    def wait_replayed(self, primary, timeout=30.0):
+        """Waits until this standby has replayed everything `primary` had written when called.
+        Returns the seconds it took; raises PgError after `timeout`."""
+        target = primary.scalar("SELECT pg_current_wal_lsn()", db="postgres", user="postgres")
+        t0 = time.monotonic()
+        while True:
+            if self.scalar("SELECT pg_last_wal_replay_lsn() >= '%s'::pg_lsn" % target, db="postgres",
+                           user="postgres") == "t":
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise PgError("standby %s did not replay up to %s within %.0f s" % (self.base_dir, target, timeout))
+            time.sleep(0.02)
+
     def restart(self, mode="fast"):
         self.stop(mode)
         return self.start()
@@ -635,7 +691,9 @@ class PgCluster:
             try:
                 with open(pidfile) as f:
                     lines = f.read().split("\n")
-                if len(lines) > 7 and lines[0].strip() == str(self._proc.pid) and lines[7].strip() == "ready":
+                # A hot standby says "standby" once it accepts read-only connections.
+                if (len(lines) > 7 and lines[0].strip() == str(self._proc.pid)
+                        and lines[7].strip() in ("ready", "standby")):
                     return None
             except OSError:
                 pass
@@ -743,6 +801,12 @@ if pytest is not None:
         """A cluster of this test alone: stop(), start(), restart() and kill() are fine."""
         with PgCluster(fast=True) as c:
             yield c
+
+    @pytest.fixture
+    def pg_replica(pg_private):
+        """A hot standby of pg_private (pg_basebackup -R), started; stop() and start() are fine."""
+        with pg_private.replica() as r:
+            yield r
 
     @pytest.fixture
     def fresh_db(pg_session):

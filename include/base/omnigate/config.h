@@ -47,6 +47,10 @@ typedef struct og_config {
     char *meta_app_secret;   /* OMNIGATE_META_APP_SECRET, NULL: POST /webhooks/meta is 404 */
     char *meta_verify_token; /* OMNIGATE_META_VERIFY_TOKEN, NULL: GET /webhooks/meta is 404 */
     char *qr_webhook_secret; /* OMNIGATE_QR_WEBHOOK_SECRET, NULL: POST /webhooks/waha is 404 */
+    /* Log queries (API.md §16, docs/persistence.md). */
+    char *database_read_url;  /* OMNIGATE_DATABASE_READ_URL, NULL: database_url */
+    int db_read_pool;         /* OMNIGATE_DB_READ_POOL, read connections per worker, default 1 */
+    int log_query_timeout_ms; /* OMNIGATE_LOG_QUERY_TIMEOUT_MS, their statement_timeout, default 5000 */
 } og_config_t;
 
 /* Fills `cfg` with defaults, then the environment (`envp`, NULL-terminated "K=V" strings;

@@ -63,6 +63,7 @@ typedef struct og_metrics_slot {
     uint64_t db_retries;
     uint64_t db_timeouts; /* OMNIGATE_DB_TIMEOUT_MS: connections dropped and queued ops failed */
     uint64_t rate_limited;
+    uint64_t log_query_timeouts;
     uint64_t log_dropped;    /* log lines the worker's logger dropped (log.h) */
     og_m_hist_t loop_lag_us; /* how late the worker's lag timer ran (worker.h) */
     /* gauges */
@@ -71,6 +72,8 @@ typedef struct og_metrics_slot {
     uint64_t steps_due; /* set by the worker that samples it (jobs.c) */
     uint64_t db_queue;
     uint64_t db_connected;
+    uint64_t db_read_queue; /* the read pool's (log queries): db.h og_db_new_reader */
+    uint64_t db_read_connected;
     uint64_t conns_open;
     uint64_t conns_idle;
     uint64_t draining;

@@ -31,6 +31,17 @@
  *
  * og_db_listen adds one more connection outside the pool, for LISTEN: the pool's connections
  * are pipelined and shared, so a notification could never be told apart from a result there.
+ *
+ * A read pool (og_db_new_reader) is a second pool for reads that need not see the caller's own
+ * latest writes (log pages), possibly on a replica: its own connections, so a slow read never
+ * sits in a pipeline in front of a write batch's COMMIT. Each of its connections runs one
+ * operation at a time (a slow read delays no other read queued behind it on the server), its
+ * sessions are read-only, without parallel workers (so the pool's size bounds the server's cores
+ * its reads take) and with the given statement_timeout (the server cancels a longer statement:
+ * og_db_cancelled), and its statements are sent with their text (never prepared:
+ * nothing to prepare on connect, and each is planned for its actual parameters). A unit's
+ * deadline there is the statement timeout plus the pool's timeout, so the server's cancellation
+ * always comes first unless the server is silent.
  */
 #ifndef OMNIGATE_DB_H
 #define OMNIGATE_DB_H
@@ -114,10 +125,23 @@ typedef struct og_db_stats {
 og_db_t *og_db_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
                    const og_db_stmt_t *stmts, int nstmts);
 
+/* A read pool on `conninfo` (see the top of this file): `pool` connections, every op a read
+ * (op->write is ignored), `statement_timeout_ms` the sessions' statement_timeout (<= 0: none).
+ * An op waits at most `timeout_ms` for a free connection, and a sent one at most
+ * statement_timeout_ms + timeout_ms for its results. `stmts` is the same table as og_db_new's
+ * (only the statements the ops name are ever sent) and must outlive the pool. */
+og_db_t *og_db_new_reader(uv_loop_t *loop, og_log_t *log, const char *conninfo, int pool, int timeout_ms,
+                          int statement_timeout_ms, const og_db_stmt_t *stmts, int nstmts);
+
+/* True when `op` failed (OG_DB_ERROR) because the server cancelled its statement: a read
+ * pool's statement_timeout, or an administrator's pg_cancel_backend (SQLSTATE 57014). */
+bool og_db_cancelled(const og_db_op_t *op);
+
 /* Submits `op`; `op->done` is always called later, from the loop, never from inside this call. */
 void og_db_submit(og_db_t *db, og_db_op_t *op);
 
-/* Records batches, commit latency, queue depth and ready connections in `m` (may be NULL). */
+/* Records batches, commit latency, queue depth and ready connections in `m` (may be NULL); a
+ * read pool records its queue and connections in the read gauges. */
 struct og_metrics_slot;
 void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m);
 
@@ -137,7 +161,8 @@ typedef void (*og_db_notify_fn)(void *arg, const char *channel, const char *payl
  * so the caller should look for work. It reconnects like the pool's connections (same
  * backoff; nudged by og_db_ready and by submissions while the pool is down, and when a pool
  * connection comes back). fn may call og_db_close. At most one listener per pool: false when
- * the channel is invalid, a listener exists or the pool is closing. og_db_close closes it. */
+ * the channel is invalid, a listener exists, the pool is closing or is a read pool.
+ * og_db_close closes it. */
 bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg);
 
 /* Frees the results of a completed op so it can be reused. */

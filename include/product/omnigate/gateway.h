@@ -17,7 +17,11 @@ extern const og_app_t og_gateway_app;
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
     og_worker_t *w;
-    og_db_t *db;     /* NULL when OMNIGATE_DATABASE_URL is unset */
+    og_db_t *db; /* NULL when OMNIGATE_DATABASE_URL is unset */
+    /* Log queries only (docs/persistence.md): a read pool on OMNIGATE_DATABASE_READ_URL, else on
+     * OMNIGATE_DATABASE_URL; NULL exactly when db is. Anything that must see its own writes
+     * (auth, idempotency, OTP, sends, admin) stays on db. */
+    og_db_t *rdb;
     og_jobs_t *jobs; /* durable steps of this worker, NULL without a database */
     og_auth_t *auth;
     struct og_hc *hc; /* outbound HTTP to the providers */
