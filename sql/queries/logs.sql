@@ -11,8 +11,9 @@
 --
 -- The filters rank reference, to, status, then channel or source; logs_api.c runs the
 -- statement of the first one present, and the lower-ranked ones are checked on the rows it
--- reads. So the parameters are the same four, then the leading filter and those ranked below
--- it, in that order, NULL when absent:
+-- reads (status with channel, which bound each other in no way, has a statement of its own).
+-- So the parameters are the same four, then the leading filter and those ranked below it that
+-- the statement takes, in that order, NULL when absent:
 --   $1 = tenant id
 --   $2 = lowest reference (since, as the smallest reference of its millisecond)
 --   $3 = references below this one (the lower of until, as a reference, and the cursor)

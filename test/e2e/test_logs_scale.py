@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import Server, assert_ok, wait_for
+from conftest import Server, assert_error, assert_ok, wait_for
 from gwlib import call, gateway_env, migrate, new_token, query_url
 import loglib
 from loglib import NOBODY, REF_SQL, TENANT, ref_ms
@@ -220,6 +220,19 @@ def test_filters_answer_what_they_say(big):
                 assert t < loglib.rfc3339_ms(query["until"])
             if "cursor" in query:
                 assert it["reference"] < query["cursor"]
+
+
+def test_since_until_must_name_a_real_time(big):
+    """since and until are checked in full (a day that does not exist, an hour past 23), and
+    a cursor must be a reference this API made: 422 naming the parameter, never a database
+    error."""
+    for q, field in (("since=2026-02-30T00:00:00Z", "since"), ("until=2026-11-22T24:00:00Z", "until"),
+                     ("since=2026-11-22T10:00:00%2B24:00", "since"), ("cursor=kf_8ZZZZZZZZZZZZZZZZZZZZZZZZZ", "cursor")):
+        for log in ("omni", "sms", "otp"):
+            assert_error(call(big, "GET", loglib.PATHS[log] + "?" + q, token=big.token), 422, "validation_failed",
+                         field)
+    for log in ("omni", "sms", "otp"):
+        assert_ok(call(big, "GET", loglib.PATHS[log] + "?since=2024-02-29T23:59:60.5%2B01:00", token=big.token))
 
 
 # ---- paging -----------------------------------------------------------------------------------
