@@ -1,143 +1,287 @@
--- Log pages for GET /api/logs/{omni,sms,otp} (src/product/logs_api.c, API.md §7).
+-- Log pages for GET /api/omni/logs, /api/sms/logs and /api/sms/otp/logs (src/product/logs_api.c,
+-- API.md §4 and §16).
 --
--- The three take the same nine parameters, each filter NULL when the request does not ask for
--- it; since and until are RFC 3339, the cursor is the last reference of the previous page. A
--- page is one range scan of the primary key (tenant_id, reference), newest first, and each
--- row is the reference and the item as JSON text, built by the server.
+-- Newest first, one page per statement, each statement reading its page through one index:
+-- the primary key (tenant_id, reference) for a page by time or by reference, and an index
+-- (tenant_id, <filter>, reference) for a page by to, status, channel or source (sql/009). Every
+-- one ends in the reference, which is time-ordered and unique per tenant, so a page is one
+-- range scan in the order of the answer, bounded by the page's range, with no sort and no visit
+-- to the tenant's rows that do not match, and it stops after one page. docs/logs.md says which
+-- index serves which filter and why.
+--
+-- The filters rank reference, to, status, then channel or source; logs_api.c runs the
+-- statement of the first one present, and the lower-ranked ones are checked on the rows it
+-- reads (status with channel, which bound each other in no way, has a statement of its own).
+-- So the parameters are the same four, then the leading filter and those ranked below it that
+-- the statement takes, in that order, NULL when absent:
+--   $1 = tenant id
+--   $2 = lowest reference (since, as the smallest reference of its millisecond)
+--   $3 = references below this one (the lower of until, as a reference, and the cursor)
+--   $4 = limit
+-- The log indexes are partial (sql/009_log_indexes.sql): on "<filter column> IS NOT NULL",
+-- which filtering on the column implies, or, for the status of messages and OTPs (which the
+-- write path filters on), on reference > 'kf_', true of every row, which only the statements
+-- below state. The items are built by the views og_log_omni, og_log_sms and og_log_otp
+-- (sql/009), only for the rows of the page.
+-- Each statement returns reference, item JSON text.
 
 -- name: logs_omni
--- One page of unified sends, each with its attempts in order.
+-- One page of unified sends, each with its attempts in order: by time only.
 -- $1 = tenant id
--- $2 = to (E.164), or NULL
--- $3 = status, or NULL
--- $4 = channel some attempt used, or NULL
--- $5 = reference, or NULL
--- $6 = since: created at or after, or NULL
--- $7 = until: created before, or NULL
--- $8 = cursor: references below it, or NULL
--- $9 = limit
--- Returns reference, item JSON text.
-SELECT m.reference, json_build_object(
-        'reference', m.reference, 'to', m.to_number, 'text', m.body,
-        'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
-        'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
-        'attempts', coalesce((
-            -- An accepted attempt has its provider's id and its delivery (API.md §10); a
-            -- failed one its error, and null delivery fields.
-            SELECT json_agg(CASE WHEN a.status = 'sent' THEN json_build_object(
-                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
-                    'providerMessageId', a.provider_message_id, 'fallbackReason', a.fallback_reason,
-                    'attemptedAt',
-                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                    'deliveryStatus', a.delivery_status,
-                    'deliveredAt',
-                        to_char(a.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                    'readAt', to_char(a.read_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                    'deliveryError', CASE WHEN a.delivery_error IS NULL THEN NULL
-                        ELSE json_strip_nulls(json_build_object('code', a.delivery_error,
-                            'providerCode', a.delivery_provider_code, 'message', a.delivery_message)) END,
-                    'statusHistory', coalesce((
-                        SELECT json_agg(json_strip_nulls(json_build_object('status', d.status,
-                                'at', to_char(d.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                                'providerCode', d.provider_code))
-                            ORDER BY d.at, og_status_rank(d.status))
-                        FROM delivery_statuses d
-                        WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id),
-                        '[]'::json))
-                ELSE json_build_object(
-                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
-                    'fallbackReason', a.fallback_reason,
-                    'error', CASE WHEN a.error_code IS NULL THEN NULL
-                        ELSE json_strip_nulls(json_build_object('code', a.error_code,
-                            'message', a.error_message, 'providerCode', a.provider_code,
-                            'httpStatus', a.http_status)) END,
-                    'attemptedAt',
-                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-                    'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,
-                    'deliveryError', NULL, 'statusHistory', '[]'::json) END
-                ORDER BY a.seq)
-            FROM attempts a
-            WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),
-        'skipped', m.skipped,
-        'createdAt', to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'completedAt', to_char(m.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
-FROM messages m
-WHERE m.tenant_id = $1
-    AND ($2::text IS NULL OR m.to_number = $2)
-    AND ($3::text IS NULL OR m.status = $3)
-    AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM attempts a
-        WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.channel = $4))
-    AND ($5::text IS NULL OR m.reference = $5)
-    AND ($6::timestamptz IS NULL OR m.created_at >= $6)
-    AND ($7::timestamptz IS NULL OR m.created_at < $7)
-    AND ($8::text IS NULL OR m.reference < $8)
-ORDER BY m.reference DESC
-LIMIT $9;
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+SELECT v.reference, v.item::text
+FROM og_log_omni v
+WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_omni_reference
+-- One page of unified sends: the one with this reference, if it passes the other filters.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = reference
+-- $6 = to (E.164), or NULL
+-- $7 = status, or NULL
+-- $8 = channel some attempt used, or NULL
+SELECT v.reference, v.item::text
+FROM og_log_omni v
+WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.to_number = $6)
+    AND ($7::text IS NULL OR v.status = $7)
+    AND ($8::text IS NULL OR $8 IN (SELECT a.channel FROM attempts a
+        WHERE a.tenant_id = v.tenant_id AND a.reference = v.reference))
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_omni_to
+-- One page of unified sends to one number (messages_tenant_to); the status and channel
+-- filters are checked on the number's messages, newest first.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = to (E.164)
+-- $6 = status, or NULL
+-- $7 = channel some attempt used, or NULL
+SELECT v.reference, v.item::text
+FROM og_log_omni v
+WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.status = $6)
+    -- Correlated, so a probe of the message's attempts by their primary key per row, never a
+    -- hash of all the tenant's attempts on the channel.
+    AND ($7::text IS NULL OR $7 IN (SELECT a.channel FROM attempts a
+        WHERE a.tenant_id = v.tenant_id AND a.reference = v.reference))
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_omni_status
+-- One page of unified sends in one status (messages_tenant_status).
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = status
+SELECT v.reference, v.item::text
+FROM og_log_omni v
+WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
+    AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_omni_status_channel
+-- One page of unified sends in one status with an attempt on one channel: the messages of the
+-- status (messages_tenant_status) and the attempts on the channel (attempts_tenant_channel),
+-- both read in reference order and merged. When either has nothing in the range, the page is
+-- answered at once; at worst both are read to the end of the range (docs/logs.md).
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = status
+-- $6 = channel
+SELECT v.reference, v.item::text
+FROM og_log_omni v
+JOIN attempts a ON a.tenant_id = v.tenant_id AND a.reference = v.reference
+WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
+    AND v.reference >= $2 AND v.reference < $3
+    AND a.tenant_id = $1 AND a.channel = $6 AND a.reference >= $2 AND a.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_omni_channel
+-- One page of unified sends with an attempt on one channel: the page of references is read
+-- from attempts_tenant_channel (one attempt per channel and message), then each message by
+-- its primary key (a lateral subquery kept apart, so it is a lookup per reference whatever
+-- the statistics say).
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = channel
+SELECT v.reference, v.item::text
+FROM (SELECT a.reference FROM attempts a
+      WHERE a.tenant_id = $1 AND a.channel = $5 AND a.reference >= $2 AND a.reference < $3
+      ORDER BY a.reference DESC
+      LIMIT $4) p
+CROSS JOIN LATERAL (SELECT * FROM og_log_omni v
+                    WHERE v.tenant_id = $1 AND v.reference = p.reference OFFSET 0) v
+ORDER BY p.reference DESC;
 
 -- name: logs_sms
--- One page of SMS records, whichever route sent them.
+-- One page of SMS records, whichever route sent them: by time only.
 -- $1 = tenant id
--- $2 = to (E.164), or NULL
--- $3 = status or delivery status (delivered, read, undelivered, failed), or NULL
--- $4 = source ('sms', 'omni' or 'otp'), or NULL
--- $5 = reference (the record's own or its source's), or NULL
--- $6 = since: created at or after, or NULL
--- $7 = until: created before, or NULL
--- $8 = cursor: references below it, or NULL
--- $9 = limit
--- Returns reference, item JSON text.
-SELECT s.reference, json_build_object(
-        'reference', s.reference, 'source', s.source, 'to', s.to_number, 'sender', s.sender,
-        'text', s.body, 'segments', s.segments, 'encoding', s.encoding, 'status', s.status,
-        'providerMessageId', s.provider_message_id, 'error', s.error,
-        'deliveryStatus', s.delivery_status,
-        'deliveredAt', to_char(s.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'createdAt', to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))::text
-FROM sms_records s
-WHERE s.tenant_id = $1
-    AND ($2::text IS NULL OR s.to_number = $2)
-    AND ($3::text IS NULL OR s.status = $3 OR s.delivery_status = $3)
-    AND ($4::text IS NULL OR s.source = $4)
-    AND ($5::text IS NULL OR s.reference = $5 OR s.source_reference = $5)
-    AND ($6::timestamptz IS NULL OR s.created_at >= $6)
-    AND ($7::timestamptz IS NULL OR s.created_at < $7)
-    AND ($8::text IS NULL OR s.reference < $8)
-ORDER BY s.reference DESC
-LIMIT $9;
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+SELECT v.reference, v.item::text
+FROM og_log_sms v
+WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_sms_reference
+-- One page of SMS records: the one with this reference, if it passes the other filters. An
+-- SMS record's reference is also its source's (a unified send's SMS has the send's reference,
+-- an OTP's SMS the OTP's), so this finds the SMS of a send or an OTP too.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = reference
+-- $6 = to (E.164), or NULL
+-- $7 = status or delivery status, or NULL
+-- $8 = source ('sms', 'omni' or 'otp'), or NULL
+SELECT v.reference, v.item::text
+FROM og_log_sms v
+WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.to_number = $6)
+    AND ($7::text IS NULL OR v.status = $7 OR v.delivery_status = $7)
+    AND ($8::text IS NULL OR v.source = $8)
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_sms_to
+-- One page of SMS records to one number (sms_records_tenant_to); the status and source
+-- filters are checked on the number's records, newest first.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = to (E.164)
+-- $6 = status or delivery status, or NULL
+-- $7 = source, or NULL
+SELECT v.reference, v.item::text
+FROM og_log_sms v
+WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.status = $6 OR v.delivery_status = $6)
+    AND ($7::text IS NULL OR v.source = $7)
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_sms_status
+-- One page of SMS records whose status or delivery status is this one: the record's status
+-- (sent, failed) through sms_records_tenant_status and its delivery's (delivered, read,
+-- undelivered, failed) through sms_records_tenant_delivery, a page of references from each,
+-- merged; then each record by its primary key. The two are disjoint: a delivery status is set
+-- only on a record that was sent, and 'sent' is looked up by the record's status alone (every
+-- record whose delivery is 'sent' has status 'sent'). The source filter is checked on the
+-- records each index gives, newest first.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = status or delivery status
+-- $6 = source, or NULL
+SELECT v.reference, v.item::text
+FROM ((SELECT s.reference FROM sms_records s
+       WHERE s.tenant_id = $1 AND s.status = $5 AND s.reference >= $2 AND s.reference < $3
+           AND ($6::text IS NULL OR s.source = $6)
+       ORDER BY s.reference DESC
+       LIMIT $4)
+      UNION ALL
+      (SELECT s.reference FROM sms_records s
+       WHERE s.tenant_id = $1 AND s.delivery_status = nullif($5, 'sent')
+           AND s.reference >= $2 AND s.reference < $3 AND ($6::text IS NULL OR s.source = $6)
+       ORDER BY s.reference DESC
+       LIMIT $4)
+      ORDER BY 1 DESC
+      LIMIT $4) p
+CROSS JOIN LATERAL (SELECT * FROM og_log_sms v
+                    WHERE v.tenant_id = $1 AND v.reference = p.reference OFFSET 0) v
+ORDER BY p.reference DESC;
+
+-- name: logs_sms_source
+-- One page of SMS records of one source (sms_records_tenant_source).
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = source
+SELECT v.reference, v.item::text
+FROM og_log_sms v
+WHERE v.tenant_id = $1 AND v.source = $5 AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
 
 -- name: logs_otp
--- One page of OTP requests, each with its history of events in order.
+-- One page of OTP requests, each with its history of events in order: by time only.
 -- $1 = tenant id
--- $2 = to (E.164), or NULL
--- $3 = status, or NULL
--- $4 = source, or NULL: every OTP goes by SMS, so only 'sms' matches (the route passes NULL)
--- $5 = reference, or NULL
--- $6 = since: created at or after, or NULL
--- $7 = until: created before, or NULL
--- $8 = cursor: references below it, or NULL
--- $9 = limit
--- Returns reference, item JSON text.
-SELECT o.reference, json_build_object(
-        'reference', o.reference, 'to', o.to_number, 'status', o.status, 'length', o.length,
-        'expiresAt', to_char(o.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'createdAt', to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'verifiedAt', to_char(o.verified_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-        'failedAttempts', o.failed_attempts,
-        'history', coalesce((
-            SELECT json_agg(json_build_object(
-                    'event', e.event,
-                    'at', to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
-                ORDER BY e.id)
-            FROM otp_events e
-            WHERE e.tenant_id = o.tenant_id AND e.otp_reference = o.reference), '[]'::json))::text
-FROM otp_requests o
-WHERE o.tenant_id = $1
-    AND ($2::text IS NULL OR o.to_number = $2)
-    AND ($3::text IS NULL OR o.status = $3)
-    AND ($4::text IS NULL OR $4 = 'sms')
-    AND ($5::text IS NULL OR o.reference = $5)
-    AND ($6::timestamptz IS NULL OR o.created_at >= $6)
-    AND ($7::timestamptz IS NULL OR o.created_at < $7)
-    AND ($8::text IS NULL OR o.reference < $8)
-ORDER BY o.reference DESC
-LIMIT $9;
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+SELECT v.reference, v.item::text
+FROM og_log_otp v
+WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_otp_reference
+-- One page of OTP requests: the one with this reference, if it passes the other filters.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = reference
+-- $6 = to (E.164), or NULL
+-- $7 = status, or NULL
+SELECT v.reference, v.item::text
+FROM og_log_otp v
+WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.to_number = $6)
+    AND ($7::text IS NULL OR v.status = $7)
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_otp_to
+-- One page of OTP requests to one number (otp_requests_tenant_to, which the OTP send's limits
+-- and the verify by number read too); the status filter is checked on the number's OTPs.
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = to (E.164)
+-- $6 = status, or NULL
+SELECT v.reference, v.item::text
+FROM og_log_otp v
+WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.status = $6)
+ORDER BY v.reference DESC
+LIMIT $4;
+
+-- name: logs_otp_status
+-- One page of OTP requests in one status (otp_requests_tenant_status).
+-- $1 = tenant id
+-- $2 = lowest reference
+-- $3 = references below this one
+-- $4 = limit
+-- $5 = status
+SELECT v.reference, v.item::text
+FROM og_log_otp v
+WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
+    AND v.reference >= $2 AND v.reference < $3
+ORDER BY v.reference DESC
+LIMIT $4;

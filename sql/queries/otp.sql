@@ -33,16 +33,24 @@ SELECT tenant_id, reference, CASE WHEN $3::boolean THEN 'sent' ELSE 'send_failed
 FROM u;
 
 -- name: otp_find
--- Finds the OTP a verify is about: by its reference, or else the newest of the number.
+-- Finds the OTP a verify is about, by its reference.
 -- $1 = tenant id
--- $2 = reference, or NULL
--- $3 = to (E.164), used when $2 is NULL
+-- $2 = reference
 -- Returns reference, code_hash, status, expired (boolean), failed_attempts.
 SELECT reference, code_hash, status, expires_at <= now(), failed_attempts
 FROM otp_requests
-WHERE tenant_id = $1
-    AND (($2::text IS NOT NULL AND reference = $2) OR ($2::text IS NULL AND to_number = $3))
-ORDER BY created_at DESC, reference DESC
+WHERE tenant_id = $1 AND reference = $2;
+
+-- name: otp_find_to
+-- Finds the OTP a verify by number is about: the number's newest (otp_requests_tenant_to;
+-- references are in time order, and two sends to one number are 30 s apart at least).
+-- $1 = tenant id
+-- $2 = to (E.164)
+-- Returns reference, code_hash, status, expired (boolean), failed_attempts.
+SELECT reference, code_hash, status, expires_at <= now(), failed_attempts
+FROM otp_requests
+WHERE tenant_id = $1 AND to_number = $2
+ORDER BY reference DESC
 LIMIT 1;
 
 -- name: otp_verify_ok

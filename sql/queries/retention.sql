@@ -1,6 +1,7 @@
 -- Retention, `omnigate prune --before DATE` (src/product/cli.c, docs/operations.md): log
 -- data older than DATE is deleted in small batches, one short transaction each, so writers
--- never wait. The batches are omnigate_prune_batch (sql/003_retention.sql).
+-- never wait. The batches are omnigate_prune_batch (sql/003_retention.sql; by reference since
+-- sql/009_log_indexes.sql).
 
 -- name: prune_check
 -- Reads --before as PostgreSQL does, and whether it is at least 24 h ago: sends may still be
@@ -18,9 +19,10 @@ FROM tenants
 ORDER BY id;
 
 -- name: prune_batch
--- Deletes one batch of a tenant's log data created before a time.
+-- Deletes one batch of a tenant's log data created before a time: records whose reference is
+-- below the smallest reference of that time's millisecond (omnigate_prune_batch, sql/009).
 -- $1 = tenant id
--- $2 = before (RFC 3339)
+-- $2 = before, as a reference
 -- $3 = batch size
 -- Returns the number of rows deleted.
 SELECT omnigate_prune_batch($1, $2, $3);

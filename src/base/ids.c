@@ -41,6 +41,16 @@ uint64_t og_ids_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Writes "kf_" and the 10 characters of a time of up to 50 bits; returns where they end. */
+static char *reference_time(char *out, uint64_t t)
+{
+    memcpy(out, OG_IDS_REFERENCE_PREFIX, 3);
+    out += 3;
+    for (int i = 9; i >= 0; i--)
+        out[9 - i] = crockford[(t >> (5 * i)) & 31];
+    return out + 10;
+}
+
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)
 {
     unsigned char rnd[10];
@@ -48,13 +58,7 @@ void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)
 
     /* The 130-bit value as two halves: hi holds the 2 zero bits and the 48-bit time (50 bits,
      * 10 characters), lo the 80 random bits (16 characters). */
-    uint64_t t = now_ms & ((UINT64_C(1) << 48) - 1);
-    char *o = out;
-    memcpy(o, OG_IDS_REFERENCE_PREFIX, 3);
-    o += 3;
-    for (int i = 9; i >= 0; i--)
-        o[9 - i] = crockford[(t >> (5 * i)) & 31];
-    o += 10;
+    char *o = reference_time(out, now_ms & OG_IDS_TIME_MAX);
     /* 80 bits = 16 groups of 5, read from the bytes big-endian. */
     uint32_t acc = 0;
     int bits = 0;
@@ -74,6 +78,15 @@ static int crockford_value(char c)
 {
     const char *p = c != '\0' ? strchr(crockford, c) : NULL;
     return p != NULL ? (int)(p - crockford) : -1;
+}
+
+void og_ids_reference_floor(char out[OG_IDS_REFERENCE_SIZE], uint64_t ms)
+{
+    /* One past the last millisecond is "kf_8000000000...": after every reference (whose first
+     * character is 0-7), as strings and as bytes. */
+    char *o = reference_time(out, ms > OG_IDS_TIME_MAX ? OG_IDS_TIME_MAX + 1 : ms);
+    memset(o, '0', 16);
+    o[16] = '\0';
 }
 
 bool og_ids_reference_valid(const char *s)

@@ -125,6 +125,73 @@ void og_time_rfc3339(char out[32])
     snprintf(out + n, 32 - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
 }
 
+/* Days from 1970-01-01 to the given date of the proleptic Gregorian calendar (negative
+ * before), by counting in 400-year eras that start on March 1st (H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;                                   /* [0, 399] */
+    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1; /* [0, 365] */
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;           /* [0, 146096] */
+    return era * 146097 + doe - 719468;
+}
+
+static int digits(const char *s, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+bool og_time_parse_rfc3339(const char *s, int64_t *ms)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:dd";
+    static const int month_days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    size_t i;
+    for (i = 0; shape[i]; i++) {
+        char c = s[i];
+        if (shape[i] == 'd' ? (c < '0' || c > '9')
+                            : (shape[i] == 'T' ? (c != 'T' && c != 't') : c != shape[i]))
+            return false;
+    }
+    int year = digits(s, 4), month = digits(s + 5, 2), day = digits(s + 8, 2);
+    int hour = digits(s + 11, 2), min = digits(s + 14, 2), sec = digits(s + 17, 2);
+    if (month < 1 || month > 12 || hour > 23 || min > 59 || sec > 60)
+        return false;
+    bool leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    if (day < 1 || day > month_days[month - 1] + (month == 2 && leap))
+        return false;
+    const char *p = s + i;
+    int64_t frac_ns = 0;
+    if (*p == '.') {
+        p++;
+        size_t n = strspn(p, "0123456789");
+        if (n == 0 || n > 9)
+            return false;
+        frac_ns = digits(p, (int)n);
+        for (size_t k = n; k < 9; k++)
+            frac_ns *= 10;
+        p += n;
+    }
+    int offset_min = 0;
+    if (*p == 'Z' || *p == 'z') {
+        if (p[1] != '\0')
+            return false;
+    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[1] >= '0' && p[1] <= '2' && p[2] >= '0' &&
+               p[2] <= '9' && p[3] == ':' && p[4] >= '0' && p[4] <= '5' && p[5] >= '0' && p[5] <= '9' &&
+               digits(p + 1, 2) <= 23) {
+        offset_min = (digits(p + 1, 2) * 60 + digits(p + 4, 2)) * (*p == '-' ? -1 : 1);
+    } else {
+        return false;
+    }
+    /* A leap second (:60) is the first millisecond of the next minute. */
+    int64_t secs = days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + sec - offset_min * 60;
+    *ms = secs * 1000 + (frac_ns + 999999) / 1000000;
+    return true;
+}
+
 const char *og_log_escape(char *buf, size_t buflen, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";

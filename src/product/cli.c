@@ -10,6 +10,8 @@
 #include <jansson.h>
 #include <libpq-fe.h>
 
+#include "omnigate/ids.h"
+#include "omnigate/log.h"
 #include "omnigate/migrate.h"
 #include "omnigate/store.h"
 #include "omnigate/settings.h"
@@ -507,6 +509,14 @@ static int prune_run(PGconn *pg, const char *before, long batch)
                 when);
         return 2;
     }
+    /* Records go by their reference's time, the time the gateway made them (sql/009). */
+    int64_t before_ms = 0;
+    char before_ref[OG_IDS_REFERENCE_SIZE];
+    if (!og_time_parse_rfc3339(when, &before_ms)) {
+        fprintf(stderr, "omnigate: prune: cannot read back --before as %s\n", when);
+        return 2;
+    }
+    og_ids_reference_floor(before_ref, before_ms < 0 ? 0 : (uint64_t)before_ms);
     PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
     if (tenants == NULL)
         return 1;
@@ -515,7 +525,7 @@ static int prune_run(PGconn *pg, const char *before, long batch)
     long long deleted = 0, batches = 0, idem = 0;
     int rc = 0;
     for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
-        const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
+        const char *bv[3] = {PQgetvalue(tenants, t, 0), before_ref, limit};
         for (;;) { /* one short transaction per batch: writers never wait on us */
             PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
             if (b == NULL) {

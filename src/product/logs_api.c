@@ -1,9 +1,11 @@
 /*
- * GET /api/omni/logs, /api/sms/logs, /api/sms/otp/logs (API.md §4): one tenant's records,
+ * GET /api/omni/logs, /api/sms/logs, /api/sms/otp/logs (API.md §4, §16): one tenant's records,
  * newest first, in pages. The cursor is the last reference of the previous page: references
  * are time-ordered and unique per tenant, so "reference < cursor" pages through every record
- * exactly once even while new ones arrive. Responsible for the query parameters and the page;
- * the SQL (which builds each item's JSON) is in store.c.
+ * exactly once even while new ones arrive, whatever the filters. since and until become
+ * references too, so every page is a range of references read through one index in order
+ * (sql/queries/logs.sql, docs/logs.md). Responsible for the query parameters, the choice of
+ * the statement and the page; the SQL (which builds each item's JSON) is in sql/queries.
  *
  * Pages are read through the worker's read pool (gw->rdb: its own connections, possibly a
  * replica, with OMNIGATE_LOG_QUERY_TIMEOUT_MS as statement_timeout), never the write path's, so
@@ -20,6 +22,7 @@
 #include "omnigate/logs_api.h"
 #include "omnigate/gateway.h"
 #include "omnigate/ids.h"
+#include "omnigate/log.h"
 #include "omnigate/phone.h"
 #include "omnigate/router.h"
 #include "omnigate/store.h"
@@ -27,8 +30,14 @@
 #define LOGS_DEFAULT_LIMIT 50
 #define LOGS_MAX_LIMIT     500
 
+/* The filters that pick an index, in the order they rank (logs_page). */
+enum { F_REFERENCE, F_TO, F_STATUS, F_4, F__COUNT };
+
 typedef struct logs_kind {
-    int stmt;
+    /* The statement reading a page by each filter (F_*), and by time when none is given. */
+    int by[F__COUNT];
+    int by_time;
+    int by_status_and_4; /* status with the 4th filter, or -1: checked on the status's rows */
     bool unified;
     const char *filter4;               /* name of the 4th filter: "channel" or "source" */
     const char *const *filter4_values; /* allowed values */
@@ -44,9 +53,27 @@ static const char *const otp_status[] = {"pending", "verified",   "expired", "lo
                                          "failed",  "superseded", NULL};
 
 static const logs_kind_t kinds[] = {
-    {OG_Q_LOGS_OMNI, true, "channel", channels, omni_status},
-    {OG_Q_LOGS_SMS, false, "source", sources, sms_status},
-    {OG_Q_LOGS_OTP, false, NULL, NULL, otp_status},
+    {{OG_Q_LOGS_OMNI_REFERENCE, OG_Q_LOGS_OMNI_TO, OG_Q_LOGS_OMNI_STATUS, OG_Q_LOGS_OMNI_CHANNEL},
+     OG_Q_LOGS_OMNI,
+     OG_Q_LOGS_OMNI_STATUS_CHANNEL,
+     true,
+     "channel",
+     channels,
+     omni_status},
+    {{OG_Q_LOGS_SMS_REFERENCE, OG_Q_LOGS_SMS_TO, OG_Q_LOGS_SMS_STATUS, OG_Q_LOGS_SMS_SOURCE},
+     OG_Q_LOGS_SMS,
+     -1,
+     false,
+     "source",
+     sources,
+     sms_status},
+    {{OG_Q_LOGS_OTP_REFERENCE, OG_Q_LOGS_OTP_TO, OG_Q_LOGS_OTP_STATUS, -1},
+     OG_Q_LOGS_OTP,
+     -1,
+     false,
+     NULL,
+     NULL,
+     otp_status},
 };
 
 typedef struct logs_op {
@@ -57,6 +84,7 @@ typedef struct logs_op {
     int limit;
     char limit_s[8];
     char to[20], status[16], filter4[16], reference[32], since[40], until[40], cursor[32];
+    char lo[OG_IDS_REFERENCE_SIZE], hi[OG_IDS_REFERENCE_SIZE]; /* the page's range: lo <= reference < hi */
 } logs_op_t;
 
 static bool one_of(const char *v, const char *const *set)
@@ -64,38 +92,6 @@ static bool one_of(const char *v, const char *const *set)
     for (; *set; set++)
         if (strcmp(v, *set) == 0)
             return true;
-    return false;
-}
-
-/* RFC 3339 date-time, strictly: 2026-11-22T14:05:25Z, optional fraction, Z or ±hh:mm. */
-static bool rfc3339_valid(const char *s)
-{
-    static const char shape[] = "dddd-dd-ddTdd:dd:dd";
-    size_t i;
-    for (i = 0; shape[i]; i++) {
-        char c = s[i];
-        if (shape[i] == 'd' ? (c < '0' || c > '9')
-                            : (shape[i] == 'T' ? (c != 'T' && c != 't') : c != shape[i]))
-            return false;
-    }
-    int month = (s[5] - '0') * 10 + (s[6] - '0'), day = (s[8] - '0') * 10 + (s[9] - '0');
-    int hour = (s[11] - '0') * 10 + (s[12] - '0'), min = (s[14] - '0') * 10 + (s[15] - '0');
-    int sec = (s[17] - '0') * 10 + (s[18] - '0');
-    if (month < 1 || month > 12 || day < 1 || day > 31 || hour > 23 || min > 59 || sec > 60)
-        return false;
-    const char *p = s + i;
-    if (*p == '.') {
-        p++;
-        size_t n = strspn(p, "0123456789");
-        if (n == 0 || n > 9)
-            return false;
-        p += n;
-    }
-    if (*p == 'Z' || *p == 'z')
-        return p[1] == '\0';
-    if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[1] >= '0' && p[1] <= '2' && p[2] >= '0' &&
-        p[2] <= '9' && p[3] == ':' && p[4] >= '0' && p[4] <= '5' && p[5] >= '0' && p[5] <= '9')
-        return true;
     return false;
 }
 
@@ -181,10 +177,16 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
         return og_err_fail(err, "validation_failed", "status", "unknown status");
     if (l->filter4[0] && !one_of(l->filter4, l->kind->filter4_values))
         return og_err_fail(err, "validation_failed", l->kind->filter4, "unknown %s", l->kind->filter4);
-    if (l->since[0] && !rfc3339_valid(l->since))
+    int64_t since = 0, until = (int64_t)OG_IDS_TIME_MAX + 1;
+    if (l->since[0] && !og_time_parse_rfc3339(l->since, &since))
         return og_err_fail(err, "validation_failed", "since", "since must be an RFC 3339 time");
-    if (l->until[0] && !rfc3339_valid(l->until))
+    if (l->until[0] && !og_time_parse_rfc3339(l->until, &until))
         return og_err_fail(err, "validation_failed", "until", "until must be an RFC 3339 time");
+    /* A record's time is its reference's (when the gateway made it), to the millisecond. */
+    og_ids_reference_floor(l->lo, since < 0 ? 0 : (uint64_t)since);
+    og_ids_reference_floor(l->hi, until < 0 ? 0 : (uint64_t)until);
+    if (l->cursor[0] && strcmp(l->cursor, l->hi) < 0)
+        memcpy(l->hi, l->cursor, sizeof(l->hi));
     return true;
 }
 
@@ -213,6 +215,34 @@ static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
         og_answer_db_failure(req, &w->log, op, retry ? OG_DB_UNAVAILABLE : st, "logs query failed",
                              "database unavailable");
     }
+}
+
+/* Chooses the statement of a page and fills its parameters (sql/queries/logs.sql): the range
+ * and the limit, then the highest-ranked filter given, which picks the index the page is read
+ * by, and the filters ranked below it, checked on the rows that index gives. The ranks follow
+ * how few rows a filter leaves: one reference, one number's records, one status, one channel
+ * or source. Status with channel is the exception: neither bounds the other, so its statement
+ * reads both indexes in order and merges them. */
+static void logs_page(logs_op_t *l, const char *tenant_id, og_db_op_t *op)
+{
+    const logs_kind_t *k = l->kind;
+    const char *f[F__COUNT] = {opt(l->reference), opt(l->to), opt(l->status), opt(l->filter4)};
+    int lead = 0;
+    while (lead < F__COUNT && f[lead] == NULL)
+        lead++;
+    op->nstmts = 1;
+    op->stmts[0].stmt = lead == F__COUNT ? k->by_time : k->by[lead];
+    if (lead == F_STATUS && f[F_4] != NULL && k->by_status_and_4 >= 0)
+        op->stmts[0].stmt = k->by_status_and_4;
+    const char **v = op->stmts[0].values;
+    v[0] = tenant_id;
+    v[1] = l->lo;
+    v[2] = l->hi;
+    v[3] = l->limit_s;
+    /* The filters from the leading one down, as many as the statement takes: the status
+     * statement of the unified log takes no channel, which has a statement of its own. */
+    for (int n = 4, i = lead; n < og_store_stmts[op->stmts[0].stmt].nparams; n++, i++)
+        v[n] = f[i];
 }
 
 static void page_done(og_db_op_t *op, og_db_status_t st)
@@ -269,18 +299,7 @@ static void authed(og_auth_req_t *a)
         return;
     }
     og_db_op_t *op = &l->op;
-    op->nstmts = 1;
-    op->stmts[0].stmt = l->kind->stmt;
-    const char **v = op->stmts[0].values;
-    v[0] = a->tenant->id;
-    v[1] = opt(l->to);
-    v[2] = opt(l->status);
-    v[3] = opt(l->filter4);
-    v[4] = opt(l->reference);
-    v[5] = opt(l->since);
-    v[6] = opt(l->until);
-    v[7] = opt(l->cursor);
-    v[8] = l->limit_s;
+    logs_page(l, a->tenant->id, op);
     op->done = page_done;
     op->arg = l;
     og_db_submit(l->gw->rdb, op);

@@ -554,10 +554,9 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
 static void verify_find(sms_ctx_t *c)
 {
     const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = OG_Q_OTP_FIND;
+    c->op.stmts[0].stmt = c->reference[0] ? OG_Q_OTP_FIND : OG_Q_OTP_FIND_TO;
     v[0] = c->auth.tenant->id;
-    v[1] = c->reference[0] ? c->reference : NULL;
-    v[2] = c->to;
+    v[1] = c->reference[0] ? c->reference : c->to;
     submit(c, 1, false, verify_found);
 }
 

@@ -31,10 +31,16 @@ tenant holding --reader-messages messages (first pages, cursor pages, filters ma
 and without again, and compares the middle run with the mean of the two around it: what admins
 reading logs cost the sends (their queries go to the read connections, OMNIGATE_DB_READ_POOL).
 
+The scenarios of issue 16 (test/bench/logscale.py), each on a database of its own in the same
+cluster: `cold` makes fallback sends on a database never analyzed and again after ANALYZE (the
+rate of the last 5 s of each); `logs_scale` (only when asked for: it loads 10 million sends)
+times every log filter's page, database and HTTP.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
                 [--steps-history 200000] [--idle-steps 100000] [--readers 8] [--reader-messages 1000000]
+                [--cold-duration 30] [--logs-messages 10000000] [--logs-queries 100]
 Scenarios: see SCENARIOS below. Results: DIR/bench.json and DIR/bench.md.
 """
 
@@ -52,6 +58,7 @@ import threading
 import time
 import urllib.request
 
+import logscale
 import readers
 import statuses
 import steps
@@ -823,6 +830,14 @@ def sc_steps_idle(b):
         "pg_cpu_us_per_req": float("nan"), "rss_kib": rss_kib(b.og.pid), "steps_idle": idle})
 
 
+def sc_cold(b):
+    logscale.cold(b, sys.modules[__name__])
+
+
+def sc_logs_scale(b):
+    logscale.logs_scale(b, sys.modules[__name__])
+
+
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
@@ -841,7 +856,12 @@ SCENARIOS = {
     # After every load scenario: the idle window needs nothing else running.
     "steps_idle": sc_steps_idle,
     "idle": sc_idle,
+    # Each on a database of its own (test/bench/logscale.py).
+    "cold": sc_cold,
+    "logs_scale": sc_logs_scale,
 }
+# Not run unless asked for (--scenarios): loading 10 million sends takes minutes.
+OPT_IN = ("logs_scale",)
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2")
 
@@ -938,7 +958,7 @@ def targets(b):
         v = r["rps"] / r["ideal_rps"]
         out.append(("2,000 sends at 200 ms: sends/s / (concurrency / latency)", "%.2f (%.0f of %.0f)" % (
             v, r["rps"], r["ideal_rps"]), ">= 0.90", v >= 0.9))
-    return out
+    return out + logscale.targets(b)
 
 
 def chart(b, path):
@@ -1124,6 +1144,7 @@ def report(b, dur, path, png):
     lines += status_report(b)
     lines += readers_report(b)
     lines += steps_report(b)
+    lines += logscale.report(b)
     if dur:
         lines += ["", "Durability: %d sends answered 2xx; %d of the send tenants' messages completed in the "
                   "database (`sent`, or `delivered`/`read`/`undelivered` since), each with its "
@@ -1141,7 +1162,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--omnigate", required=True)
     ap.add_argument("--sim", required=True)
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s not in OPT_IN))
     ap.add_argument("--duration", type=int, default=10)
     ap.add_argument("--conns", type=int, default=64)
     ap.add_argument("--workers", type=int, default=1)
@@ -1167,6 +1188,12 @@ def main():
                     help="fallback_readers: concurrent log readers alongside the sends")
     ap.add_argument("--reader-messages", type=int, default=1000000,
                     help="fallback_readers: messages in the readers' tenant (generated in SQL)")
+    ap.add_argument("--cold-duration", type=int, default=30,
+                    help="cold: seconds of sends on the never-analyzed database, and again after ANALYZE")
+    ap.add_argument("--logs-messages", type=int, default=10000000,
+                    help="logs_scale: unified sends of the tenant whose log pages are measured")
+    ap.add_argument("--logs-queries", type=int, default=100,
+                    help="logs_scale: pages per filter (the first, then at random cursors)")
     args = ap.parse_args()
     names = [s for s in args.scenarios.split(",") if s]
     for n in names:

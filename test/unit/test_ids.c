@@ -171,6 +171,36 @@ static void test_random_fills(void **state)
     free(buf);
 }
 
+/* The floor of a millisecond is the smallest reference of it: every reference of that
+ * millisecond sorts at or after it and every earlier one before it (as strings, which is how
+ * PostgreSQL compares them); the range's ends are clamped. */
+static void test_reference_floor(void **state)
+{
+    char floor[OG_IDS_REFERENCE_SIZE], ref[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference_floor(floor, 0);
+    assert_string_equal(floor, "kf_00000000000000000000000000");
+    og_ids_reference_floor(floor, UINT64_C(1764080725123));
+    assert_string_equal(floor, "kf_01KAXPFB430000000000000000");
+    assert_true(og_ids_reference_valid(floor));
+    uint64_t t = 0;
+    assert_true(og_ids_reference_time(floor, &t));
+    assert_true(t == UINT64_C(1764080725123));
+    for (int i = 0; i < 1000; i++) {
+        og_ids_reference(ref, UINT64_C(1764080725123));
+        assert_true(strcmp(ref, floor) >= 0);
+        og_ids_reference(ref, UINT64_C(1764080725122));
+        assert_true(strcmp(ref, floor) < 0);
+    }
+    og_ids_reference_floor(floor, OG_IDS_TIME_MAX);
+    assert_string_equal(floor, "kf_7ZZZZZZZZZ0000000000000000");
+    og_ids_reference_floor(floor, OG_IDS_TIME_MAX + 1);
+    assert_string_equal(floor, "kf_80000000000000000000000000");
+    og_ids_reference_floor(ref, UINT64_MAX);
+    assert_string_equal(ref, floor);
+    og_ids_reference(ref, OG_IDS_TIME_MAX);
+    assert_true(strcmp(ref, floor) < 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -182,6 +212,7 @@ int main(void)
         cmocka_unit_test(test_reference_unique),
         cmocka_unit_test(test_reference_crockford_alphabet),
         cmocka_unit_test(test_reference_valid_rejects),
+        cmocka_unit_test(test_reference_floor),
         cmocka_unit_test(test_random_fills),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -283,6 +283,66 @@ static void test_close_writes_the_rest(void **state)
     close(p[1]);
 }
 
+/* RFC 3339 times to milliseconds, rounded up: known answers (offsets, fractions, the leap
+ * day and second, before 1970) and what is refused (malformed, or no such date). */
+static void test_time_parse_rfc3339(void **state)
+{
+    static const struct {
+        const char *s;
+        int64_t ms;
+    } ok[] = {
+        {"1970-01-01T00:00:00Z", 0},
+        {"2025-11-25T14:25:25.123Z", INT64_C(1764080725123)},
+        {"2025-11-25t14:25:25.123z", INT64_C(1764080725123)},
+        {"2025-11-25T14:25:25.1230Z", INT64_C(1764080725123)},
+        {"2025-11-25T14:25:25.1231Z", INT64_C(1764080725124)},
+        {"2025-11-25T14:25:25.122000001Z", INT64_C(1764080725123)},
+        {"2025-11-25T14:25:25Z", INT64_C(1764080725000)},
+        {"2025-11-25T15:55:25.123+01:30", INT64_C(1764080725123)},
+        {"2025-11-25T09:25:25.123-05:00", INT64_C(1764080725123)},
+        {"1969-12-31T23:59:59.999Z", -1},
+        {"1969-12-31T23:59:59.9991Z", 0},
+        {"2000-02-29T00:00:00Z", INT64_C(951782400000)},
+        {"2024-02-29T12:00:00Z", INT64_C(1709208000000)},
+        {"2016-12-31T23:59:60Z", INT64_C(1483228800000)},
+        {"0001-01-01T00:00:00Z", INT64_C(-62135596800000)},
+        {"9999-12-31T23:59:59.999Z", INT64_C(253402300799999)},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        int64_t ms = 42;
+        if (!og_time_parse_rfc3339(ok[i].s, &ms) || ms != ok[i].ms)
+            fail_msg("%s: got %lld", ok[i].s, (long long)ms);
+    }
+    static const char *const bad[] = {
+        "",
+        "2026-11-22",
+        "2026-11-22T14:05:25",
+        "2026-11-22 14:05:25Z",
+        "2026-11-22T14:05:25.Z",
+        "2026-11-22T14:05:25.1234567891Z",
+        "2026-11-22T14:05:25ZZ",
+        "2026-11-22T24:00:00Z",
+        "2026-11-22T14:60:00Z",
+        "2026-11-22T14:05:61Z",
+        "2026-13-01T00:00:00Z",
+        "2026-00-01T00:00:00Z",
+        "2026-11-00T00:00:00Z",
+        "2026-04-31T00:00:00Z",
+        "2025-02-29T00:00:00Z",
+        "1900-02-29T00:00:00Z",
+        "2026-11-22T14:05:25+24:00",
+        "2026-11-22T14:05:25+05:60",
+        "2026-11-22T14:05:25+0500",
+        "2026-11-22T14:05:25+05:00x",
+        "+2026-11-22T14:05:25Z",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t ms = 0;
+        if (og_time_parse_rfc3339(bad[i], &ms))
+            fail_msg("%s: accepted as %lld", bad[i], (long long)ms);
+    }
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -294,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_terminal_through_own_description),
         cmocka_unit_test(test_reader_gone_drops),
         cmocka_unit_test(test_close_writes_the_rest),
+        cmocka_unit_test(test_time_parse_rfc3339),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

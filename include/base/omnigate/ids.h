@@ -25,6 +25,15 @@ void og_ids_random(void *buf, size_t n);
  * strings and as bytes; within one millisecond their order is random. */
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms);
 
+/* The latest time a reference can carry: 2^48 - 1 milliseconds after the epoch (in 10889). */
+#define OG_IDS_TIME_MAX ((UINT64_C(1) << 48) - 1)
+
+/* Writes into `out` the smallest reference of millisecond `ms`: "kf_", its 10 time characters
+ * and 16 zeros. Every reference made in that millisecond or later sorts at or after it, every
+ * earlier one before it, so a time range is a range of references (the log filters since and
+ * until, retention). A time past OG_IDS_TIME_MAX gives a string after every reference. */
+void og_ids_reference_floor(char out[OG_IDS_REFERENCE_SIZE], uint64_t ms);
+
 /* Wall-clock time in milliseconds since the epoch (references, attempt times). */
 uint64_t og_ids_now_ms(void);
 

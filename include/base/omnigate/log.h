@@ -106,4 +106,11 @@ int og_log_wait_fd(const og_log_t *l);
 /* Formats the current UTC time as RFC 3339 with milliseconds ("2026-11-22T14:05:25.123Z"). */
 void og_time_rfc3339(char out[32]);
 
+/* Reads an RFC 3339 date-time, strictly ("2026-11-22T14:05:25Z", an optional fraction of up to
+ * 9 digits, then Z or an offset +hh:mm / -hh:mm; T and Z in either case) into milliseconds
+ * since the epoch, negative before 1970, rounded up to the millisecond: a time in whole
+ * milliseconds is at or after `s` exactly when it is >= *ms, and before `s` exactly when it is
+ * < *ms. False when `s` is malformed or names no date of the calendar (2026-02-30). */
+bool og_time_parse_rfc3339(const char *s, int64_t *ms);
+
 #endif
