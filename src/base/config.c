@@ -86,6 +86,10 @@ static const cfg_entry_t settings[] = {
      OFF(auth_ttl_ms),
      "how long a worker trusts a cached token and tenant, in milliseconds (a revocation or plan change "
      "takes effect within it; tests shorten it)"},
+    {"circuit_breaker", "OMNIGATE_CIRCUIT_BREAKER", "--circuit-breaker", CFG_BOOL, "true", 0, 0, NULL, 0,
+     OFF(circuit_breaker),
+     "stop calling a provider channel that keeps failing, per worker (API.md §13; false only to measure "
+     "without it)"},
     {"access_log", "OMNIGATE_ACCESS_LOG", "--access-log", CFG_BOOL, "true", 0, 0, NULL, 0, OFF(access_log),
      "write one log line per request (true/false, yes/no, on/off, 1/0)"},
     {"log_level", "OMNIGATE_LOG_LEVEL", "--log-level", CFG_ENUM, "info", 0, 0, log_levels, 0, OFF(log_level),

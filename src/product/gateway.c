@@ -89,6 +89,7 @@ static int gw_start(og_worker_t *w)
     if (gw->hc == NULL)
         return -1;
     og_hc_set_metrics(gw->hc, w->m);
+    og_providers_init(&gw->prov, gw->hc, w->cfg);
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
     if (gw->auth == NULL)
         return -1;

@@ -444,7 +444,7 @@ static void engine_start(og_engine_t *e, int i)
     c->att_at_ms[i] = og_ids_now_ms();
     c->att[i].done = attempt_done;
     c->att[i].arg = c;
-    og_attempt_start(c->gw->hc, c->gw->w->cfg, c->ch[i], &c->params[i], &c->att[i]);
+    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], &c->att[i]);
 }
 
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */

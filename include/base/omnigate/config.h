@@ -33,6 +33,7 @@ typedef struct og_config {
     int drain_delay_ms;      /* OMNIGATE_DRAIN_DELAY_MS, default 1000 */
     int auth_ttl_ms;         /* OMNIGATE_AUTH_TTL_MS, default 1000 */
     bool access_log;         /* OMNIGATE_ACCESS_LOG, default true */
+    bool circuit_breaker;    /* OMNIGATE_CIRCUIT_BREAKER, default true */
     char *log_level;         /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
     /* Providers (API.md §8); used from the unified-send issue on. */
     char *meta_base_url;    /* OMNIGATE_META_BASE_URL, default https://graph.facebook.com */
