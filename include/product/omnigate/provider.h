@@ -41,6 +41,9 @@ typedef struct og_attempt_result {
      * logged-out WhatsApp session): every attempt on this channel will fail until an operator
      * fixes it. Worth an alert; og_attempt also logs a warning. */
     bool bad_credential;
+    /* The provider says the recipient has no WhatsApp (Meta 131026, WAHA "not registered on
+     * WhatsApp"): remembered for every tenant (nowa.h). */
+    bool not_on_whatsapp;
 } og_attempt_result_t;
 
 typedef struct og_provider {
