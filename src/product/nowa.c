@@ -117,7 +117,7 @@ int og_nowa_mark_stmt(og_nowa_t *n, og_db_op_t *op, int slot, const char *number
     return 1;
 }
 
-/* What og_nowa_from_statuses (sql/009) acts on. */
+/* What og_nowa_from_statuses (sql/010) acts on. */
 static bool relevant(const json_t *s)
 {
     const char *ch = json_string_value(json_object_get(s, "channel"));

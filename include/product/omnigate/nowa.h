@@ -1,6 +1,6 @@
 /*
  * Numbers not on WhatsApp (API.md §13): the fact, shared by every instance through PostgreSQL
- * (sql/009_not_on_whatsapp.sql), that a number has no WhatsApp, and a per-worker cache of it.
+ * (sql/010_not_on_whatsapp.sql), that a number has no WhatsApp, and a per-worker cache of it.
  * Responsible for answering "skip WhatsApp for this number?" cheaply and for the statements
  * that record the fact; not for deciding what a send does with the answer (send.c).
  *
