@@ -11,6 +11,7 @@ const char OG_ERR_PROVIDER_REJECTED[] = "provider_rejected";
 const char OG_ERR_PROVIDER_ERROR[] = "provider_error";
 const char OG_ERR_PROVIDER_RATE_LIMITED[] = "provider_rate_limited";
 const char OG_ERR_NOT_CONFIGURED[] = "not_configured";
+const char OG_ERR_PROVIDER_UNAVAILABLE[] = "provider_unavailable";
 
 const char *const og_attempt_outcomes[OG_ATTEMPT_OUTCOMES] = {
     "sent",
@@ -20,6 +21,7 @@ const char *const og_attempt_outcomes[OG_ATTEMPT_OUTCOMES] = {
     OG_ERR_PROVIDER_ERROR,
     OG_ERR_PROVIDER_RATE_LIMITED,
     OG_ERR_NOT_CONFIGURED,
+    OG_ERR_PROVIDER_UNAVAILABLE,
 };
 
 static const char *const channel_names[OG_CH__COUNT] = {

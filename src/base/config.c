@@ -98,6 +98,14 @@ static const cfg_entry_t settings[] = {
      OFF(auth_ttl_ms),
      "how long a worker trusts a cached token and tenant, in milliseconds (a revocation or plan change "
      "takes effect within it; tests shorten it)"},
+    {"not_on_whatsapp_ttl_s", "OMNIGATE_NOT_ON_WHATSAPP_TTL_S", "--not-on-whatsapp-ttl-s", CFG_INT, "86400",
+     1, 31536000, NULL, 0, OFF(not_on_whatsapp_ttl_s),
+     "how long a number a provider said has no WhatsApp is skipped on the WhatsApp channels, in seconds "
+     "(API.md §13)"},
+    {"circuit_breaker", "OMNIGATE_CIRCUIT_BREAKER", "--circuit-breaker", CFG_BOOL, "true", 0, 0, NULL, 0,
+     OFF(circuit_breaker),
+     "stop calling a provider channel that keeps failing, per worker (API.md §13; false only to measure "
+     "without it)"},
     {"access_log", "OMNIGATE_ACCESS_LOG", "--access-log", CFG_BOOL, "true", 0, 0, NULL, 0, OFF(access_log),
      "write one log line per request (true/false, yes/no, on/off, 1/0)"},
     {"log_level", "OMNIGATE_LOG_LEVEL", "--log-level", CFG_ENUM, "info", 0, 0, log_levels, 0, OFF(log_level),

@@ -65,6 +65,8 @@ void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid)
     og_metrics_gauge(&s->conns_idle, 0);
     og_metrics_gauge(&s->draining, 0);
     og_metrics_gauge(&s->loop_lag_max_us, 0);
+    for (int i = 0; i < OG_M_CHANNELS; i++)
+        og_metrics_gauge(&s->circuit_state[i], 0);
 }
 
 static inline uint64_t get(const uint64_t *c)
@@ -246,6 +248,15 @@ static const metric_t metrics[] = {
      NULL, false,
      "Provider status callbacks (API.md §10): statuses applied, duplicate or for an unknown message id, and "
      "requests refused for a bad signature or body."},
+    {"omnigate_circuit_state", M_GAUGE, DIM_CHANNEL, DIM_NONE, SLOT(circuit_state), FOLD_MAX, NULL, false,
+     "Circuit breaker of each channel (API.md §13), the worst of the workers': 0 closed, 1 half-open, 2 "
+     "open."},
+    {"omnigate_circuit_transitions_total", M_COUNTER, DIM_CHANNEL, DIM_NONE, SLOT(circuit_transitions),
+     FOLD_SUM, NULL, false, "Circuit breaker state changes, by channel, all workers."},
+    {"omnigate_circuit_refused_total", M_COUNTER, DIM_CHANNEL, DIM_NONE, SLOT(circuit_refused), FOLD_SUM,
+     NULL, false, "Attempts failed at once (provider_unavailable) because the channel's circuit was open."},
+    SUMMED("omnigate_not_on_whatsapp_skips_total", M_COUNTER, not_on_whatsapp_skips,
+           "Sends that skipped the WhatsApp channels because the number is remembered as not on WhatsApp."),
     SUMMED(
         "omnigate_statuses_waiting", M_GAUGE, statuses_waiting,
         "Statuses received in the last 10 minutes still waiting for their attempt (sampled every second)."),

@@ -98,6 +98,11 @@ struct og_metrics_slot *og_hc_metrics(og_hc_t *hc)
     return hc->metrics;
 }
 
+uv_loop_t *og_hc_loop(og_hc_t *hc)
+{
+    return hc->loop;
+}
+
 og_log_t *og_hc_log(og_hc_t *hc)
 {
     return hc->log;

@@ -231,7 +231,7 @@ static void call_provider(fb_t *f)
     snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
     params_for(f);
     f->att = (og_attempt_t){.done = attempted, .arg = f};
-    og_attempt_start(f->gw->hc, f->gw->w->cfg, f->ch[f->next], &f->params, &f->att);
+    og_attempt_start(&f->gw->prov, f->ch[f->next], &f->params, &f->att);
 }
 
 static void begun(og_db_op_t *op, og_db_status_t st)

@@ -13,6 +13,7 @@
 #include "omnigate/ids.h"
 #include "omnigate/http_client.h"
 #include "omnigate/logs_api.h"
+#include "omnigate/nowa.h"
 #include "omnigate/ops.h"
 #include "omnigate/otp.h"
 #include "omnigate/send.h"
@@ -96,6 +97,7 @@ static int gw_start(og_worker_t *w)
     if (gw->hc == NULL)
         return -1;
     og_hc_set_metrics(gw->hc, w->m);
+    og_providers_init(&gw->prov, gw->hc, w->cfg);
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
     if (gw->auth == NULL)
         return -1;
@@ -108,6 +110,9 @@ static int gw_start(og_worker_t *w)
         gethostname(host, sizeof(host) - 1);
         og_ids_random(&tag, sizeof(tag));
         snprintf(owner, sizeof(owner), "%.63s:%d:%08x", host, (int)getpid(), tag);
+        gw->nowa = og_nowa_new(&w->loop, gw->db, w->cfg->not_on_whatsapp_ttl_s);
+        if (gw->nowa == NULL)
+            return -1;
         gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
         if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0)
             return -1;
@@ -129,6 +134,7 @@ static void gw_piece_closed(void *arg)
         gw->w->app_data = NULL;
         if (gw->jobs != NULL)
             og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
+        og_nowa_free(gw->nowa);
         free(gw);
     }
 }

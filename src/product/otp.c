@@ -196,7 +196,7 @@ static void start_sms(sms_ctx_t *c, void (*done)(og_attempt_t *))
     c->att.done = done;
     c->att.arg = c;
     c->provider_called = true;
-    og_attempt_start(c->gw->hc, c->gw->w->cfg, OG_CH_SMS, &c->params, &c->att);
+    og_attempt_start(&c->gw->prov, OG_CH_SMS, &c->params, &c->att);
 }
 
 /* ---- POST /api/sms/send -------------------------------------------------------------------- */

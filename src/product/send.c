@@ -15,6 +15,7 @@
 #include "omnigate/send.h"
 #include "omnigate/gateway.h"
 #include "omnigate/idem.h"
+#include "omnigate/nowa.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
 #include "omnigate/phone.h"
@@ -407,6 +408,13 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
     }
     if (sms_idx >= 0)
         n += sms_record_stmt(c, op, n, &c->att[sms_idx].result);
+    /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
+    for (int k = 0; k < e->started; k++) {
+        if (c->att[k].result.not_on_whatsapp && c->gw->nowa != NULL) {
+            n += og_nowa_mark_stmt(c->gw->nowa, op, n, c->to);
+            break;
+        }
+    }
     n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
     op->nstmts = n;
     op->write = true;
@@ -444,7 +452,7 @@ static void engine_start(og_engine_t *e, int i)
     c->att_at_ms[i] = og_ids_now_ms();
     c->att[i].done = attempt_done;
     c->att[i].arg = c;
-    og_attempt_start(c->gw->hc, c->gw->w->cfg, c->ch[i], &c->params[i], &c->att[i]);
+    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], &c->att[i]);
 }
 
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */
@@ -504,6 +512,48 @@ static void claimed(og_idem_t *i)
     og_db_submit(c->gw->db, op);
 }
 
+/* Claims the key (if any), then inserts the pending message (claimed). */
+static void claim(send_ctx_t *c)
+{
+    /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
+    uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
+    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed, c);
+}
+
+/* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are
+ * skipped (reason not_on_whatsapp) and the plan starts with the next channel. */
+static void nowa_checked(void *arg, bool remembered)
+{
+    send_ctx_t *c = arg;
+    if (!remembered) {
+        claim(c);
+        return;
+    }
+    int kept = 0;
+    for (int i = 0; i < c->nch; i++) {
+        if (c->ch[i] == OG_CH_SMS) {
+            c->ch[kept] = c->ch[i];
+            c->params[kept] = c->params[i];
+            c->token_sealed[kept++] = c->token_sealed[i];
+        } else {
+            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(c->ch[i]),
+                                                        "reason", "not_on_whatsapp"));
+        }
+    }
+    c->nch = kept;
+    if (c->gw->w->m != NULL)
+        og_metrics_add(&c->gw->w->m->not_on_whatsapp_skips, 1);
+    if (c->nch == 0) {
+        og_err_t err = {0};
+        og_err_fail(&err, "no_channel_available", "channels",
+                    "the number has no WhatsApp (a provider said so) and no other channel was requested");
+        og_api_send_error(c->req, &err, json_pack("{s:O}", "skipped", c->skipped), NULL, NULL, 0);
+        ctx_free(c);
+        return;
+    }
+    claim(c);
+}
+
 static void authed(og_auth_req_t *a)
 {
     send_ctx_t *c = (send_ctx_t *)a;
@@ -529,9 +579,14 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
-    uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, a->tenant->id, "omni", lease_ms, claimed, c);
+    bool whatsapp = false;
+    for (int i = 0; i < c->nch; i++)
+        whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
+    if (whatsapp && c->gw->nowa != NULL) {
+        og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+        return;
+    }
+    claim(c);
 }
 
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)

@@ -45,6 +45,7 @@ static void run(og_step_t *step, void *arg)
     op->stmts[0].values[0] = r->older_s;
     int n = 1 + og_jobs_close_stmt(step, op, 1);
     op->stmts[n++].stmt = OG_Q_SWEEP_NEXT;
+    op->stmts[n++].stmt = OG_Q_NOWA_PRUNE; /* numbers no longer remembered as not on WhatsApp */
     op->nstmts = n;
     op->write = true;
     op->done = swept;

@@ -19,6 +19,7 @@
 #include "omnigate/api.h"
 #include "omnigate/gateway.h"
 #include "omnigate/hmac.h"
+#include "omnigate/nowa.h"
 #include "omnigate/provider.h"
 #include "omnigate/store.h"
 #include "omnigate/token.h"
@@ -438,8 +439,8 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
     wh_op_t *o = gw->db != NULL ? calloc(1, sizeof(*o)) : NULL;
     if (o != NULL)
         o->json = json_dumps(statuses, JSON_COMPACT);
-    json_decref(statuses);
     if (o == NULL || o->json == NULL) {
+        json_decref(statuses);
         free(o);
         og_api_error(req, "unavailable", NULL, gw->db == NULL ? "no database" : "out of memory");
         return;
@@ -447,9 +448,11 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
     o->gw = gw;
     o->req = req;
     o->ch = ch;
-    o->op.nstmts = 1;
     o->op.stmts[0].stmt = OG_Q_STATUS_APPLY;
     o->op.stmts[0].values[0] = o->json;
+    /* In the same transaction: what the statuses say about numbers without WhatsApp. */
+    o->op.nstmts = 1 + og_nowa_statuses_stmt(gw->nowa, &o->op, 1, statuses, o->json);
+    json_decref(statuses);
     o->op.write = true;
     o->op.done = recorded;
     og_db_submit(gw->db, &o->op);

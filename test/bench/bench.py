@@ -674,6 +674,44 @@ def sc_slow2000(b):
     r["ideal_rps"] = 2000 / 0.2
 
 
+def sc_meta_down(b):
+    """Issue 19: fallback sends whatsapp_meta then sms, attempt timeout 1 s, in three runs of the
+    same length: Meta healthy; Meta hanging (simulator rule) with the circuit breaker; Meta
+    hanging without it (OMNIGATE_CIRCUIT_BREAKER=false). No warm-up trips the breaker: each
+    hanging run starts with a closed circuit, so its first second (the first 20 attempts per
+    worker time out) is inside the measurement. Reported: each run's sends/s and p99, and the
+    Meta requests the simulator saw in each run."""
+    body = json.dumps({"to": "+6282{n}", "text": "Your order has shipped", "channels": ["whatsapp_meta", "sms"]})
+    script = b.lua("metadown", "POST", "/api/omni/send", [body], b.tokens)
+    extra = {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}
+
+    def meta_seen():
+        return b.sim_stats()["channels"]["whatsapp_meta"]["requests"]
+
+    def run(name, env, hang, note):
+        b.stop_gateway()
+        b.start_gateway(dict(extra, **env))
+        http_json("DELETE", b.sim_url("/__sim/rules"))
+        if hang:
+            st, j = http_json("POST", b.sim_url("/__sim/rules"), body={"channel": "whatsapp_meta", "behaviour": "hang"})
+            assert st == 201, j
+        m0 = meta_seen()
+        r = b.measure(name, b.og_url("/api/omni/send"), script=script, note=note, timeout="5s")
+        r["meta_requests"] = meta_seen() - m0
+        log("%s: the simulator saw %d Meta requests" % (name, r["meta_requests"]))
+        return r
+
+    healthy = run("meta_healthy", {}, False, "whatsapp_meta then sms, Meta healthy (attempt timeout 1 s)")
+    on = run("meta_down_breaker", {}, True, "Meta hangs, circuit breaker on")
+    off = run("meta_down_nobreaker", {"OMNIGATE_CIRCUIT_BREAKER": "false"}, True, "Meta hangs, breaker off")
+    http_json("DELETE", b.sim_url("/__sim/rules"))
+    b.stop_gateway()
+    b.start_gateway()
+    for r in (on, off):
+        log("%s vs meta_healthy: sends/s %.2f, p99 %.2f" % (r["scenario"], r["rps"] / max(healthy["rps"], 1),
+                                                          r["p99_ms"] / max(healthy["p99_ms"], 1e-9)))
+
+
 def sc_idle(b):
     """RSS per idle keep-alive connection: 10,000 connections each served one /healthz, on a
     freshly started gateway (after the load scenarios its allocator already holds freed memory
@@ -853,6 +891,7 @@ SCENARIOS = {
     "slow2000": sc_slow2000,
     "statuses": sc_statuses,
     "fallback_steps": sc_fallback_steps,
+    "meta_down": sc_meta_down,
     # After every load scenario: the idle window needs nothing else running.
     "steps_idle": sc_steps_idle,
     "idle": sc_idle,

@@ -758,7 +758,9 @@ static og_attempt_result_t run_attempt(og_channel_t ch, og_config_t *cfg, const 
     uv_timer_t tick; /* keeps uv_run(ONCE) returning while the server idles */
     uv_timer_init(&loop, &tick);
     uv_timer_start(&tick, tick_cb, 20, 20);
-    og_attempt_start(hc, cfg, ch, &p, &x.a);
+    og_providers_t pv;
+    og_providers_init(&pv, hc, cfg);
+    og_attempt_start(&pv, ch, &p, &x.a);
     assert_int_equal(x.done_calls, 0); /* never synchronous, not even not_configured */
     uv_update_time(&loop);
     uint64_t deadline = uv_now(&loop) + 5000;

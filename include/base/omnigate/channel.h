@@ -25,9 +25,10 @@ extern const char OG_ERR_PROVIDER_REJECTED[];     /* "provider_rejected" */
 extern const char OG_ERR_PROVIDER_ERROR[];        /* "provider_error" */
 extern const char OG_ERR_PROVIDER_RATE_LIMITED[]; /* "provider_rate_limited" */
 extern const char OG_ERR_NOT_CONFIGURED[];        /* "not_configured" */
+extern const char OG_ERR_PROVIDER_UNAVAILABLE[];  /* "provider_unavailable": circuit open, not called */
 
 /* Every attempt outcome in a fixed order: "sent", then the error codes above (metrics labels). */
-#define OG_ATTEMPT_OUTCOMES 7
+#define OG_ATTEMPT_OUTCOMES 8
 extern const char *const og_attempt_outcomes[OG_ATTEMPT_OUTCOMES];
 
 #endif

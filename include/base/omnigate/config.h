@@ -16,24 +16,26 @@ typedef struct og_config {
     char *listen;
     char listen_host[64];
     int listen_port;
-    int workers;             /* OMNIGATE_WORKERS, default: CPU count */
-    char *database_url;      /* OMNIGATE_DATABASE_URL, NULL when unset */
-    bool auto_migrate;       /* OMNIGATE_AUTO_MIGRATE: serve migrates first, default false */
-    int db_pool;             /* OMNIGATE_DB_POOL, connections per worker, default 2 */
-    int db_timeout_ms;       /* OMNIGATE_DB_TIMEOUT_MS, deadline of a database operation, default 5000 */
-    char *admin_token;       /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
-    char *secret;            /* OMNIGATE_SECRET, NULL when unset */
-    int attempt_timeout_ms;  /* OMNIGATE_ATTEMPT_TIMEOUT_MS, default 10000 */
-    size_t max_body_bytes;   /* OMNIGATE_MAX_BODY_BYTES, default 65536 */
-    size_t max_header_bytes; /* OMNIGATE_MAX_HEADER_BYTES, default 16384 */
-    int header_timeout_ms;   /* OMNIGATE_HEADER_TIMEOUT_MS, default 10000 */
-    int body_timeout_ms;     /* OMNIGATE_BODY_TIMEOUT_MS, default 30000 */
-    int idle_timeout_ms;     /* OMNIGATE_IDLE_TIMEOUT_MS, default 60000 */
-    int drain_timeout_ms;    /* OMNIGATE_DRAIN_TIMEOUT_MS, default 30000 */
-    int drain_delay_ms;      /* OMNIGATE_DRAIN_DELAY_MS, default 1000 */
-    int auth_ttl_ms;         /* OMNIGATE_AUTH_TTL_MS, default 1000 */
-    bool access_log;         /* OMNIGATE_ACCESS_LOG, default true */
-    char *log_level;         /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
+    int workers;               /* OMNIGATE_WORKERS, default: CPU count */
+    char *database_url;        /* OMNIGATE_DATABASE_URL, NULL when unset */
+    bool auto_migrate;         /* OMNIGATE_AUTO_MIGRATE: serve migrates first, default false */
+    int db_pool;               /* OMNIGATE_DB_POOL, connections per worker, default 2 */
+    int db_timeout_ms;         /* OMNIGATE_DB_TIMEOUT_MS, deadline of a database operation, default 5000 */
+    char *admin_token;         /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
+    char *secret;              /* OMNIGATE_SECRET, NULL when unset */
+    int attempt_timeout_ms;    /* OMNIGATE_ATTEMPT_TIMEOUT_MS, default 10000 */
+    size_t max_body_bytes;     /* OMNIGATE_MAX_BODY_BYTES, default 65536 */
+    size_t max_header_bytes;   /* OMNIGATE_MAX_HEADER_BYTES, default 16384 */
+    int header_timeout_ms;     /* OMNIGATE_HEADER_TIMEOUT_MS, default 10000 */
+    int body_timeout_ms;       /* OMNIGATE_BODY_TIMEOUT_MS, default 30000 */
+    int idle_timeout_ms;       /* OMNIGATE_IDLE_TIMEOUT_MS, default 60000 */
+    int drain_timeout_ms;      /* OMNIGATE_DRAIN_TIMEOUT_MS, default 30000 */
+    int drain_delay_ms;        /* OMNIGATE_DRAIN_DELAY_MS, default 1000 */
+    int auth_ttl_ms;           /* OMNIGATE_AUTH_TTL_MS, default 1000 */
+    bool access_log;           /* OMNIGATE_ACCESS_LOG, default true */
+    bool circuit_breaker;      /* OMNIGATE_CIRCUIT_BREAKER, default true */
+    int not_on_whatsapp_ttl_s; /* OMNIGATE_NOT_ON_WHATSAPP_TTL_S, default 86400 */
+    char *log_level;           /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
     /* Providers (API.md §8); used from the unified-send issue on. */
     char *meta_base_url;    /* OMNIGATE_META_BASE_URL, default https://graph.facebook.com */
     char *meta_api_version; /* OMNIGATE_META_API_VERSION, default v21.0 */

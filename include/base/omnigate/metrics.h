@@ -64,8 +64,11 @@ typedef struct og_metrics_slot {
     uint64_t db_timeouts; /* OMNIGATE_DB_TIMEOUT_MS: connections dropped and queued ops failed */
     uint64_t rate_limited;
     uint64_t log_query_timeouts;
-    uint64_t log_dropped;    /* log lines the worker's logger dropped (log.h) */
-    og_m_hist_t loop_lag_us; /* how late the worker's lag timer ran (worker.h) */
+    uint64_t log_dropped;                        /* log lines the worker's logger dropped (log.h) */
+    uint64_t circuit_transitions[OG_M_CHANNELS]; /* breaker state changes (breaker.h) */
+    uint64_t circuit_refused[OG_M_CHANNELS];     /* attempts failed at once by an open circuit */
+    uint64_t not_on_whatsapp_skips;              /* sends that skipped WhatsApp for a remembered number */
+    og_m_hist_t loop_lag_us;                     /* how late the worker's lag timer ran (worker.h) */
     /* gauges */
     uint64_t statuses_waiting; /* set by the worker that sweeps (gateway.c) */
     uint64_t steps_running;
@@ -78,7 +81,8 @@ typedef struct og_metrics_slot {
     uint64_t conns_idle;
     uint64_t draining;
     uint64_t accepted;
-    uint64_t loop_lag_max_us; /* the largest loop lag of the worker's recent window (worker.h) */
+    uint64_t loop_lag_max_us;              /* the largest loop lag of the worker's recent window (worker.h) */
+    uint64_t circuit_state[OG_M_CHANNELS]; /* 0 closed, 1 half-open, 2 open (breaker.h) */
 } og_metrics_slot_t;
 
 typedef struct og_metrics {

@@ -47,6 +47,12 @@ enum og_store_stmt {
     OG_Q_MSG_INSERT,
     OG_Q_MSG_COMPLETE,
     OG_Q_MSG_MARK_UNKNOWN,
+
+    /* sql/queries/nowa.sql */
+    OG_Q_NOWA_GET,
+    OG_Q_NOWA_MARK,
+    OG_Q_NOWA_STATUSES,
+    OG_Q_NOWA_PRUNE,
     /* sql/queries/sms.sql */
     OG_Q_SMS_PENDING,
     OG_Q_SMS_FINISH,

@@ -107,6 +107,9 @@ void og_hc_req_clear(og_hc_req_t *r);
 
 /* The log given to og_hc_new (may be NULL). */
 og_log_t *og_hc_log(og_hc_t *hc);
+
+/* The loop given to og_hc_new. */
+uv_loop_t *og_hc_loop(og_hc_t *hc);
 /* The worker's metrics slot provider attempts are recorded in (NULL: none). */
 struct og_metrics_slot;
 void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m);

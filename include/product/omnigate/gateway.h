@@ -9,6 +9,7 @@
 #include "omnigate/auth.h"
 #include "omnigate/db.h"
 #include "omnigate/jobs.h"
+#include "omnigate/provider.h"
 #include "omnigate/ratelimit.h"
 #include "omnigate/worker.h"
 
@@ -24,9 +25,11 @@ typedef struct og_gw {
     og_db_t *rdb;
     og_jobs_t *jobs; /* durable steps of this worker, NULL without a database */
     og_auth_t *auth;
-    struct og_hc *hc; /* outbound HTTP to the providers */
-    og_rl_t rl;       /* per-tenant rate limit buckets of this worker */
-    int closing;      /* handles still closing in gateway stop */
+    struct og_hc *hc;     /* outbound HTTP to the providers */
+    og_providers_t prov;  /* what attempts need: hc, the configuration, the circuit breakers */
+    struct og_nowa *nowa; /* numbers not on WhatsApp (nowa.h); NULL without a database */
+    og_rl_t rl;           /* per-tenant rate limit buckets of this worker */
+    int closing;          /* handles still closing in gateway stop */
     /* Worker 0 only: the status sweep (gateway.c). */
     uv_timer_t sweep_timer;
     bool sweep_started;

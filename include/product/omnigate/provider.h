@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "omnigate/breaker.h"
 #include "omnigate/channel.h"
 #include "omnigate/config.h"
 #include "omnigate/http_client.h"
@@ -40,6 +41,9 @@ typedef struct og_attempt_result {
      * logged-out WhatsApp session): every attempt on this channel will fail until an operator
      * fixes it. Worth an alert; og_attempt also logs a warning. */
     bool bad_credential;
+    /* The provider says the recipient has no WhatsApp (Meta 131026, WAHA "not registered on
+     * WhatsApp"): remembered for every tenant (nowa.h). */
+    bool not_on_whatsapp;
 } og_attempt_result_t;
 
 typedef struct og_provider {
@@ -65,6 +69,17 @@ extern const og_provider_t og_provider_meta;
 extern const og_provider_t og_provider_waha;
 extern const og_provider_t og_provider_twilio;
 
+/* What attempts need of their worker: its HTTP client and configuration, and one circuit
+ * breaker per channel (breaker.h). One per worker, in the gateway's state. */
+typedef struct og_providers {
+    og_hc_t *hc;
+    const og_config_t *cfg;
+    og_breaker_t breaker[OG_CH__COUNT];
+    uint64_t transitions_reported[OG_CH__COUNT]; /* of breaker[i].transitions, in the metrics */
+} og_providers_t;
+
+void og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg);
+
 /* One attempt: build, send on the worker's HTTP client, classify, call done. */
 typedef struct og_attempt og_attempt_t;
 struct og_attempt {
@@ -73,19 +88,21 @@ struct og_attempt {
     void *arg;
     /* private */
     og_hc_req_t req;
-    og_hc_t *hc;
+    og_providers_t *pv; /* NULL once done */
     const og_provider_t *prov;
     long timeout_ms;
     bool configured;
+    bool gated; /* went out through the channel's breaker: its ending is recorded there */
+    bool probe; /* the half-open breaker's probe */
 };
 
 /* Starts attempt a over channel ch; set a->done and a->arg first. a->done is called exactly
- * once, later from the loop (a not_configured failure too), except when the HTTP client has
- * finished closing: then it fails (provider_error, nothing sent) before this returns, so call
- * it last. a must stay valid until done, p need not. When done runs, a holds no
- * allocations: it may be freed or reused. */
-void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, const og_send_params_t *p,
-                      og_attempt_t *a);
+ * once, later from the loop (a not_configured failure too, and provider_unavailable when the
+ * channel's circuit is open: then nothing is sent), except when the HTTP client has finished
+ * closing: then it fails (provider_error, nothing sent) before this returns, so call it last.
+ * a must stay valid until done, p need not. When done runs, a holds no allocations: it may be
+ * freed or reused. */
+void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_t *p, og_attempt_t *a);
 
 /* The `error` object of a failed attempt as API.md §2 shows it: code, message, and
  * providerCode / httpStatus when the provider gave them. NULL for a sent attempt. */

@@ -124,6 +124,8 @@ static void meta_classify(long status, const char *body, size_t len, og_attempt_
                          text);
     } else {
         og_provider_fail_status(out, LABEL, status, text);
+        /* 131026 "Message undeliverable": the number has no WhatsApp (API.md §13). */
+        out->not_on_whatsapp = code == 131026;
     }
     json_decref(root);
 }

@@ -221,6 +221,28 @@ char *og_provider_url(const char *base, const char *fmt, ...)
 
 /* ---- one attempt --------------------------------------------------------------------------- */
 
+/* The breaker's view of how an attempt that went out ended (breaker.h). */
+static og_breaker_outcome_t breaker_outcome(const og_hc_req_t *req, const og_attempt_result_t *res)
+{
+    if (res->sent || res->error_code == OG_ERR_PROVIDER_REJECTED ||
+        res->error_code == OG_ERR_PROVIDER_RATE_LIMITED)
+        return OG_BREAKER_HEALTHY;
+    (void)req;
+    return OG_BREAKER_FAILED;
+}
+
+/* Mirrors channel ch's breaker in the worker's metrics. */
+static void breaker_metrics(og_providers_t *pv, og_channel_t ch)
+{
+    og_metrics_slot_t *m = og_hc_metrics(pv->hc);
+    if (m == NULL)
+        return;
+    const og_breaker_t *b = &pv->breaker[ch];
+    og_metrics_gauge(&m->circuit_state[ch], (uint64_t)b->state);
+    og_metrics_add(&m->circuit_transitions[ch], b->transitions - pv->transitions_reported[ch]);
+    pv->transitions_reported[ch] = b->transitions;
+}
+
 static void attempt_req_done(og_hc_req_t *req)
 {
     og_attempt_t *a = container_of(req, og_attempt_t, req);
@@ -251,7 +273,13 @@ static void attempt_req_done(og_hc_req_t *req)
         res->http_status = (int)req->http_status;
         res->latency_us = req->latency_us;
     }
-    og_hc_t *hc = a->hc;
+    og_providers_t *pv = a->pv;
+    og_hc_t *hc = pv != NULL ? pv->hc : NULL;
+    if (a->gated && req->result != OG_HC_CANCELLED) {
+        og_channel_t ch = a->prov->channel;
+        og_breaker_record(&pv->breaker[ch], uv_now(og_hc_loop(hc)), a->probe, breaker_outcome(req, res));
+        breaker_metrics(pv, ch);
+    }
     og_log_t *log = hc ? og_hc_log(hc) : NULL;
     if (hc != NULL && a->prov != NULL)
         og_metrics_attempt(og_hc_metrics(hc), (int)a->prov->channel, res->sent ? "sent" : res->error_code,
@@ -264,25 +292,52 @@ static void attempt_req_done(og_hc_req_t *req)
                og_log_escape(code, sizeof(code), res->provider_code, strlen(res->provider_code)));
     }
     og_hc_req_clear(req);
-    a->hc = NULL;
+    a->pv = NULL;
     a->done(a);
 }
 
-void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, const og_send_params_t *p,
-                      og_attempt_t *a)
+void og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg)
 {
+    memset(pv, 0, sizeof(*pv));
+    pv->hc = hc;
+    pv->cfg = cfg;
+    for (int i = 0; i < OG_CH__COUNT; i++)
+        og_breaker_init(&pv->breaker[i]);
+}
+
+void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_t *p, og_attempt_t *a)
+{
+    const og_config_t *cfg = pv->cfg;
+    og_hc_t *hc = pv->hc;
     memset(&a->result, 0, sizeof(a->result));
     memset(&a->req, 0, sizeof(a->req));
-    a->hc = hc;
+    a->pv = pv;
     a->prov = og_provider_get(ch);
+    a->gated = a->probe = false;
     a->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
     char why[200] = "";
     a->configured = a->prov != NULL && a->prov->build(cfg, p, &a->req, why, sizeof(why));
     int rc;
+    if (a->configured && cfg->circuit_breaker) {
+        og_breaker_t *b = &pv->breaker[ch];
+        a->gated = og_breaker_allow(b, uv_now(og_hc_loop(hc)), &a->probe);
+        breaker_metrics(pv, ch);
+        if (!a->gated) {
+            og_hc_req_clear(&a->req);
+            a->configured = false;
+            og_provider_fail(&a->result, OG_ERR_PROVIDER_UNAVAILABLE,
+                             "%s failed repeatedly; not called while its circuit is open", a->prov->label);
+            og_metrics_slot_t *m = og_hc_metrics(hc);
+            if (m != NULL)
+                og_metrics_add(&m->circuit_refused[ch], 1);
+        }
+    }
     if (!a->configured) {
-        og_hc_req_clear(&a->req);
-        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s",
-                         why[0] ? why : "the channel is not configured");
+        if (a->result.error_code == NULL) {
+            og_hc_req_clear(&a->req);
+            og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s",
+                             why[0] ? why : "the channel is not configured");
+        }
         a->req.done = attempt_req_done;
         rc = og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
     } else {
@@ -293,8 +348,10 @@ void og_attempt_start(og_hc_t *hc, const og_config_t *cfg, og_channel_t ch, cons
     if (rc != 0) {
         /* The client refused it (it has finished closing) and will never call back: the
          * attempt fails here, nothing was sent. */
-        a->configured = false;
-        a->hc = NULL;
+        if (a->gated)
+            og_breaker_cancel(&pv->breaker[ch], a->probe);
+        a->configured = a->gated = false;
+        a->pv = NULL;
         og_provider_fail(&a->result, OG_ERR_PROVIDER_ERROR, "attempt not started: the HTTP client is closed");
         attempt_req_done(&a->req);
     }

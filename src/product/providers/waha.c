@@ -117,6 +117,8 @@ static void waha_classify(long status, const char *body, size_t len, og_attempt_
                          text);
     } else {
         og_provider_fail_status(out, LABEL, status, text);
+        /* WAHA: 400 "The number ... is not registered on WhatsApp" (API.md §13). */
+        out->not_on_whatsapp = status == 400 && strstr(msg, "not registered on WhatsApp") != NULL;
     }
     json_decref(root);
 }
