@@ -21,10 +21,14 @@
  * PQconnectStartParams arrays from it, with `hostaddr` from the lookups of that attempt and
  * our keepalive defaults where the conninfo sets none.
  *
- * A read pool (og_db_new_reader) differs in three places only: its connections' first unit sets
- * the session (statement_timeout, read-only, no parallel workers) instead of preparing; its statements go out
- * as text with their parameters (PQsendQueryParams: the unnamed statement, planned for the values at hand);
- * and a connection takes a unit only when it has none in flight (pick).
+ * A read pool (og_db_new_reader) differs in three places only: each of its units starts with a
+ * statement that sets the transaction (statement_timeout, read-only, no parallel workers) and it
+ * prepares nothing on connect; its statements go out as text with their parameters
+ * (PQsendQueryParams: the unnamed statement, planned for the values at hand); and a connection
+ * takes a unit only when it has none in flight (pick). The settings are the transaction's, not
+ * the session's: behind a transaction pooler a session's settings would stay on a server
+ * connection that is then lent to the write pool (a read-only default there made every write
+ * fail), and would be missing on the next one.
  */
 #include "omnigate/db.h"
 #include "omnigate/metrics.h"
@@ -108,6 +112,7 @@ typedef struct unit {
     bool prepare; /* the statement-preparing unit sent right after connecting */
     bool failed;
     bool read_only; /* a statement was refused because the server is read-only (25006) */
+    bool preamble;  /* the read pool's settings statement comes first: its results are no op's */
     uint64_t sent_us;
     uint64_t deadline_ms; /* sending + the timeout (the attempt's deadline, for the preparing unit) */
     og_db_op_t *cur;      /* op the next result belongs to */
@@ -193,7 +198,7 @@ struct og_db {
     int nstmts;
     /* A read pool (og_db_new_reader): every op is a read, see the top of this file. */
     bool reader;
-    char statement_timeout[16]; /* reader: the session's statement_timeout, in ms, as text */
+    char statement_timeout[16]; /* reader: each read transaction's statement_timeout, in ms, as text */
     uint64_t unit_grace_ms;     /* added to timeout_ms for a unit's deadline: the statement timeout */
     dbconn_t *conns;
     int nconns;
@@ -876,12 +881,16 @@ static void entries_free(dbconn_t *c)
 static bool params_build(dbconn_t *c, const entry_t *e, params_t *p)
 {
     const plan_t *pl = c->plan;
+    /* application_name, unless the conninfo or PGAPPNAME says: pg_stat_activity (and PgBouncer's
+     * SHOW CLIENTS) tell the write pool, the read pool and the listener apart. */
+    const char *app = c->listen ? "omnigate-listen" : c->db->reader ? "omnigate-read" : "omnigate";
     const char *const ka[][2] = {
         {"keepalives", "1"},
         {"keepalives_idle", pl->ka_idle},
         {"keepalives_interval", pl->ka_interval},
         {"keepalives_count", "3"},
         {"tcp_user_timeout", pl->user_timeout},
+        {"fallback_application_name", app},
     };
     size_t cap = (size_t)pl->nopts + sizeof(ka) / sizeof(ka[0]) + 4; /* + host, hostaddr, port, NULL */
     *p = (params_t){.kw = calloc(2 * cap, sizeof(char *))};
@@ -947,7 +956,8 @@ static void attempt_failed(dbconn_t *c, const char *why)
         char esc[256], host_esc[160];
         og_log_escape(esc, sizeof(esc), why, strlen(why));
         og_log_escape(host_esc, sizeof(host_esc), host, strlen(host));
-        og_log(db->log, OG_LOG_DEBUG, conn_msg(c, MSG_HOST), "\"conn\":%d,\"host\":\"%s\",\"addr\":\"%s\",\"error\":\"%s\"", c->idx, host_esc, e->addr,
+        og_log(db->log, OG_LOG_DEBUG, conn_msg(c, MSG_HOST),
+               "\"conn\":%d,\"host\":\"%s\",\"addr\":\"%s\",\"error\":\"%s\"", c->idx, host_esc, e->addr,
                esc);
         /* Kept before PQfinish frees it, without libpq's final newline. */
         size_t len = strlen(c->errors), wl = strlen(why);
@@ -1025,15 +1035,6 @@ static void send_prepares(dbconn_t *c)
         char sql[80];
         snprintf(sql, sizeof(sql), "LISTEN %s", db->channel);
         sent = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
-    } else if (db->reader) {
-        /* For the session: a read that runs longer is cancelled by the server itself (57014);
-         * nothing sent here can ever write; and a read is one backend, no parallel workers, so
-         * the pool's size bounds the server's cores its reads take (a parallel scan takes 3). */
-        static const char sql[] = "SELECT set_config('statement_timeout', $1, false), "
-                                  "set_config('default_transaction_read_only', 'on', false), "
-                                  "set_config('max_parallel_workers_per_gather', '0', false)";
-        const char *values[1] = {db->statement_timeout};
-        sent = PQsendQueryParams(c->pg, sql, 1, NULL, values, NULL, NULL, 0);
     }
     for (int i = 0; sent && c->prepared && i < db->nstmts; i++)
         sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
@@ -1093,7 +1094,8 @@ static void unit_done(dbconn_t *c, unit_t *u)
         char host[160];
         const char *h = PQhost(c->pg) != NULL ? PQhost(c->pg) : "";
         og_log_escape(host, sizeof(host), h, strlen(h));
-        og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED), "\"conn\":%d,\"host\":\"%s\",\"port\":\"%s\"", c->idx, host,
+        og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED),
+               "\"conn\":%d,\"host\":\"%s\",\"port\":\"%s\"", c->idx, host,
                PQport(c->pg) != NULL ? PQport(c->pg) : "");
         free(u);
         if (c->listen) {
@@ -1168,10 +1170,15 @@ static void take_result(dbconn_t *c, PGresult *r)
         unit_done(c, u);
         return;
     }
+    if (u->preamble && st != PGRES_FATAL_ERROR) { /* the read pool's settings: no op's result */
+        PQclear(r);
+        return;
+    }
     if (st == PGRES_FATAL_ERROR) {
         u->failed = true;
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-        u->read_only |= state != NULL && strcmp(state, "25006") == 0; /* read_only_sql_transaction */
+        /* read_only_sql_transaction; a read pool's own transactions are read-only by choice */
+        u->read_only |= !c->db->reader && state != NULL && strcmp(state, "25006") == 0;
         og_db_op_t *op = u->cur;
         if (op != NULL && op->error[0] == '\0') {
             const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -1200,6 +1207,10 @@ static void take_result(dbconn_t *c, PGresult *r)
 /* A NULL from PQgetResult ends one statement's results: move the cursor on. */
 static void next_statement(unit_t *u)
 {
+    if (u->preamble) { /* the read pool's settings: no op's */
+        u->preamble = false;
+        return;
+    }
     if (u->cur == NULL)
         return;
     if (++u->cur_stmt >= u->cur->nstmts) {
@@ -1270,6 +1281,19 @@ static void conn_io(dbconn_t *c, int events)
 static bool send_unit(dbconn_t *c, unit_t *u)
 {
     og_db_t *db = c->db;
+    if (db->reader) {
+        /* For the transaction (the unit, up to its Sync), never the session: see the top of
+         * this file. A read that runs longer is cancelled by the server itself (57014); nothing
+         * sent here can ever write; and a read is one backend, no parallel workers, so the
+         * pool's size bounds the server's cores its reads take (a parallel scan takes 3). */
+        static const char sql[] = "SELECT set_config('statement_timeout', $1, true), "
+                                  "set_config('transaction_read_only', 'on', true), "
+                                  "set_config('max_parallel_workers_per_gather', '0', true)";
+        const char *values[1] = {db->statement_timeout};
+        if (!PQsendQueryParams(c->pg, sql, 1, NULL, values, NULL, NULL, 0))
+            return false;
+        u->preamble = true;
+    }
     for (og_db_op_t *op = u->head; op; op = op->next) {
         for (int i = 0; i < op->nstmts; i++) {
             const og_db_stmt_t *s = &db->stmts[op->stmts[i].stmt];
@@ -1620,7 +1644,8 @@ bool og_db_set_listener(og_db_t *db, bool enabled, const char *conninfo)
 
 bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg)
 {
-    if (db->closing || db->reader || db->listen_off || db->listener.listen || fn == NULL || !channel_valid(channel))
+    if (db->closing || db->reader || db->listen_off || db->listener.listen || fn == NULL ||
+        !channel_valid(channel))
         return false;
     snprintf(db->channel, sizeof(db->channel), "%s", channel);
     db->notify = fn;

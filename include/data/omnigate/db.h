@@ -45,12 +45,13 @@
  * latest writes (log pages), possibly on a replica: its own connections, so a slow read never
  * sits in a pipeline in front of a write batch's COMMIT. Each of its connections runs one
  * operation at a time (a slow read delays no other read queued behind it on the server), its
- * sessions are read-only, without parallel workers (so the pool's size bounds the server's cores
- * its reads take) and with the given statement_timeout (the server cancels a longer statement:
- * og_db_cancelled), and its statements are sent with their text (never prepared:
- * nothing to prepare on connect, and each is planned for its actual parameters). A unit's
- * deadline there is the statement timeout plus the pool's timeout, so the server's cancellation
- * always comes first unless the server is silent.
+ * transactions are read-only, without parallel workers (so the pool's size bounds the server's
+ * cores its reads take) and with the given statement_timeout (the server cancels a longer
+ * statement: og_db_cancelled), all set per transaction so that a transaction pooler can sit in
+ * front; and its statements are sent with their text (never prepared: nothing to prepare on
+ * connect, and each is planned for its actual parameters). A unit's deadline there is the
+ * statement timeout plus the pool's timeout, so the server's cancellation always comes first
+ * unless the server is silent.
  */
 #ifndef OMNIGATE_DB_H
 #define OMNIGATE_DB_H
