@@ -10,6 +10,10 @@ PACKAGES=(
   libuv1-dev node-llhttp libpq-dev libcurl4-openssl-dev libjansson-dev libssl-dev
   libcmocka-dev python3-pytest
   postgresql-15 postgresql-client-15
+  # The failover and pooling tests (test_ha_failover.py, test_pgbouncer.py) and deploy/ha.sh.
+  # They run their own pgbouncer on a private port; the package's service (localhost:6432,
+  # no database configured) is not used and may be disabled.
+  postgresql-15-auto-failover pgbouncer
   wrk nginx-light haproxy gnuplot-nox linux-perf clang-format
   clang libclang-rt-dev
   curl ca-certificates procps

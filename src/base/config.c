@@ -56,6 +56,17 @@ static const cfg_entry_t settings[] = {
      "serve: apply pending schema migrations before starting (else refuse an older schema)"},
     {"db_pool", "OMNIGATE_DB_POOL", "--db-pool", CFG_INT, "2", 1, 64, NULL, 0, OFF(db_pool),
      "database connections per worker"},
+    {"db_prepared", "OMNIGATE_DB_PREPARED", "--db-prepared", CFG_BOOL, "true", 0, 0, NULL, 0,
+     OFF(db_prepared),
+     "prepare the statements once per connection; false sends each with its text (unnamed statements), "
+     "for a transaction pooler that does not keep prepared statements (PgBouncer before 1.21)"},
+    {"db_listen", "OMNIGATE_DB_LISTEN", "--db-listen", CFG_BOOL, "true", 0, 0, NULL, 0, OFF(db_listen),
+     "keep one LISTEN connection per worker for wake-ups of due steps; false: a timer finds them within "
+     "1 s"},
+    {"database_listen_url", "OMNIGATE_DATABASE_LISTEN_URL", "--database-listen-url", CFG_STRING, NULL, 0, 0,
+     NULL, CFG_SECRET, OFF(database_listen_url),
+     "PostgreSQL connection string of the LISTEN connection (unset: OMNIGATE_DATABASE_URL); set it to the "
+     "server itself when OMNIGATE_DATABASE_URL goes through a transaction pooler"},
     {"db_timeout_ms", "OMNIGATE_DB_TIMEOUT_MS", "--db-timeout-ms", CFG_INT, "5000", 100, 600000, NULL, 0,
      OFF(db_timeout_ms),
      "deadline of a database operation and of a connection attempt, in milliseconds: past it the request "

@@ -21,10 +21,14 @@
  * PQconnectStartParams arrays from it, with `hostaddr` from the lookups of that attempt and
  * our keepalive defaults where the conninfo sets none.
  *
- * A read pool (og_db_new_reader) differs in three places only: its connections' first unit sets
- * the session (statement_timeout, read-only, no parallel workers) instead of preparing; its statements go out
- * as text with their parameters (PQsendQueryParams: the unnamed statement, planned for the values at hand);
- * and a connection takes a unit only when it has none in flight (pick).
+ * A read pool (og_db_new_reader) differs in three places only: each of its units starts with a
+ * statement that sets the transaction (statement_timeout, read-only, no parallel workers) and it
+ * prepares nothing on connect; its statements go out as text with their parameters
+ * (PQsendQueryParams: the unnamed statement, planned for the values at hand); and a connection
+ * takes a unit only when it has none in flight (pick). The settings are the transaction's, not
+ * the session's: behind a transaction pooler a session's settings would stay on a server
+ * connection that is then lent to the write pool (a read-only default there made every write
+ * fail), and would be missing on the next one.
  */
 #include "omnigate/db.h"
 #include "omnigate/metrics.h"
@@ -34,6 +38,7 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -70,20 +75,33 @@ static const char *const cstate_names[C_NSTATES] = {"down", "resolving", "connec
 /* How a host of the conninfo is reached: only names need a lookup. */
 typedef enum { H_SOCKET, H_NUMERIC, H_NAME } hkind_t;
 
-/* What the conninfo says, parsed once by og_db_new. */
+/* What the conninfo says, parsed once by og_db_new (og_db_set_listener for the listener's). */
 typedef struct plan {
     PQconninfoOption *opts; /* NULL when it did not parse: every attempt fails with `error` */
     char *error;
     int nopts;
-    /* Filled only when some host is a name (`resolve`): the host and port lists (from the
-     * conninfo, else PGHOST/PGPORT), cut at the commas. nports is 0, 1 or nhosts. */
-    bool resolve;
+    /* Filled when the hosts are known here (`hosts`): the host and port lists (from the
+     * conninfo, else PGHOST/PGPORT), cut at the commas. nports is 0, 1 or nhosts. `iterate`:
+     * an attempt tries them one at a time (conn_connect); `resolve`: some are names;
+     * `prefer_standby`: target_session_attrs=prefer-standby, two passes (entries_build). */
+    bool iterate, resolve, prefer_standby;
     char **hosts, **ports;
     int nhosts, nports;
     hkind_t *kinds;
+    /* The host and address that last got a connection ready (-1: none yet): attempts start
+     * there, so after a failover they go straight to the new primary. */
+    int good_host;
+    char good_addr[ADDR_TEXT_MAX];
     /* Our keepalive parameters, derived from the timeout. */
     char ka_idle[16], ka_interval[16], user_timeout[16];
 } plan_t;
+
+/* One host entry of an attempt: a host of the plan, with one of its addresses for a name. */
+typedef struct entry {
+    int host;                 /* index in the plan's hosts */
+    char addr[ADDR_TEXT_MAX]; /* hostaddr: "" for a socket directory */
+    const char *tsa;          /* target_session_attrs in place of the conninfo's, or NULL */
+} entry_t;
 
 typedef struct dbconn dbconn_t;
 
@@ -93,6 +111,8 @@ typedef struct unit {
     bool write;
     bool prepare; /* the statement-preparing unit sent right after connecting */
     bool failed;
+    bool read_only; /* a statement was refused because the server is read-only (25006) */
+    bool preamble;  /* the read pool's settings statement comes first: its results are no op's */
     uint64_t sent_us;
     uint64_t deadline_ms; /* sending + the timeout (the attempt's deadline, for the preparing unit) */
     og_db_op_t *cur;      /* op the next result belongs to */
@@ -111,13 +131,22 @@ typedef struct lookups lookups_t;
 
 struct dbconn {
     og_db_t *db;
-    int idx;     /* position in the pool; -1 for the listener */
-    bool listen; /* the pool's listener: never picked, not in nstate nor the stats */
+    int idx;      /* position in the pool; -1 for the listener */
+    bool listen;  /* the pool's listener: never picked, not in nstate nor the stats */
+    plan_t *plan; /* the pool's, or the listener's own (og_db_set_listener) */
     PGconn *pg;
     cstate_t state;
+    bool prepared; /* its statements are prepared (else each is sent with its text) */
     poll_h_t *ph;
     int fd;
+    dev_t fd_dev; /* the socket ph watches (fd is only its number: see poll_set) */
+    ino_t fd_ino;
     int events;
+    /* While C_CONNECTING with an iterating plan: the attempt's host entries, in the order they
+     * are tried, the one under way, and what the ones before it failed with. */
+    entry_t *entries;
+    int nentries, entry;
+    char errors[512];
     unit_t *uhead, *utail;
     bool write_inflight;
     uv_timer_t timer;          /* retry, attempt deadline or unit deadline: see on_timer */
@@ -147,7 +176,8 @@ struct lookups {
     og_db_t *db;
     dbconn_t *c; /* NULL once the attempt gave up */
     int pending;
-    lookup_t l[]; /* db->plan.nhosts */
+    int n;
+    lookup_t l[]; /* n: the plan's nhosts */
 };
 
 typedef struct opq {
@@ -159,12 +189,16 @@ struct og_db {
     uv_loop_t *loop;
     og_log_t *log;
     plan_t plan;
+    plan_t listen_plan; /* when listen_own_plan: og_db_set_listener's conninfo */
+    bool listen_own_plan;
+    bool listen_off; /* og_db_set_listener(false): og_db_listen refuses */
+    bool prepared;   /* prepare the statement table on new connections (og_db_set_prepared) */
     int timeout_ms;
     const og_db_stmt_t *stmts;
     int nstmts;
     /* A read pool (og_db_new_reader): every op is a read, see the top of this file. */
     bool reader;
-    char statement_timeout[16]; /* reader: the session's statement_timeout, in ms, as text */
+    char statement_timeout[16]; /* reader: each read transaction's statement_timeout, in ms, as text */
     uint64_t unit_grace_ms;     /* added to timeout_ms for a unit's deadline: the statement timeout */
     dbconn_t *conns;
     int nconns;
@@ -201,6 +235,8 @@ static void conn_start(dbconn_t *c);
 static void conn_connect(dbconn_t *c, const lookups_t *ls);
 static void nudge_conn(dbconn_t *c, uint64_t now);
 static void conn_broken(dbconn_t *c, const char *why);
+static void attempt_failed(dbconn_t *c, const char *why);
+static void entries_free(dbconn_t *c);
 static void conn_io(dbconn_t *c, int events);
 static void schedule(og_db_t *db);
 
@@ -210,12 +246,13 @@ static uint64_t now_us(void)
 }
 
 /* The texts of a connection's log lines, by its kind: a pool's, a read pool's, the listener. */
-enum { MSG_CONNECTED, MSG_LOST, MSG_LOOKUP, MSG__COUNT };
+enum { MSG_CONNECTED, MSG_LOST, MSG_LOOKUP, MSG_HOST, MSG__COUNT };
 static const char *const conn_msgs[3][MSG__COUNT] = {
-    {"database connected", "database connection lost", "database host lookup failed"},
+    {"database connected", "database connection lost", "database host lookup failed", "database host failed"},
     {"database read connection connected", "database read connection lost",
-     "database read connection host lookup failed"},
-    {"database listener connected", "database listener lost", "database listener host lookup failed"},
+     "database read connection host lookup failed", "database read connection host failed"},
+    {"database listener connected", "database listener lost", "database listener host lookup failed",
+     "database listener host failed"},
 };
 
 static const char *conn_msg(const dbconn_t *c, int which)
@@ -299,6 +336,7 @@ static void handle_gone(og_db_t *db)
     void *arg = db->closed_arg;
     free(db->conns);
     plan_free(&db->plan);
+    plan_free(&db->listen_plan);
 #if OG_TEST_ROUTES
     free(db->trace);
 #endif
@@ -326,32 +364,46 @@ static void poll_drop(dbconn_t *c)
     }
 }
 
+static void read_results(dbconn_t *c);
+
 static void on_poll(uv_poll_t *p, int status, int events)
 {
     poll_h_t *ph = p->data;
     dbconn_t *c = ph->c;
-    if (status < 0 && c->state == C_CONNECTING) {
-        /* A refused or failed connect shows as POLLERR, which libuv reports as UV_EBADF after
-         * stopping the handle. libpq must see it (SO_ERROR): it then tries the host's next
-         * address or the next host, or fails with the real reason. */
-        c->events = 0;
-        conn_io(c, 0);
-        return;
-    }
     if (status < 0) {
-        conn_broken(c, uv_strerror(status));
+        /* POLLERR (a refused connect, a reset), which libuv reports as UV_EBADF after stopping
+         * the handle: not a bad descriptor, and not the reason to log. libpq must see it: while
+         * connecting (SO_ERROR) it tries the next address or fails with the real reason; once
+         * connected it reads what arrived before the error, then says what happened. */
+        c->events = 0;
+        if (c->state == C_CONNECTING) {
+            conn_io(c, 0);
+            return;
+        }
+        read_results(c);
+        if (c->state != C_DOWN)
+            conn_broken(c, "error on the connection's socket");
         return;
     }
     conn_io(c, events);
 }
 
-/* Watches the connection's current socket for `events`, following a socket change. */
+/* Watches the connection's current socket for `events`, following a socket change. While
+ * connecting, libpq closes a socket and opens the next one (next address, next host, a retry
+ * without SSL) inside one PQconnectPoll, and the new one usually gets the number the old one
+ * had. epoll forgot the old socket when it was closed, so a handle kept because the number is
+ * the same would never fire again (or fire for the old socket's stale event): the socket
+ * itself is compared, by its inode, after every PQconnectPoll step. */
 static bool poll_set(dbconn_t *c, int events)
 {
     int fd = PQsocket(c->pg);
     if (fd < 0)
         return false;
-    if (c->ph && c->fd != fd)
+    struct stat st = {0};
+    bool check = c->state == C_CONNECTING || c->ph == NULL || c->fd != fd;
+    if (check && fstat(fd, &st) != 0)
+        return false;
+    if (c->ph && (c->fd != fd || (check && (st.st_dev != c->fd_dev || st.st_ino != c->fd_ino))))
         poll_drop(c);
     if (c->ph == NULL) {
         c->ph = calloc(1, sizeof(*c->ph));
@@ -366,6 +418,8 @@ static bool poll_set(dbconn_t *c, int events)
         }
         c->db->open_handles++;
         c->fd = fd;
+        c->fd_dev = st.st_dev;
+        c->fd_ino = st.st_ino;
         c->events = 0;
     }
     if (events != c->events) {
@@ -461,7 +515,7 @@ static void lookups_abandon(dbconn_t *c)
         return;
     c->lookups = NULL;
     ls->c = NULL;
-    for (int i = 0; i < c->db->plan.nhosts; i++)
+    for (int i = 0; i < ls->n; i++)
         if (ls->l[i].pending)
             uv_cancel((uv_req_t *)&ls->l[i].req);
 }
@@ -471,12 +525,13 @@ static void conn_broken(dbconn_t *c, const char *why)
     og_db_t *db = c->db;
     bool was_ready = c->state == C_READY;
     if (c->state != C_DOWN && !db->closing) {
-        char esc[256];
+        char esc[1024];
         og_log_escape(esc, sizeof(esc), why ? why : "", why ? strlen(why) : 0);
         og_log(db->log, was_ready ? OG_LOG_WARN : OG_LOG_DEBUG, conn_msg(c, MSG_LOST),
                "\"conn\":%d,\"error\":\"%s\"", c->idx, esc);
     }
     lookups_abandon(c);
+    entries_free(c);
     poll_drop(c);
     if (c->pg) {
         PQfinish(c->pg);
@@ -519,6 +574,10 @@ static void on_timer(uv_timer_t *t)
     case C_RESOLVING:
         snprintf(why, sizeof(why), "host name lookup took longer than %d ms", LOOKUP_MAX_MS);
         break;
+    case C_CONNECTING: /* this host did not make it in time: the next one may */
+        snprintf(why, sizeof(why), "not connected within %d ms (OMNIGATE_DB_TIMEOUT_MS)", db->timeout_ms);
+        attempt_failed(c, why);
+        return;
     default:
         snprintf(why, sizeof(why), "not connected within %d ms (OMNIGATE_DB_TIMEOUT_MS)", db->timeout_ms);
         break;
@@ -558,7 +617,8 @@ static void on_lookup(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void lookups_start(dbconn_t *c)
 {
     og_db_t *db = c->db;
-    int n = db->plan.nhosts;
+    const plan_t *pl = c->plan;
+    int n = pl->nhosts;
     lookups_t *ls = calloc(1, sizeof(*ls) + (size_t)n * sizeof(ls->l[0]));
     conn_set_state(c, C_RESOLVING);
     if (ls == NULL) {
@@ -567,6 +627,7 @@ static void lookups_start(dbconn_t *c)
     }
     ls->db = db;
     ls->c = c;
+    ls->n = n;
     c->lookups = ls;
     db->open_handles++;
     c->attempt_deadline = uv_now(db->loop) + LOOKUP_MAX_MS;
@@ -576,9 +637,9 @@ static void lookups_start(dbconn_t *c)
     for (int i = 0; i < n; i++) {
         lookup_t *l = &ls->l[i];
         l->set = ls;
-        if (db->plan.kinds[i] != H_NAME)
+        if (pl->kinds[i] != H_NAME)
             continue;
-        int r = uv_getaddrinfo(db->loop, &l->req, on_lookup, db->plan.hosts[i], NULL, &hints);
+        int r = uv_getaddrinfo(db->loop, &l->req, on_lookup, pl->hosts[i], NULL, &hints);
         if (r != 0) {
             l->status = r;
         } else {
@@ -647,9 +708,18 @@ static hkind_t host_kind(const char *host)
 
 /* Parses the conninfo once. Names are looked up by us only where libpq would look them up
  * itself: no hostaddr given, and the hosts known here (a service file may name hosts we
- * cannot see: libpq then resolves them, as before). Environment defaults apply as in libpq. */
+ * cannot see: libpq then resolves them, as before). Environment defaults apply as in libpq.
+ *
+ * With the hosts known, an attempt also tries them one at a time (`iterate`) instead of
+ * handing libpq the whole list: libpq's connect_timeout is not applied by PQconnectPoll, so
+ * with the list a host that swallows packets (a machine that is gone: no RST, no answer) holds
+ * every attempt until our deadline drops it, and the hosts after it are never tried. One host
+ * per PQconnectStartParams gives each its own deadline. target_session_attrs keeps its meaning:
+ * libpq checks each host against it, and prefer-standby's two passes over the list are made
+ * here (entries_build). */
 static bool plan_init(plan_t *p, const char *conninfo, int timeout_ms)
 {
+    p->good_host = -1;
     snprintf(p->user_timeout, sizeof(p->user_timeout), "%d", timeout_ms);
     snprintf(p->ka_idle, sizeof(p->ka_idle), "%d", (timeout_ms + 999) / 1000);
     snprintf(p->ka_interval, sizeof(p->ka_interval), "%d", (timeout_ms + 2999) / 3000);
@@ -665,12 +735,15 @@ static bool plan_init(plan_t *p, const char *conninfo, int timeout_ms)
     const char *host = opt_value(p->opts, "host");
     const char *hostaddr = opt_value(p->opts, "hostaddr");
     const char *port = opt_value(p->opts, "port");
+    const char *tsa = opt_value(p->opts, "target_session_attrs");
     if (host == NULL && opt_value(p->opts, "service") == NULL && getenv("PGSERVICE") == NULL)
         host = getenv("PGHOST");
     if (hostaddr == NULL)
         hostaddr = getenv("PGHOSTADDR");
     if (port == NULL)
         port = getenv("PGPORT");
+    if (tsa == NULL)
+        tsa = getenv("PGTARGETSESSIONATTRS");
     if (host == NULL || (hostaddr != NULL && hostaddr[0] != '\0'))
         return true;
     p->hosts = split_list(host, &p->nhosts);
@@ -684,6 +757,8 @@ static bool plan_init(plan_t *p, const char *conninfo, int timeout_ms)
         p->kinds[i] = host_kind(p->hosts[i]);
         p->resolve |= p->kinds[i] == H_NAME;
     }
+    p->iterate = true;
+    p->prefer_standby = tsa != NULL && strcmp(tsa, "prefer-standby") == 0;
     return true;
 }
 
@@ -696,17 +771,14 @@ static void plan_free(plan_t *p)
     free(p->kinds);
 }
 
-/* One host entry handed to libpq: a name with several addresses gives several entries. */
-typedef struct entry {
-    const char *host, *addr, *port;
-} entry_t;
-
-enum { L_HOST, L_ADDR, L_PORT, L_COUNT };
+static const char *plan_port(const plan_t *pl, int host)
+{
+    return pl->nports > 1 ? pl->ports[host] : pl->nports == 1 ? pl->ports[0] : "";
+}
 
 typedef struct params {
     const char **kw, **val; /* one allocation: val points into kw's */
     int n;
-    char *lists[L_COUNT]; /* owned: host, hostaddr and port lists built from the entries */
 } params_t;
 
 static void params_add(params_t *p, const char *kw, const char *val)
@@ -716,48 +788,31 @@ static void params_add(params_t *p, const char *kw, const char *val)
     p->n++;
 }
 
-/* Joins one field of the entries with commas (libpq's list syntax); NULL without memory. */
-static char *join_entries(const entry_t *e, int n, size_t field)
-{
-    size_t len = 1;
-    for (int i = 0; i < n; i++)
-        len += strlen(*(const char *const *)((const char *)&e[i] + field)) + 1;
-    char *out = malloc(len), *w = out;
-    for (int i = 0; out != NULL && i < n; i++) {
-        const char *v = *(const char *const *)((const char *)&e[i] + field);
-        size_t l = strlen(v);
-        if (i > 0)
-            *w++ = ',';
-        memcpy(w, v, l);
-        w += l;
-    }
-    if (out != NULL)
-        *w = '\0';
-    return out;
-}
-
 /* Logs each host name whose lookup failed, once until the connection is ready again. */
 static void log_lookup_failures(dbconn_t *c, const lookups_t *ls)
 {
     og_db_t *db = c->db;
-    for (int i = 0; i < db->plan.nhosts && !c->lookup_warned; i++) {
-        if (db->plan.kinds[i] != H_NAME || ls->l[i].status == 0)
+    const plan_t *pl = c->plan;
+    for (int i = 0; i < pl->nhosts && !c->lookup_warned; i++) {
+        if (pl->kinds[i] != H_NAME || ls->l[i].status == 0)
             continue;
         char host[160];
-        og_log_escape(host, sizeof(host), db->plan.hosts[i], strlen(db->plan.hosts[i]));
+        og_log_escape(host, sizeof(host), pl->hosts[i], strlen(pl->hosts[i]));
         og_log(db->log, OG_LOG_WARN, conn_msg(c, MSG_LOOKUP), "\"conn\":%d,\"host\":\"%s\",\"error\":\"%s\"",
                c->idx, host, uv_strerror(ls->l[i].status));
     }
-    for (int i = 0; i < db->plan.nhosts; i++)
-        c->lookup_warned |= db->plan.kinds[i] == H_NAME && ls->l[i].status != 0;
+    for (int i = 0; i < pl->nhosts; i++)
+        c->lookup_warned |= pl->kinds[i] == H_NAME && ls->l[i].status != 0;
 }
 
-/* The host, hostaddr and port lists of an attempt from its lookups (ls). A host whose lookup
- * failed is left out, as libpq itself skips a host it cannot resolve; false when none is
- * left (`why` says so). */
-static bool params_hosts(dbconn_t *c, const lookups_t *ls, params_t *p, char *why, size_t whylen)
+/* The host entries of an attempt, from the plan and its lookups (ls, NULL without names): a
+ * host whose lookup failed is left out, as libpq itself skips a host it cannot resolve. They
+ * start at the entry that last got a connection ready, then go round in the conninfo's order.
+ * prefer-standby is libpq's two passes: every entry as `standby`, then every entry as `any`.
+ * False when none is left (`why` says so). */
+static bool entries_build(dbconn_t *c, const lookups_t *ls, char *why, size_t whylen)
 {
-    const plan_t *pl = &c->db->plan;
+    const plan_t *pl = c->plan;
     entry_t *e = calloc((size_t)pl->nhosts * HOST_ADDRS_MAX, sizeof(*e));
     if (e == NULL) {
         snprintf(why, whylen, "out of memory");
@@ -765,101 +820,182 @@ static bool params_hosts(dbconn_t *c, const lookups_t *ls, params_t *p, char *wh
     }
     int n = 0;
     for (int i = 0; i < pl->nhosts; i++) {
-        const char *port = pl->nports > 1 ? pl->ports[i] : "";
-        if (pl->kinds[i] == H_SOCKET)
-            e[n++] = (entry_t){pl->hosts[i], "", port};
-        else if (pl->kinds[i] == H_NUMERIC)
-            e[n++] = (entry_t){pl->hosts[i], pl->hosts[i], port};
-        for (int a = 0; pl->kinds[i] == H_NAME && a < ls->l[i].naddrs; a++)
-            e[n++] = (entry_t){pl->hosts[i], ls->l[i].addrs[a], port};
+        switch (pl->kinds[i]) {
+        case H_SOCKET:
+            e[n++].host = i;
+            break;
+        case H_NUMERIC:
+            e[n].host = i;
+            snprintf(e[n++].addr, ADDR_TEXT_MAX, "%s", pl->hosts[i]);
+            break;
+        case H_NAME:
+            for (int a = 0; ls != NULL && a < ls->l[i].naddrs; a++) {
+                e[n].host = i;
+                snprintf(e[n++].addr, ADDR_TEXT_MAX, "%s", ls->l[i].addrs[a]);
+            }
+            break;
+        }
     }
-    log_lookup_failures(c, ls);
-    bool ok = false;
-    if (n == 0) { /* every host is a name, and none resolved */
-        snprintf(why, whylen, "could not look up host \"%.100s\": %s", pl->hosts[0],
-                 uv_strerror(ls->l[0].status));
-    } else {
-        p->lists[L_HOST] = join_entries(e, n, offsetof(entry_t, host));
-        p->lists[L_ADDR] = join_entries(e, n, offsetof(entry_t, addr));
-        p->lists[L_PORT] = pl->nports > 1 ? join_entries(e, n, offsetof(entry_t, port)) : NULL;
-        ok = p->lists[L_HOST] != NULL && p->lists[L_ADDR] != NULL &&
-             (pl->nports <= 1 || p->lists[L_PORT] != NULL);
-        if (!ok)
+    if (ls != NULL)
+        log_lookup_failures(c, ls);
+    int passes = pl->prefer_standby ? 2 : 1;
+    entry_t *out = n > 0 ? calloc((size_t)(n * passes), sizeof(*out)) : NULL;
+    if (out == NULL) {
+        if (n == 0) /* every host is a name, and none resolved */
+            snprintf(why, whylen, "could not look up host \"%.100s\": %s", pl->hosts[0],
+                     ls != NULL ? uv_strerror(ls->l[0].status) : "no address");
+        else
             snprintf(why, whylen, "out of memory");
+        free(e);
+        return false;
+    }
+    int first = 0;
+    for (int k = 0; k < n; k++)
+        if (e[k].host == pl->good_host && strcmp(e[k].addr, pl->good_addr) == 0)
+            first = k;
+    for (int pass = 0; pass < passes; pass++) {
+        for (int k = 0; k < n; k++) {
+            entry_t *o = &out[pass * n + k];
+            *o = e[(first + k) % n];
+            o->tsa = passes == 1 ? NULL : pass == 0 ? "standby" : "any";
+        }
     }
     free(e);
-    if (!ok)
-        return false;
-    params_add(p, "host", p->lists[L_HOST]);
-    params_add(p, "hostaddr", p->lists[L_ADDR]);
-    if (p->lists[L_PORT] != NULL)
-        params_add(p, "port", p->lists[L_PORT]);
-    else if (pl->nports == 1 && opt_value(pl->opts, "port") != NULL)
-        params_add(p, "port", opt_value(pl->opts, "port"));
+    free(c->entries);
+    c->entries = out;
+    c->nentries = n * passes;
+    c->entry = 0;
     return true;
 }
 
-static void params_free(params_t *p)
+static void entries_free(dbconn_t *c)
 {
-    free(p->kw);
-    for (int i = 0; i < L_COUNT; i++)
-        free(p->lists[i]);
+    free(c->entries);
+    c->entries = NULL;
+    c->nentries = c->entry = 0;
 }
 
 /* The PQconnectStartParams arrays of one attempt: the conninfo's own options, our keepalive
- * defaults where it sets none, and with lookups (ls) the host lists params_hosts builds. */
-static bool params_build(dbconn_t *c, const lookups_t *ls, params_t *p, char *why, size_t whylen)
+ * defaults where it sets none, and with an entry (e) its host, address and port in place of the
+ * conninfo's lists. */
+static bool params_build(dbconn_t *c, const entry_t *e, params_t *p)
 {
-    const plan_t *pl = &c->db->plan;
+    const plan_t *pl = c->plan;
+    /* application_name, unless the conninfo or PGAPPNAME says: pg_stat_activity (and PgBouncer's
+     * SHOW CLIENTS) tell the write pool, the read pool and the listener apart. */
+    const char *app = c->listen ? "omnigate-listen" : c->db->reader ? "omnigate-read" : "omnigate";
     const char *const ka[][2] = {
         {"keepalives", "1"},
         {"keepalives_idle", pl->ka_idle},
         {"keepalives_interval", pl->ka_interval},
         {"keepalives_count", "3"},
         {"tcp_user_timeout", pl->user_timeout},
+        {"fallback_application_name", app},
     };
-    size_t cap = (size_t)pl->nopts + sizeof(ka) / sizeof(ka[0]) + 4; /* + host lists + NULL */
+    size_t cap = (size_t)pl->nopts + sizeof(ka) / sizeof(ka[0]) + 4; /* + host, hostaddr, port, NULL */
     *p = (params_t){.kw = calloc(2 * cap, sizeof(char *))};
-    if (p->kw == NULL) {
-        snprintf(why, whylen, "out of memory");
+    if (p->kw == NULL)
         return false;
-    }
     p->val = p->kw + cap;
     for (const PQconninfoOption *o = pl->opts; o->keyword != NULL; o++) {
-        bool ours = ls != NULL && (strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
-                                   strcmp(o->keyword, "port") == 0);
+        bool ours = e != NULL && (strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+                                  strcmp(o->keyword, "port") == 0 ||
+                                  (e->tsa != NULL && strcmp(o->keyword, "target_session_attrs") == 0));
         if (o->val != NULL && !ours)
             params_add(p, o->keyword, o->val);
     }
     for (size_t i = 0; i < sizeof(ka) / sizeof(ka[0]); i++)
         if (opt_value(pl->opts, ka[i][0]) == NULL)
             params_add(p, ka[i][0], ka[i][1]);
-    return ls == NULL || params_hosts(c, ls, p, why, whylen);
+    if (e != NULL) {
+        params_add(p, "host", pl->hosts[e->host]);
+        if (e->addr[0] != '\0')
+            params_add(p, "hostaddr", e->addr);
+        if (plan_port(pl, e->host)[0] != '\0')
+            params_add(p, "port", plan_port(pl, e->host));
+        if (e->tsa != NULL)
+            params_add(p, "target_session_attrs", e->tsa);
+    }
+    return true;
 }
 
 /* ---- connecting ------------------------------------------------------------------------- */
 
-/* Starts libpq's connection, with the lookups' addresses when there were lookups (ls). */
-static void conn_connect(dbconn_t *c, const lookups_t *ls)
+/* Starts libpq's connection to the current entry (or, without entries, to what the conninfo
+ * says). False when libpq refused at once: `why` says why. */
+static bool conn_begin(dbconn_t *c, char *why, size_t whylen)
 {
     og_db_t *db = c->db;
     params_t p = {0};
-    char why[256] = "out of memory"; /* unless the plan or params_build says otherwise */
-    if (db->plan.opts == NULL)
-        snprintf(why, sizeof(why), "%s", db->plan.error);
-    else if (params_build(c, ls, &p, why, sizeof(why)))
+    snprintf(why, whylen, "out of memory"); /* unless the plan or libpq says otherwise */
+    if (c->plan->opts == NULL)
+        snprintf(why, whylen, "%s", c->plan->error);
+    else if (params_build(c, c->entries != NULL ? &c->entries[c->entry] : NULL, &p))
         c->pg = PQconnectStartParams(p.kw, p.val, 0); /* libpq copies what it keeps */
-    params_free(&p);
-    conn_set_state(c, C_CONNECTING); /* also on failure, so conn_broken logs and backs off */
+    free(p.kw);
     if (c->pg == NULL || PQstatus(c->pg) == CONNECTION_BAD) {
         if (c->pg != NULL)
-            snprintf(why, sizeof(why), "%s", PQerrorMessage(c->pg));
-        conn_broken(c, why);
-        return;
+            snprintf(why, whylen, "%s", PQerrorMessage(c->pg));
+        return false;
     }
     PQsetnonblocking(c->pg, 1);
     c->attempt_deadline = uv_now(db->loop) + (uint64_t)db->timeout_ms;
     conn_arm(c);
+    return true;
+}
+
+/* The entry under way failed (`why`): the next one is tried, or the attempt has failed with
+ * what each entry failed with. */
+static void attempt_failed(dbconn_t *c, const char *why)
+{
+    og_db_t *db = c->db;
+    char next_why[256];
+    while (c->entries != NULL && c->entry + 1 < c->nentries) {
+        const entry_t *e = &c->entries[c->entry];
+        const char *host = c->plan->hosts[e->host];
+        char esc[256], host_esc[160];
+        og_log_escape(esc, sizeof(esc), why, strlen(why));
+        og_log_escape(host_esc, sizeof(host_esc), host, strlen(host));
+        og_log(db->log, OG_LOG_DEBUG, conn_msg(c, MSG_HOST),
+               "\"conn\":%d,\"host\":\"%s\",\"addr\":\"%s\",\"error\":\"%s\"", c->idx, host_esc, e->addr,
+               esc);
+        /* Kept before PQfinish frees it, without libpq's final newline. */
+        size_t len = strlen(c->errors), wl = strlen(why);
+        while (wl > 0 && (why[wl - 1] == '\n' || why[wl - 1] == ' '))
+            wl--;
+        snprintf(c->errors + len, sizeof(c->errors) - len, "%.*s; ", (int)wl, why);
+        poll_drop(c);
+        PQfinish(c->pg);
+        c->pg = NULL;
+        c->entry++;
+        if (conn_begin(c, next_why, sizeof(next_why))) {
+            /* Per the libpq docs, start as if PQconnectPoll had said PGRES_POLLING_WRITING. */
+            if (!poll_set(c, UV_WRITABLE))
+                conn_broken(c, "cannot watch socket");
+            return;
+        }
+        why = next_why; /* refused at once: on to the one after */
+    }
+    char all[sizeof(c->errors) + 256];
+    snprintf(all, sizeof(all), "%s%s", c->errors, why);
+    conn_broken(c, all);
+}
+
+/* Starts libpq's connection, with the lookups' addresses when there were lookups (ls). */
+static void conn_connect(dbconn_t *c, const lookups_t *ls)
+{
+    char why[256];
+    c->errors[0] = '\0';
+    bool ok = c->plan->opts == NULL || !c->plan->iterate || entries_build(c, ls, why, sizeof(why));
+    conn_set_state(c, C_CONNECTING); /* also on failure, so conn_broken logs and backs off */
+    if (!ok) {
+        conn_broken(c, why);
+        return;
+    }
+    if (!conn_begin(c, why, sizeof(why))) {
+        attempt_failed(c, why);
+        return;
+    }
     /* Per the libpq docs, start as if PQconnectPoll had said PGRES_POLLING_WRITING. */
     if (!poll_set(c, UV_WRITABLE))
         conn_broken(c, "cannot watch socket");
@@ -872,14 +1008,15 @@ static void conn_start(dbconn_t *c)
         return;
     uv_timer_stop(&c->timer);
     c->last_attempt_ms = uv_now(db->loop);
-    if (db->plan.resolve)
+    if (c->plan->resolve)
         lookups_start(c);
     else
         conn_connect(c, NULL);
 }
 
-/* Sends the unit that makes a new connection useful: the statement table, or the listener's
- * LISTEN. Its Sync moves the connection to C_READY (unit_done). */
+/* Sends the unit that makes a new connection useful: the statement table (or nothing, with
+ * unnamed statements: its Sync alone shows the session answers), or the listener's LISTEN. Its
+ * Sync moves the connection to C_READY (unit_done). */
 static void send_prepares(dbconn_t *c)
 {
     og_db_t *db = c->db;
@@ -891,23 +1028,15 @@ static void send_prepares(dbconn_t *c)
     }
     u->prepare = true;
     u->deadline_ms = c->attempt_deadline;
+    c->prepared = db->prepared && !c->listen && !db->reader;
     bool sent = true;
     if (c->listen) {
         /* LISTEN takes no parameter: the channel is an identifier og_db_listen checked ([a-z_]+). */
         char sql[80];
         snprintf(sql, sizeof(sql), "LISTEN %s", db->channel);
         sent = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
-    } else if (db->reader) {
-        /* For the session: a read that runs longer is cancelled by the server itself (57014);
-         * nothing sent here can ever write; and a read is one backend, no parallel workers, so
-         * the pool's size bounds the server's cores its reads take (a parallel scan takes 3). */
-        static const char sql[] = "SELECT set_config('statement_timeout', $1, false), "
-                                  "set_config('default_transaction_read_only', 'on', false), "
-                                  "set_config('max_parallel_workers_per_gather', '0', false)";
-        const char *values[1] = {db->statement_timeout};
-        sent = PQsendQueryParams(c->pg, sql, 1, NULL, values, NULL, NULL, 0);
     }
-    for (int i = 0; sent && !c->listen && !db->reader && i < db->nstmts; i++)
+    for (int i = 0; sent && c->prepared && i < db->nstmts; i++)
         sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
     if (!sent || !PQpipelineSync(c->pg)) {
         free(u);
@@ -937,7 +1066,7 @@ static void connect_step(dbconn_t *c)
         send_prepares(c);
         break;
     default:
-        conn_broken(c, PQerrorMessage(c->pg));
+        attempt_failed(c, PQerrorMessage(c->pg));
         break;
     }
 }
@@ -957,7 +1086,17 @@ static void unit_done(dbconn_t *c, unit_t *u)
         conn_arm(c); /* no unit in flight yet: the attempt's deadline is over */
         c->backoff_ms = 0;
         c->lookup_warned = false;
-        og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED), "\"conn\":%d", c->idx);
+        if (c->entries != NULL) { /* the next attempt of any connection starts here */
+            c->plan->good_host = c->entries[c->entry].host;
+            snprintf(c->plan->good_addr, sizeof(c->plan->good_addr), "%s", c->entries[c->entry].addr);
+            entries_free(c);
+        }
+        char host[160];
+        const char *h = PQhost(c->pg) != NULL ? PQhost(c->pg) : "";
+        og_log_escape(host, sizeof(host), h, strlen(h));
+        og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED),
+               "\"conn\":%d,\"host\":\"%s\",\"port\":\"%s\"", c->idx, host,
+               PQport(c->pg) != NULL ? PQport(c->pg) : "");
         free(u);
         if (c->listen) {
             /* Notifications sent while it was down are lost: the caller looks for work. */
@@ -967,6 +1106,20 @@ static void unit_done(dbconn_t *c, unit_t *u)
         if (db->listener.listen) /* the database is back: so may the listener be */
             nudge_conn(&db->listener, uv_now(db->loop));
         schedule(db);
+        return;
+    }
+    if (u->read_only) {
+        /* The server is a standby now (a failover demoted it, or the conninfo reached the
+         * wrong one): nothing of the unit was committed, and every later write here would be
+         * refused the same way. Its ops fail as unavailable (503) and the connection is
+         * rebuilt, which finds the read-write server by target_session_attrs. */
+        for (og_db_op_t *op = u->head; op; op = op->next)
+            og_db_op_clear(op);
+        u->next = c->uhead; /* back in front: conn_broken fails it with the rest */
+        c->uhead = u;
+        if (c->utail == NULL)
+            c->utail = u;
+        conn_broken(c, "the server is read-only (a standby)");
         return;
     }
     conn_arm(c); /* for the next unit in flight, if any */
@@ -1017,8 +1170,15 @@ static void take_result(dbconn_t *c, PGresult *r)
         unit_done(c, u);
         return;
     }
+    if (u->preamble && st != PGRES_FATAL_ERROR) { /* the read pool's settings: no op's result */
+        PQclear(r);
+        return;
+    }
     if (st == PGRES_FATAL_ERROR) {
         u->failed = true;
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        /* read_only_sql_transaction; a read pool's own transactions are read-only by choice */
+        u->read_only |= !c->db->reader && state != NULL && strcmp(state, "25006") == 0;
         og_db_op_t *op = u->cur;
         if (op != NULL && op->error[0] == '\0') {
             const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
@@ -1047,6 +1207,10 @@ static void take_result(dbconn_t *c, PGresult *r)
 /* A NULL from PQgetResult ends one statement's results: move the cursor on. */
 static void next_statement(unit_t *u)
 {
+    if (u->preamble) { /* the read pool's settings: no op's */
+        u->preamble = false;
+        return;
+    }
     if (u->cur == NULL)
         return;
     if (++u->cur_stmt >= u->cur->nstmts) {
@@ -1082,8 +1246,16 @@ static void read_results(dbconn_t *c)
         else
             take_result(c, r);
     }
-    if (c->listen)
+    if (c->listen) {
         deliver_notifies(c);
+    } else {
+        /* Behind a transaction pooler a server connection that once ran LISTEN (someone
+         * else's) delivers its notifications to whichever client holds it next: drop them,
+         * they would pile up in libpq until the connection closes. */
+        PGnotify *n;
+        while (c->pg != NULL && (n = PQnotifies(c->pg)) != NULL)
+            PQfreemem(n);
+    }
     if (c->state != C_DOWN && c->pg && PQstatus(c->pg) == CONNECTION_BAD)
         conn_broken(c, PQerrorMessage(c->pg));
 }
@@ -1109,12 +1281,27 @@ static void conn_io(dbconn_t *c, int events)
 static bool send_unit(dbconn_t *c, unit_t *u)
 {
     og_db_t *db = c->db;
+    if (db->reader) {
+        /* For the transaction (the unit, up to its Sync), never the session: see the top of
+         * this file. A read that runs longer is cancelled by the server itself (57014); nothing
+         * sent here can ever write; and a read is one backend, no parallel workers, so the
+         * pool's size bounds the server's cores its reads take (a parallel scan takes 3). */
+        static const char sql[] = "SELECT set_config('statement_timeout', $1, true), "
+                                  "set_config('transaction_read_only', 'on', true), "
+                                  "set_config('max_parallel_workers_per_gather', '0', true)";
+        const char *values[1] = {db->statement_timeout};
+        if (!PQsendQueryParams(c->pg, sql, 1, NULL, values, NULL, NULL, 0))
+            return false;
+        u->preamble = true;
+    }
     for (og_db_op_t *op = u->head; op; op = op->next) {
         for (int i = 0; i < op->nstmts; i++) {
             const og_db_stmt_t *s = &db->stmts[op->stmts[i].stmt];
             const char *const *values = op->stmts[i].values;
-            if (db->reader ? !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0)
-                           : !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0))
+            /* Unnamed: Parse, Bind and Execute with the text every time (a transaction pooler
+             * may give each transaction another server connection: see og_db_set_prepared). */
+            if (c->prepared ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
+                            : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
                 return false;
         }
     }
@@ -1355,6 +1542,7 @@ static void conn_init(og_db_t *db, dbconn_t *c, int idx)
 {
     c->db = db;
     c->idx = idx;
+    c->plan = c->listen && db->listen_own_plan ? &db->listen_plan : &db->plan;
     c->fd = -1;
     uv_timer_init(db->loop, &c->timer);
     c->timer.data = c;
@@ -1388,6 +1576,7 @@ static og_db_t *pool_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, i
         snprintf(db->statement_timeout, sizeof(db->statement_timeout), "%d", st);
         db->unit_grace_ms = (uint64_t)st;
     }
+    db->prepared = true;
     db->nstate[C_DOWN] = pool; /* calloc made every connection C_DOWN */
     uv_check_init(loop, &db->check);
     db->check.data = db;
@@ -1432,9 +1621,31 @@ static bool channel_valid(const char *channel)
     return true;
 }
 
+void og_db_set_prepared(og_db_t *db, bool prepared)
+{
+    db->prepared = prepared;
+}
+
+bool og_db_set_listener(og_db_t *db, bool enabled, const char *conninfo)
+{
+    if (db->listener.listen || db->listen_own_plan)
+        return false;
+    db->listen_off = !enabled;
+    if (!enabled || conninfo == NULL)
+        return true;
+    if (!plan_init(&db->listen_plan, conninfo, db->timeout_ms)) {
+        plan_free(&db->listen_plan);
+        db->listen_plan = (plan_t){0};
+        return false;
+    }
+    db->listen_own_plan = true;
+    return true;
+}
+
 bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg)
 {
-    if (db->closing || db->reader || db->listener.listen || fn == NULL || !channel_valid(channel))
+    if (db->closing || db->reader || db->listen_off || db->listener.listen || fn == NULL ||
+        !channel_valid(channel))
         return false;
     snprintf(db->channel, sizeof(db->channel), "%s", channel);
     db->notify = fn;

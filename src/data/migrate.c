@@ -9,7 +9,7 @@
 
 #include <libpq-fe.h>
 
-/* pg_advisory_lock key shared by every instance: "omni" in ASCII. */
+/* pg_advisory_xact_lock key shared by every instance: "omni" in ASCII. */
 #define MIGRATE_LOCK_KEY "1869442409"
 
 static void set_err(char *err, size_t errlen, const char *what, const char *detail)
@@ -31,8 +31,6 @@ static PGconn *connect_db(const char *conninfo, char *err, size_t errlen)
         PQfinish(pg);
         return NULL;
     }
-    PGresult *r = PQexec(pg, "SET client_min_messages = warning");
-    PQclear(r);
     return pg;
 }
 
@@ -78,72 +76,77 @@ bool og_migrate_version(const char *conninfo, int *version, char *err, size_t er
     return ok;
 }
 
-static bool apply_one(PGconn *pg, const og_migration_t *m, char *err, size_t errlen)
+/* One transaction: the lock, the version, and the next migration if there is one. *version is
+ * what the database was at; true with *version == og_migrations_count when nothing was left. */
+static bool step(PGconn *pg, int *version, char *err, size_t errlen)
 {
+    if (!exec_ok(pg, "BEGIN", err, errlen, "cannot begin"))
+        return false;
+    /* SET LOCAL and a transaction-level lock: nothing outlives the transaction, see below. */
+    if (!exec_ok(pg, "SET LOCAL client_min_messages = warning", err, errlen, "cannot set the session") ||
+        !exec_ok(pg, "SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")", err, errlen,
+                 "cannot take the migration lock") ||
+        !exec_ok(
+            pg,
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
+            "applied_at timestamptz NOT NULL DEFAULT now())",
+            err, errlen, "cannot create schema_migrations") ||
+        !read_version(pg, version, err, errlen))
+        goto rollback;
+    if (*version > og_migrations_count) {
+        char detail[128];
+        snprintf(detail, sizeof(detail), "database is at version %d, this binary knows %d", *version,
+                 og_migrations_count);
+        set_err(err, errlen, "schema is newer than this binary", detail);
+        goto rollback;
+    }
+    if (*version == og_migrations_count)
+        return exec_ok(pg, "COMMIT", err, errlen, "cannot commit");
+    const og_migration_t *m = &og_migrations[*version];
     char what[128];
     snprintf(what, sizeof(what), "migration %03d_%s failed", m->version, m->name);
-    if (!exec_ok(pg, "BEGIN", err, errlen, what))
-        return false;
     if (!exec_ok(pg, m->sql, err, errlen, what))
         goto rollback;
-    char version[16];
-    snprintf(version, sizeof(version), "%d", m->version);
-    const char *params[2] = {version, m->name};
+    char v[16];
+    snprintf(v, sizeof(v), "%d", m->version);
+    const char *params[2] = {v, m->name};
     PGresult *r = PQexecParams(pg, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", 2, NULL,
                                params, NULL, NULL, 0);
     bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     if (!ok)
         set_err(err, errlen, what, PQerrorMessage(pg));
     PQclear(r);
-    if (!ok)
-        goto rollback;
-    return exec_ok(pg, "COMMIT", err, errlen, what);
+    if (ok)
+        return exec_ok(pg, "COMMIT", err, errlen, what);
 
 rollback:
     PQclear(PQexec(pg, "ROLLBACK"));
     return false;
 }
 
+/* Each migration is its own transaction under a transaction-level advisory lock: a second
+ * migrator waits at the lock, then reads the version the first one committed and finds less or
+ * nothing to do. Nothing is held between two transactions (no session lock, no SET), so this
+ * works through a transaction pooler too, where each transaction may get another server
+ * connection and a session-level lock would stay behind on one of them. */
 int og_migrate_run(const char *conninfo, bool verbose, char *err, size_t errlen)
 {
     PGconn *pg = connect_db(conninfo, err, errlen);
     if (pg == NULL)
         return -1;
-    int applied = -1, version = 0;
-    /* Session-level lock: a second migrator waits here until the first has finished, then
-     * finds nothing left to do. */
-    if (!exec_ok(pg, "SELECT pg_advisory_lock(" MIGRATE_LOCK_KEY ")", err, errlen,
-                 "cannot take the migration lock"))
-        goto out;
-    if (!exec_ok(
-            pg,
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, "
-            "applied_at timestamptz NOT NULL DEFAULT now())",
-            err, errlen, "cannot create schema_migrations"))
-        goto unlock;
-    if (!read_version(pg, &version, err, errlen))
-        goto unlock;
-    if (version > og_migrations_count) {
-        char detail[128];
-        snprintf(detail, sizeof(detail), "database is at version %d, this binary knows %d", version,
-                 og_migrations_count);
-        set_err(err, errlen, "schema is newer than this binary", detail);
-        goto unlock;
-    }
-    applied = 0;
-    for (int i = version; i < og_migrations_count; i++) {
-        const og_migration_t *m = &og_migrations[i];
-        if (!apply_one(pg, m, err, errlen)) {
+    int applied = 0, version = 0;
+    for (;;) {
+        if (!step(pg, &version, err, errlen)) {
             applied = -1;
             break;
         }
+        if (version == og_migrations_count)
+            break;
         applied++;
         if (verbose)
-            fprintf(stderr, "omnigate: applied migration %03d_%s\n", m->version, m->name);
+            fprintf(stderr, "omnigate: applied migration %03d_%s\n", og_migrations[version].version,
+                    og_migrations[version].name);
     }
-unlock:
-    PQclear(PQexec(pg, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_KEY ")"));
-out:
     PQfinish(pg);
     return applied;
 }

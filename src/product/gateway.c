@@ -82,8 +82,9 @@ static int gw_start(og_worker_t *w)
     if (w->cfg->database_url != NULL) {
         gw->db = og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, w->cfg->db_timeout_ms,
                            og_store_stmts, OG_Q__COUNT);
-        if (gw->db == NULL)
+        if (gw->db == NULL || !og_db_set_listener(gw->db, w->cfg->db_listen, w->cfg->database_listen_url))
             return -1;
+        og_db_set_prepared(gw->db, w->cfg->db_prepared);
         og_db_set_metrics(gw->db, w->m);
         const char *read_url =
             w->cfg->database_read_url != NULL ? w->cfg->database_read_url : w->cfg->database_url;

@@ -171,32 +171,33 @@ def start_readers(srv, n):
 
 def test_log_queries_run_on_read_connections_of_their_own(make_server, pg_private, sim):
     """Without a read URL the read connections go to the primary but are their own: each
-    worker opens OMNIGATE_DB_READ_POOL of them besides its OMNIGATE_DB_POOL, they set up a
-    read-only session with the statement timeout (and prepare nothing), and the backend that
-    ran a log query is one of them, never a write connection."""
+    worker opens OMNIGATE_DB_READ_POOL of them besides its OMNIGATE_DB_POOL (pg_stat_activity
+    tells them apart by application_name), they prepare nothing, each log query runs in a
+    read-only transaction with the statement timeout set for that transaction only (so no
+    session state is left behind for a transaction pooler to lend: test_pgbouncer.py), and the
+    backend that ran a log query is one of them, never a write connection."""
     url = pg_private.url
     srv = gateway(make_server, sim, url, workers=2, env={"OMNIGATE_DB_POOL": "2", "OMNIGATE_DB_READ_POOL": "3"})
     assert_ok(send(srv))
 
     def backends():
-        return pg_private.query("SELECT pid, query FROM pg_stat_activity WHERE datname = current_database() "
-                                "AND usename = 'omnigate' AND backend_type = 'client backend' "
-                                "AND pid <> pg_backend_pid()")
+        return pg_private.query("SELECT pid, application_name, query FROM pg_stat_activity "
+                                "WHERE datname = current_database() AND usename = 'omnigate' "
+                                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")
 
-    def read_session(q):
-        return q.startswith("SELECT set_config('statement_timeout'")
-
-    assert wait_for(lambda: sum(read_session(q) for _, q in backends()) == 2 * 3, 10), backends()
-    readers = {pid for pid, q in backends() if read_session(q)}
-    writers = {pid for pid, q in backends() if not read_session(q)}
-    assert len(writers) >= 2 * 2, backends()  # each worker's pool, plus its LISTEN connection
+    assert wait_for(lambda: sum(app == "omnigate-read" for _, app, _ in backends()) == 2 * 3, 10), backends()
+    readers = {pid for pid, app, q in backends() if app == "omnigate-read"}
+    writers = {pid for pid, app, q in backends() if app == "omnigate"}
+    assert len(writers) == 2 * 2, backends()  # each worker's pool
+    assert sum(app == "omnigate-listen" for _, app, _ in backends()) == 2  # each worker's LISTEN
+    assert all(q == "" for pid, _, q in backends() if pid in readers)  # nothing prepared
 
     for _ in range(4):
         page = assert_ok(logs(srv))["data"]
         assert len(page["items"]) == 1
-    ran_logs = {pid for pid, q in backends() if LOG_SQL_MARK in q}
+    ran_logs = {pid for pid, _, q in backends() if LOG_SQL_MARK in q}
     assert ran_logs and ran_logs <= readers, (ran_logs, backends())
-    assert not any(LOG_SQL_MARK in q for pid, q in backends() if pid in writers)
+    assert not any(LOG_SQL_MARK in q for pid, _, q in backends() if pid in writers)
     assert metric(srv, "omnigate_db_read_connections_ready") == 2 * 3
 
 

@@ -321,3 +321,36 @@ def test_deploy_pg_sh_under_a_private_parent_relocates():
             except OSError:
                 pass
         shutil.rmtree(base, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# pgha.py: the streaming standby the failover tests use
+
+
+def test_standby_streams_refuses_writes_and_promotes(pg_private):
+    import pgha
+    pg_private.psql("create table t (a int); insert into t values (1)")
+    standby = pgha.make_standby(pg_private)
+    try:
+        assert standby.in_recovery()
+        assert standby.query("select a from t") == [("1",)]
+        pg_private.psql("insert into t values (2)")
+        assert wait_standby(standby, "select count(*) from t", "2")
+        with pytest.raises(PgError, match="read-only"):
+            standby.psql("insert into t values (3)")
+        standby.promote()
+        assert not standby.in_recovery()
+        standby.psql("insert into t values (3)")
+        assert standby.scalar("select count(*) from t") == "3"
+        assert pg_private.scalar("select count(*) from t") == "2"  # diverged: a promotion, not a copy
+    finally:
+        standby.cleanup()
+
+
+def wait_standby(standby, sql, want, timeout=10):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if standby.scalar(sql) == want:
+            return True
+        time.sleep(0.05)
+    return False

@@ -20,6 +20,9 @@ typedef struct og_config {
     char *database_url;        /* OMNIGATE_DATABASE_URL, NULL when unset */
     bool auto_migrate;         /* OMNIGATE_AUTO_MIGRATE: serve migrates first, default false */
     int db_pool;               /* OMNIGATE_DB_POOL, connections per worker, default 2 */
+    bool db_prepared;          /* OMNIGATE_DB_PREPARED, prepared statements, default true */
+    bool db_listen;            /* OMNIGATE_DB_LISTEN, a LISTEN connection per worker, default true */
+    char *database_listen_url; /* OMNIGATE_DATABASE_LISTEN_URL, NULL: database_url */
     int db_timeout_ms;         /* OMNIGATE_DB_TIMEOUT_MS, deadline of a database operation, default 5000 */
     char *admin_token;         /* OMNIGATE_ADMIN_TOKEN, NULL when unset */
     char *secret;              /* OMNIGATE_SECRET, NULL when unset */

@@ -29,6 +29,15 @@
  * uv_getaddrinfo (libuv's threadpool) before each attempt and handed to libpq as `hostaddr`,
  * next to `host` (kept for TLS verification, pg_hba and the password file).
  *
+ * Several hosts (`host=a,b ... target_session_attrs=read-write`, or the URI form): an attempt
+ * tries them one at a time, each with the timeout to connect, starting with the one that last
+ * gave a ready connection (after a failover, the new primary) and going round in the
+ * conninfo's order; libpq checks each against target_session_attrs (a standby is passed over
+ * for read-write). A host that swallows packets therefore costs one timeout, not every
+ * attempt. A write refused because the server turned read-only (SQLSTATE 25006: a demoted
+ * primary) fails as OG_DB_UNAVAILABLE and rebuilds the connection. A conninfo that gives
+ * hostaddr itself keeps libpq's own walk over the list.
+ *
  * og_db_listen adds one more connection outside the pool, for LISTEN: the pool's connections
  * are pipelined and shared, so a notification could never be told apart from a result there.
  *
@@ -36,12 +45,13 @@
  * latest writes (log pages), possibly on a replica: its own connections, so a slow read never
  * sits in a pipeline in front of a write batch's COMMIT. Each of its connections runs one
  * operation at a time (a slow read delays no other read queued behind it on the server), its
- * sessions are read-only, without parallel workers (so the pool's size bounds the server's cores
- * its reads take) and with the given statement_timeout (the server cancels a longer statement:
- * og_db_cancelled), and its statements are sent with their text (never prepared:
- * nothing to prepare on connect, and each is planned for its actual parameters). A unit's
- * deadline there is the statement timeout plus the pool's timeout, so the server's cancellation
- * always comes first unless the server is silent.
+ * transactions are read-only, without parallel workers (so the pool's size bounds the server's
+ * cores its reads take) and with the given statement_timeout (the server cancels a longer
+ * statement: og_db_cancelled), all set per transaction so that a transaction pooler can sit in
+ * front; and its statements are sent with their text (never prepared: nothing to prepare on
+ * connect, and each is planned for its actual parameters). A unit's deadline there is the
+ * statement timeout plus the pool's timeout, so the server's cancellation always comes first
+ * unless the server is silent.
  */
 #ifndef OMNIGATE_DB_H
 #define OMNIGATE_DB_H
@@ -145,6 +155,22 @@ void og_db_submit(og_db_t *db, og_db_op_t *op);
 struct og_metrics_slot;
 void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m);
 
+/* Prepared (true, the default): each new connection prepares the statement table once and
+ * every statement is sent as Bind/Execute of its prepared name. false: every statement is sent
+ * with its text as the unnamed statement (Parse/Bind/Execute, PQsendQueryParams), still
+ * pipelined; this is what a transaction pooler that does not keep prepared statements
+ * (PgBouncer before 1.21, or without max_prepared_statements) needs, as each transaction may
+ * run on another server connection. Applies to connections that come up afterwards: call it
+ * right after og_db_new. */
+void og_db_set_prepared(og_db_t *db, bool prepared);
+
+/* Where og_db_listen's connection goes: `conninfo` (NULL: the pool's own), or nowhere when
+ * `enabled` is false (og_db_listen then refuses, and the caller finds its work by polling).
+ * LISTEN needs a session of its own on the server: behind a transaction pooler it must reach
+ * PostgreSQL directly or through a session-mode pool. Before og_db_listen; false when called
+ * after it, twice, or out of memory. */
+bool og_db_set_listener(og_db_t *db, bool enabled, const char *conninfo);
+
 /* True while at least one connection is ready. Also nudges a reconnect when none is. */
 bool og_db_ready(og_db_t *db);
 
@@ -161,8 +187,8 @@ typedef void (*og_db_notify_fn)(void *arg, const char *channel, const char *payl
  * so the caller should look for work. It reconnects like the pool's connections (same
  * backoff; nudged by og_db_ready and by submissions while the pool is down, and when a pool
  * connection comes back). fn may call og_db_close. At most one listener per pool: false when
- * the channel is invalid, a listener exists, the pool is closing or is a read pool.
- * og_db_close closes it. */
+ * the channel is invalid, a listener exists, the pool is closing or is a read pool, or
+ * og_db_set_listener turned listening off. og_db_close closes it. */
 bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *arg);
 
 /* Frees the results of a completed op so it can be reused. */
