@@ -45,6 +45,19 @@ char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *
     return og_api_envelope(og_api_status(err.code), err.message, data, &err, NULL, len);
 }
 
+void og_idem_answer_unknown(og_http_req_t *req, const char *reference, json_t *attempts, const char *message)
+{
+    size_t len;
+    char *body = og_idem_unknown_body(reference, attempts, message, &len);
+    if (body == NULL) {
+        og_api_error(req, "internal_error", NULL, "out of memory");
+        return;
+    }
+    og_http_header_t h = {"X-Omnigate-Reference", 20, reference, strlen(reference)};
+    og_http_respond(req, 502, &h, 1, "application/json", body, len);
+    free(body);
+}
+
 static void in_progress(og_idem_t *i)
 {
     og_http_header_t h = {"Retry-After", 11, "1", 1};

@@ -96,18 +96,9 @@ static void outcome_unknown(sms_ctx_t *c, og_db_status_t st)
         json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
     else
         json_object_set_new(a, "error", og_attempt_error_json(r));
-    size_t len;
-    char *body = og_idem_unknown_body(
-        c->reference, json_pack("[o]", a),
-        "the SMS provider was called but the outcome could not be recorded; do not send again before "
-        "checking the logs for the reference",
-        &len);
-    if (body == NULL) {
-        og_api_error(c->req, "internal_error", NULL, "out of memory");
-    } else {
-        og_http_respond(c->req, 502, NULL, 0, "application/json", body, len);
-        free(body);
-    }
+    og_idem_answer_unknown(c->req, c->reference, json_pack("[o]", a),
+                           "the SMS provider was called but the outcome could not be recorded; do not send "
+                           "again before checking the logs for the reference");
     ctx_free(c);
 }
 

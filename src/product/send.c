@@ -283,19 +283,9 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
         for (int k = 0; k < c->engine.started; k++)
             json_array_append_new(attempts,
                                   attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
-        size_t len;
-        char *body = og_idem_unknown_body(
-            c->reference, attempts,
-            "the providers were called but the outcome could not be recorded; do not send again before "
-            "checking the logs for the reference",
-            &len);
-        if (body == NULL) {
-            og_api_error(c->req, "internal_error", NULL, "out of memory");
-        } else {
-            og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
-            og_http_respond(c->req, 502, &h, 1, "application/json", body, len);
-            free(body);
-        }
+        og_idem_answer_unknown(c->req, c->reference, attempts,
+                               "the providers were called but the outcome could not be recorded; do not "
+                               "send again before checking the logs for the reference");
     } else {
         /* A status that beat this commit may have made the next step due at once: run it. */
         const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;

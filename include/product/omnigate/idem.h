@@ -66,4 +66,8 @@ int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *st
  * `attempts` (NULL: []). NULL when out of memory; else free() it. */
 char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *message, size_t *len);
 
+/* Answers `req` with that envelope (502, X-Omnigate-Reference), for a request whose providers
+ * were called but whose outcome could not be recorded. Steals `attempts`. */
+void og_idem_answer_unknown(og_http_req_t *req, const char *reference, json_t *attempts, const char *message);
+
 #endif

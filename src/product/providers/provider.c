@@ -222,13 +222,11 @@ char *og_provider_url(const char *base, const char *fmt, ...)
 /* ---- one attempt --------------------------------------------------------------------------- */
 
 /* The breaker's view of how an attempt that went out ended (breaker.h). */
-static og_breaker_outcome_t breaker_outcome(const og_hc_req_t *req, const og_attempt_result_t *res)
+static og_breaker_outcome_t breaker_outcome(const og_attempt_result_t *res)
 {
-    if (res->sent || res->error_code == OG_ERR_PROVIDER_REJECTED ||
-        res->error_code == OG_ERR_PROVIDER_RATE_LIMITED)
-        return OG_BREAKER_HEALTHY;
-    (void)req;
-    return OG_BREAKER_FAILED;
+    bool healthy = res->sent || res->error_code == OG_ERR_PROVIDER_REJECTED ||
+                   res->error_code == OG_ERR_PROVIDER_RATE_LIMITED;
+    return healthy ? OG_BREAKER_HEALTHY : OG_BREAKER_FAILED;
 }
 
 /* Mirrors channel ch's breaker in the worker's metrics. */
@@ -277,7 +275,7 @@ static void attempt_req_done(og_hc_req_t *req)
     og_hc_t *hc = pv != NULL ? pv->hc : NULL;
     if (a->gated && req->result != OG_HC_CANCELLED) {
         og_channel_t ch = a->prov->channel;
-        og_breaker_record(&pv->breaker[ch], uv_now(og_hc_loop(hc)), a->probe, breaker_outcome(req, res));
+        og_breaker_record(&pv->breaker[ch], uv_now(og_hc_loop(hc)), a->probe, breaker_outcome(res));
         breaker_metrics(pv, ch);
     }
     og_log_t *log = hc ? og_hc_log(hc) : NULL;
