@@ -905,21 +905,6 @@ SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2")
 
 
-def warm_up(b):
-    """A production database has planner statistics; a freshly created one under immediate
-    load has none until autovacuum's first ANALYZE (up to a minute), and meanwhile every send
-    costs PostgreSQL several times more (measured: 83 -> 423 us per send within 20 s). So the
-    run first sends for 3 s, then runs VACUUM ANALYZE as autovacuum would, then measures. The
-    warm-up sends are not counted in any scenario (they are in the durability check)."""
-    log("warm-up: 3 s of sends, then VACUUM ANALYZE")
-    r = b.wrk(b.og_url("/api/omni/send"), b.args.conns, 3, send_script(b, "warm", "+6289{n}"))
-    b.warm_answered = r["requests"] - r["non2xx"]
-    # Only the tables the warm-up filled: statistics of an empty table (0 rows) are as
-    # misleading as none (the OTP scenario then scans otp_requests instead of its index).
-    for t in ("messages", "attempts"):
-        b.psql("VACUUM ANALYZE " + t)
-
-
 def durability(b, answered):
     """Every send answered 2xx has its row (completed: sent, or since delivered, read or
     undelivered through a status) with its winning attempt in the database. Only the send
@@ -1164,8 +1149,8 @@ def report(b, dur, path, png):
              "Gateway: `--workers %d`, access log off, release build; PostgreSQL 15 with fsync=on, "
              "synchronous_commit=on; provider simulator on loopback (one worker); wrk, the gateway, PostgreSQL "
              "and the simulator share the machine. `x nginx` divides by nginx's req/s in the same run. "
-             "Before the send scenarios: 3 s of warm-up sends, then VACUUM ANALYZE (what autovacuum does "
-             "in a database's first minute; see warm_up() in bench.py)." % (
+             "The send scenarios start on the fresh database as a new deployment would: no warm-up, no "
+             "ANALYZE (the `cold` scenario compares that with the same run after ANALYZE)." % (
                  time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.cpu_count(), os.uname().release,
                  b.args.workers), "",
              "| scenario | what | conns | req/s | x nginx | p50 ms | p90 ms | p99 ms | errors | gateway CPU us/req "
@@ -1248,8 +1233,6 @@ def main():
         b.start_sim()
         b.start_gateway()
         b.make_tenants()
-        if any(n in SENDS for n in names):
-            warm_up(b)
         prepare_statuses(b, names)
         prepare_readers(b, names)
         for n in names:
@@ -1257,7 +1240,6 @@ def main():
         # Only fallback_steps scripts callbacks: any others would be load the scenarios did not ask for.
         log("simulator callbacks over the run: %s" % json.dumps(b.sim_stats()["callbacks"]))
         answered = sum(r["requests"] - r["non2xx"] for r in b.results if r["scenario"] in SENDS)
-        answered += getattr(b, "warm_answered", 0)
         dur = durability(b, answered) if any(n in SENDS for n in names) else None
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "bench.json"), "w") as f:
