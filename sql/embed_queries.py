@@ -116,8 +116,11 @@ def main():
             name = member[len("OG_Q_"):].lower()
             where, sql, nparams = found[name]
             out.write("    /* %s */\n" % os.path.basename(where))
-            out.write("    [%s] = {\"%s\",\n        %s,\n        %d},\n" %
-                      (member, name, c_string(sql), nparams))
+            # The log pages run on the read pools only (src/product/logs_api.c): the write
+            # pools need not prepare them.
+            read_pool = os.path.basename(where.split(":")[0]) == "logs.sql"
+            out.write("    [%s] = {\"%s\",\n        %s,\n        %d, %s},\n" %
+                      (member, name, c_string(sql), nparams, "true" if read_pool else "false"))
         out.write("};\n")
 
 

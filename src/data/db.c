@@ -1037,7 +1037,8 @@ static void send_prepares(dbconn_t *c)
         sent = PQsendQueryParams(c->pg, sql, 0, NULL, NULL, NULL, NULL, 0);
     }
     for (int i = 0; sent && c->prepared && i < db->nstmts; i++)
-        sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
+        if (!db->stmts[i].read_pool)
+            sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
     if (!sent || !PQpipelineSync(c->pg)) {
         free(u);
         conn_broken(c, PQerrorMessage(c->pg));
@@ -1300,8 +1301,9 @@ static bool send_unit(dbconn_t *c, unit_t *u)
             const char *const *values = op->stmts[i].values;
             /* Unnamed: Parse, Bind and Execute with the text every time (a transaction pooler
              * may give each transaction another server connection: see og_db_set_prepared). */
-            if (c->prepared ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
-                            : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
+            bool named = c->prepared && !s->read_pool; /* read-pool statements are never prepared */
+            if (named ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
+                      : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
                 return false;
         }
     }

@@ -81,6 +81,7 @@ typedef struct og_db_stmt {
     const char *name;
     const char *sql;
     int nparams;
+    bool read_pool; /* run by read pools only (og_db_new_reader): a write pool never prepares it */
 } og_db_stmt_t;
 
 typedef enum og_db_status {
