@@ -193,7 +193,8 @@ def test_loop_lag_shows_a_blocked_loop(piped_gateway):
     of the last 10 s) and the omnigate_loop_lag_seconds histogram show."""
     srv = piped_gateway(workers=1)
     srv.start_reading()
-    time.sleep(0.3)  # a few ticks of an idle loop
+    # A few ticks of an idle loop.
+    assert wait_for(lambda: scrape(srv)["omnigate_loop_lag_seconds_count"] >= 3, 5)
     s = scrape(srv)
     assert s["omnigate_loop_lag_max_seconds"] < 0.3
     assert s["omnigate_loop_lag_seconds_count"] >= 1
