@@ -16,6 +16,7 @@
 #include "omnigate/nowa.h"
 #include "omnigate/ops.h"
 #include "omnigate/otp.h"
+#include "omnigate/pages.h"
 #include "omnigate/send.h"
 #include "omnigate/store.h"
 #include "omnigate/sweep.h"
@@ -44,6 +45,7 @@ static const og_route_t routes[] = {
     {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
+    {"GET", "/openapi.json", og_pages_serve},
 };
 
 /* ---- the status sweep (worker 0 of each instance) ------------------------------------------
