@@ -21,7 +21,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_envelope, assert_error, assert_ok, have_test_routes, wait_for
-from gwlib import admin, call, sim, tenant_gateway  # noqa: F401
+from gwlib import admin, call, query_url, sim, tenant_gateway  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not have_test_routes(), reason="needs a build with -Dtest_routes=true")
 
@@ -95,6 +95,25 @@ def new_token_id(gw, sim):
     return tid, assert_ok(admin(gw, "POST", "/admin/tenants/%s/tokens" % tid, {}), 201)["data"]["id"]
 
 
+def tenant_with_webhook(gw, sim):
+    tid = new_tenant_id(gw, sim)
+    assert_ok(admin(gw, "PUT", "/admin/tenants/%s/webhook" % tid, {"url": "https://example.com/hook"}))
+    return tid
+
+
+def disabled_delivery(gw, sim):
+    """A delivery of the test's tenant whose webhook is disabled: a retry answers 409 and wakes no
+    step (a step running in the background would mix its statements into other scenarios)."""
+    tid = gw.tenant["id"]
+    query_url(gw.db_url, "INSERT INTO tenant_webhooks (tenant_id, url, events, secret, disabled_at) "
+                         "VALUES ('%s', 'https://example.com/', '{message.sent}', 'x', now()) "
+                         "ON CONFLICT DO NOTHING" % tid)
+    wid = "msg_%032x" % next(_numbers)
+    query_url(gw.db_url, "INSERT INTO webhook_deliveries (tenant_id, webhook_id, type, subject, body, status) "
+                         "VALUES ('%s', '%s', 'message.sent', 'kf_x', '{}', 'exhausted')" % (tid, wid))
+    return wid
+
+
 class Scenario:
     """One request. `prepare` makes the data it needs; tenant routes get a token never used
     before, so the token lookup is never served from the auth cache and can be made to fail.
@@ -150,6 +169,20 @@ SCENARIOS = [
     Scenario("admin_token_revoke",
              lambda gw, t, ids: admin(gw, "DELETE", "/admin/tenants/%s/tokens/%s" % ids),
              prepare=new_token_id, tenant=False),
+    Scenario("admin_webhook_put",
+             lambda gw, t, tid: admin(gw, "PUT", "/admin/tenants/%s/webhook" % tid, {"url": "https://example.com/"}),
+             prepare=new_tenant_id, tenant=False),
+    Scenario("admin_webhook_get", lambda gw, t, tid: admin(gw, "GET", "/admin/tenants/%s/webhook" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("admin_webhook_rotate",
+             lambda gw, t, tid: admin(gw, "POST", "/admin/tenants/%s/webhook/rotate-secret" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("admin_webhook_delete", lambda gw, t, tid: admin(gw, "DELETE", "/admin/tenants/%s/webhook" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("webhook_deliveries", lambda gw, t, _: get(gw, t, "/api/webhooks/deliveries?limit=5")),
+    Scenario("webhook_retry",
+             lambda gw, t, wid: post(gw, t, "/api/webhooks/deliveries/%s/retry" % wid, None),
+             ok_status=409, prepare=disabled_delivery),
 ]
 
 

@@ -47,6 +47,11 @@ typedef struct og_config {
     char *meta_app_secret;   /* OMNIGATE_META_APP_SECRET, NULL: POST /webhooks/meta is 404 */
     char *meta_verify_token; /* OMNIGATE_META_VERIFY_TOKEN, NULL: GET /webhooks/meta is 404 */
     char *qr_webhook_secret; /* OMNIGATE_QR_WEBHOOK_SECRET, NULL: POST /webhooks/waha is 404 */
+    /* Tenant webhooks out (API.md §12, §14). */
+    bool webhook_allow_http;    /* OMNIGATE_WEBHOOK_ALLOW_HTTP, default false */
+    bool webhook_allow_private; /* OMNIGATE_WEBHOOK_ALLOW_PRIVATE, default false */
+    int webhook_timeout_ms;     /* OMNIGATE_WEBHOOK_TIMEOUT_MS, default 15000 */
+    int webhook_retry_divisor;  /* OMNIGATE_WEBHOOK_RETRY_DIVISOR, tests only, default 1 */
 } og_config_t;
 
 /* Fills `cfg` with defaults, then the environment (`envp`, NULL-terminated "K=V" strings;

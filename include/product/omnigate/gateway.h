@@ -17,8 +17,9 @@ extern const og_app_t og_gateway_app;
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
     og_worker_t *w;
-    og_db_t *db;     /* NULL when OMNIGATE_DATABASE_URL is unset */
-    og_jobs_t *jobs; /* durable steps of this worker, NULL without a database */
+    og_db_t *db;            /* NULL when OMNIGATE_DATABASE_URL is unset */
+    og_jobs_t *jobs;        /* durable steps of this worker, NULL without a database */
+    struct og_whout *whout; /* tenant webhooks out (webhooks_out.h), NULL without a database */
     og_auth_t *auth;
     struct og_hc *hc; /* outbound HTTP to the providers */
     og_rl_t rl;       /* per-tenant rate limit buckets of this worker */

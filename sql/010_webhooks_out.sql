@@ -1,0 +1,405 @@
+-- Tenant webhooks out (API.md §12; docs/webhooks.md for tenants, docs/persistence.md for the
+-- design).
+--
+-- A tenant has at most one webhook (its URL, the events it wants, its signing secret sealed by
+-- the binary: SQL never sees it in clear). Every event is a row of webhook_deliveries, the
+-- outbox, inserted by a trigger in the same transaction as the change it reports: a message
+-- whose status becomes sent, failed, delivered, read or undelivered, an OTP that becomes
+-- verified or locked. No webhook, a disabled one or an event the tenant did not ask for: no
+-- row, and the cost is one primary-key probe of tenant_webhooks in the trigger.
+--
+-- Deliveries are made by one durable step per tenant (kind 'webhook', reference 'outbox',
+-- src/product/webhooks_out.c): whichever worker holds it tries that tenant's due deliveries,
+-- at most 8 at a time, records each try, and ends with og_webhook_release, which schedules the
+-- step again at the earliest next try. One step per tenant is what makes the limit of 8 in
+-- flight hold for the tenant across every worker and instance.
+--
+-- The race between an event and the step's end: the event's transaction takes the tenant's
+-- webhook row FOR KEY SHARE; og_webhook_release takes it FOR UPDATE before it looks for what
+-- is left. So either the release waits for the event's commit and sees its delivery, or the
+-- event waits for the release's commit and finds the step gone or rescheduled (and makes it
+-- due now). Share locks do not conflict with each other: events never wait for events.
+
+CREATE TABLE tenant_webhooks (
+    tenant_id       uuid        PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+    url             text        NOT NULL,
+    events          text[]      NOT NULL,
+    secret          text        NOT NULL,  -- "sealed:v1:..." (seal.h): whsec_ + base64 of 32 bytes
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    disabled_at     timestamptz,           -- set by a 410, or after 5 days of failed tries
+    disabled_reason text,                  -- 'gone' (410) or 'failing' (5 days)
+    failing_since   timestamptz            -- the first failed try since the last success
+);
+
+-- One row per event (the outbox) and its delivery state.
+-- status: pending (not tried yet, or queued again), failed (the last try failed, another is
+-- scheduled), delivered, exhausted (no try left, or the webhook was disabled or deleted).
+CREATE TABLE webhook_deliveries (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id    uuid        NOT NULL,
+    webhook_id   text        NOT NULL,  -- the webhook-id header, the same on every try; the API's id
+    type         text        NOT NULL,
+    subject      text        NOT NULL,  -- the message's or the OTP's reference
+    body         text        NOT NULL,  -- exactly the bytes sent and signed
+    status       text        NOT NULL DEFAULT 'pending',
+    tries        integer     NOT NULL DEFAULT 0,
+    next_at      timestamptz,           -- when the next try is due; NULL once delivered or exhausted
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    delivered_at timestamptz,
+    last_error   text
+);
+CREATE UNIQUE INDEX webhook_deliveries_public ON webhook_deliveries (tenant_id, webhook_id);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (tenant_id, next_at) WHERE next_at IS NOT NULL;
+CREATE INDEX webhook_deliveries_page ON webhook_deliveries (tenant_id, id);
+CREATE INDEX webhook_deliveries_status ON webhook_deliveries (tenant_id, status, id);
+
+-- Every try of a delivery. error: NULL on success, else http_error (a status other than 2xx),
+-- timeout, unreachable, blocked_address or error.
+CREATE TABLE webhook_tries (
+    delivery_id bigint      NOT NULL,
+    n           integer     NOT NULL,  -- 1 for the first try
+    at          timestamptz NOT NULL,
+    http_status integer,
+    latency_ms  integer     NOT NULL,
+    error       text,
+    message     text,
+    PRIMARY KEY (delivery_id, n)
+);
+
+-- ---- the log items, shared by the logs (sql/queries/logs.sql) and the events ------------------
+-- Declared as sets (of one row) so that PostgreSQL inlines them into the calling statement.
+
+-- A unified log item (API.md §4, §10, §11).
+CREATE FUNCTION og_message_item(m messages) RETURNS SETOF json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'reference', m.reference, 'to', m.to_number, 'text', m.body,
+        'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
+        'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
+        'attempts', coalesce((
+            -- An accepted attempt has its provider's id and its delivery (API.md §10); a
+            -- failed one its error, and null delivery fields.
+            SELECT json_agg(CASE WHEN a.status = 'sent' THEN json_build_object(
+                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
+                    'providerMessageId', a.provider_message_id, 'fallbackReason', a.fallback_reason,
+                    'attemptedAt',
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryStatus', a.delivery_status,
+                    'deliveredAt',
+                        to_char(a.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'readAt', to_char(a.read_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryError', CASE WHEN a.delivery_error IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', a.delivery_error,
+                            'providerCode', a.delivery_provider_code, 'message', a.delivery_message)) END,
+                    'statusHistory', coalesce((
+                        SELECT json_agg(json_strip_nulls(json_build_object('status', d.status,
+                                'at', to_char(d.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                                'providerCode', d.provider_code))
+                            ORDER BY d.at, og_status_rank(d.status))
+                        FROM delivery_statuses d
+                        WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id),
+                        '[]'::json))
+                ELSE json_build_object(
+                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
+                    'fallbackReason', a.fallback_reason,
+                    'error', CASE WHEN a.error_code IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', a.error_code,
+                            'message', a.error_message, 'providerCode', a.provider_code,
+                            'httpStatus', a.http_status)) END,
+                    'attemptedAt',
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,
+                    'deliveryError', NULL, 'statusHistory', '[]'::json) END
+                ORDER BY a.seq)
+            FROM attempts a
+            WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),
+        'skipped', m.skipped,
+        'createdAt', to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'completedAt', to_char(m.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+$$;
+
+-- An OTP log item (API.md §4): never the code.
+CREATE FUNCTION og_otp_item(o otp_requests) RETURNS SETOF json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'reference', o.reference, 'to', o.to_number, 'status', o.status, 'length', o.length,
+        'expiresAt', to_char(o.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'createdAt', to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'verifiedAt', to_char(o.verified_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'failedAttempts', o.failed_attempts,
+        'history', coalesce((
+            SELECT json_agg(json_build_object(
+                    'event', e.event,
+                    'at', to_char(e.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                ORDER BY e.id)
+            FROM otp_events e
+            WHERE e.tenant_id = o.tenant_id AND e.otp_reference = o.reference), '[]'::json))
+$$;
+
+-- ---- events ---------------------------------------------------------------------------------
+
+-- Makes the tenant's delivery step due now, creating it when there is none. A step that is
+-- running is left alone: its holder looks for new deliveries when it ends (og_webhook_release).
+-- The caller holds the tenant's webhook row FOR KEY SHARE (see the top of this file).
+CREATE FUNCTION og_webhook_wake(p_tenant uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO steps (kind, tenant_id, reference, due_at)
+    VALUES ('webhook', p_tenant, 'outbox', now())
+    ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL DO NOTHING;
+    IF NOT FOUND THEN
+        UPDATE steps SET due_at = now()
+        WHERE kind = 'webhook' AND tenant_id = p_tenant AND reference = 'outbox'
+            AND due_at > now() AND lease_owner IS NULL;
+    END IF;
+    IF FOUND THEN
+        PERFORM pg_notify('og_steps', 'webhook');
+    END IF;
+END
+$$;
+
+-- Writes one event into the outbox: the body {"type", "timestamp", "data"} exactly as it will
+-- be sent and signed, under 20 kB (a message's text is the only thing that can make it longer:
+-- 4,096 characters escaped to up to 6 bytes each; it is then cut to 1,000 characters and
+-- data.textTruncated says so).
+CREATE FUNCTION og_webhook_enqueue(p_tenant uuid, p_type text, p_subject text, p_data json)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    ts   text := to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
+    body text;
+BEGIN
+    body := json_build_object('type', p_type, 'timestamp', ts, 'data', p_data)::text;
+    IF octet_length(body) > 20000 THEN
+        body := json_build_object('type', p_type, 'timestamp', ts, 'data',
+            p_data::jsonb || jsonb_build_object('text', left(p_data ->> 'text', 1000),
+                                                'textTruncated', true))::text;
+    END IF;
+    INSERT INTO webhook_deliveries (tenant_id, webhook_id, type, subject, body, next_at)
+    VALUES (p_tenant, 'msg_' || replace(gen_random_uuid()::text, '-', ''), p_type, p_subject, body, now());
+END
+$$;
+
+-- A message's status changed. Events: message.sent when a send completes with an accepted
+-- channel (from pending to anything but failed: a status that came before the completion write
+-- can make it delivered at once), then message.<status> for failed, delivered, read and
+-- undelivered. The item is built after the statement that changed the status, attempts
+-- included, and only when an event is written.
+CREATE FUNCTION og_webhook_on_message() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    wanted text[];
+    types  text[] := '{}';
+    data   json;
+    t      text;
+BEGIN
+    SELECT events INTO wanted FROM tenant_webhooks
+    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.status = 'pending' AND NEW.status <> 'failed' AND 'message.sent' = ANY (wanted) THEN
+        types := types || 'message.sent'::text;
+    END IF;
+    IF NEW.status IN ('failed', 'delivered', 'read', 'undelivered')
+            AND 'message.' || NEW.status = ANY (wanted) THEN
+        types := types || ('message.' || NEW.status);
+    END IF;
+    IF cardinality(types) = 0 THEN
+        RETURN NULL;
+    END IF;
+    SELECT i INTO data FROM og_message_item(NEW) AS i;
+    FOREACH t IN ARRAY types LOOP
+        PERFORM og_webhook_enqueue(NEW.tenant_id, t, NEW.reference, data);
+    END LOOP;
+    PERFORM og_webhook_wake(NEW.tenant_id);
+    RETURN NULL;
+END
+$$;
+
+-- The WHEN clause is evaluated without calling the function: a message update that is not a
+-- status change worth an event costs nothing more.
+CREATE TRIGGER messages_webhook AFTER UPDATE OF status ON messages
+FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status
+      AND NEW.status IN ('sent', 'failed', 'delivered', 'read', 'undelivered'))
+EXECUTE FUNCTION og_webhook_on_message();
+
+-- An OTP became verified or locked: otp.verified, otp.locked.
+CREATE FUNCTION og_webhook_on_otp() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    t    text := 'otp.' || NEW.status;
+    data json;
+BEGIN
+    PERFORM 1 FROM tenant_webhooks
+    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL AND t = ANY (events)
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    SELECT i INTO data FROM og_otp_item(NEW) AS i;
+    PERFORM og_webhook_enqueue(NEW.tenant_id, t, NEW.reference, data);
+    PERFORM og_webhook_wake(NEW.tenant_id);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER otp_requests_webhook AFTER UPDATE OF status ON otp_requests
+FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status AND NEW.status IN ('verified', 'locked'))
+EXECUTE FUNCTION og_webhook_on_otp();
+
+-- ---- delivery -------------------------------------------------------------------------------
+
+-- Marks every delivery of the tenant still waiting for a try exhausted, with `why` as its last
+-- error unless it has one.
+CREATE FUNCTION og_webhook_exhaust(p_tenant uuid, p_why text) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE webhook_deliveries
+    SET status = 'exhausted', next_at = NULL, last_error = coalesce(last_error, p_why)
+    WHERE tenant_id = p_tenant AND next_at IS NOT NULL
+$$;
+
+-- Records the tries of a batch: a JSON array of {id, at_ms (when the try started), http (the
+-- status, or null), latency_ms, error (null on success), message, ok, retry_in_ms (null: no
+-- try left)}. A delivery already delivered (another holder's try) stays delivered. Then the
+-- webhook's health: a 410 disables it at once; a success clears failing_since; a failure sets
+-- it, and disables the webhook when it is 5 days old. A disabled webhook's waiting deliveries
+-- are exhausted. Returns true when this call disabled the webhook.
+CREATE FUNCTION og_webhook_record(p_tenant uuid, p_tries jsonb) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    any_ok   boolean;
+    any_fail boolean;
+    gone     boolean;
+    since    timestamptz;
+    reason   text;
+BEGIN
+    WITH r AS (
+        SELECT * FROM jsonb_to_recordset(p_tries) AS x(id bigint, at_ms bigint, http integer,
+            latency_ms integer, error text, message text, ok boolean, retry_in_ms bigint)),
+    u AS (
+        UPDATE webhook_deliveries d
+        SET tries = d.tries + 1,
+            status = CASE WHEN r.ok OR d.status = 'delivered' THEN 'delivered'
+                          WHEN r.retry_in_ms IS NULL THEN 'exhausted' ELSE 'failed' END,
+            next_at = CASE WHEN r.ok OR d.status = 'delivered' OR r.retry_in_ms IS NULL THEN NULL
+                           ELSE now() + r.retry_in_ms * interval '1 millisecond' END,
+            delivered_at = CASE WHEN r.ok THEN coalesce(d.delivered_at,
+                                    to_timestamp((r.at_ms + r.latency_ms) / 1000.0))
+                                ELSE d.delivered_at END,
+            last_error = CASE WHEN r.ok OR d.status = 'delivered' THEN NULL ELSE r.error END
+        FROM r
+        WHERE d.id = r.id AND d.tenant_id = p_tenant
+        RETURNING d.id, d.tries)
+    INSERT INTO webhook_tries (delivery_id, n, at, http_status, latency_ms, error, message)
+    SELECT u.id, u.tries, to_timestamp(r.at_ms / 1000.0), r.http, r.latency_ms, r.error, r.message
+    FROM u JOIN r ON r.id = u.id;
+
+    SELECT bool_or(ok), bool_or(NOT ok), bool_or(http = 410) INTO any_ok, any_fail, gone
+    FROM jsonb_to_recordset(p_tries) AS x(ok boolean, http integer);
+    IF gone THEN
+        reason := 'gone';
+    ELSIF any_ok THEN
+        UPDATE tenant_webhooks SET failing_since = NULL
+        WHERE tenant_id = p_tenant AND failing_since IS NOT NULL;
+    ELSIF any_fail THEN
+        UPDATE tenant_webhooks SET failing_since = now()
+        WHERE tenant_id = p_tenant AND failing_since IS NULL;
+        SELECT failing_since INTO since FROM tenant_webhooks WHERE tenant_id = p_tenant;
+        IF since <= now() - interval '5 days' THEN
+            reason := 'failing';
+        END IF;
+    END IF;
+    IF reason IS NOT NULL THEN
+        UPDATE tenant_webhooks SET disabled_at = now(), disabled_reason = reason
+        WHERE tenant_id = p_tenant AND disabled_at IS NULL;
+        IF FOUND THEN
+            PERFORM og_webhook_exhaust(p_tenant, 'webhook_disabled');
+            RETURN true;
+        END IF;
+    END IF;
+    RETURN false;
+END
+$$;
+
+-- Ends the tenant's delivery step (og_step_close: only while the caller's lease holds) and,
+-- when deliveries still wait, schedules the next at the earliest of their tries. The webhook
+-- row is locked first, so that an event committing meanwhile is seen here or sees the step
+-- gone (see the top of this file). Deliveries left waiting for a webhook that is gone or
+-- disabled (events that committed while it was being deleted or disabled) are exhausted.
+-- Returns true when the next step is due now.
+CREATE FUNCTION og_webhook_release(p_step bigint, p_owner text, p_tenant uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    disabled timestamptz;
+    nxt      timestamptz;
+BEGIN
+    SELECT disabled_at INTO disabled FROM tenant_webhooks WHERE tenant_id = p_tenant FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM og_webhook_exhaust(p_tenant, 'webhook_deleted');
+    ELSIF disabled IS NOT NULL THEN
+        PERFORM og_webhook_exhaust(p_tenant, 'webhook_disabled');
+    END IF;
+    PERFORM og_step_close(p_step, p_owner);
+    SELECT min(next_at) INTO nxt FROM webhook_deliveries
+    WHERE tenant_id = p_tenant AND next_at IS NOT NULL;
+    IF nxt IS NULL THEN
+        RETURN false;
+    END IF;
+    INSERT INTO steps (kind, tenant_id, reference, due_at)
+    VALUES ('webhook', p_tenant, 'outbox', greatest(nxt, now()))
+    ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL
+    DO UPDATE SET due_at = least(steps.due_at, excluded.due_at);
+    RETURN nxt <= now();
+END
+$$;
+
+-- POST /api/webhooks/deliveries/{id}/retry: one more try, now. outcome: 'ok' (with the
+-- delivery's item, og_webhook_item, as it is now), 'not_found' (no such delivery for this
+-- tenant) or 'disabled' (the tenant has no enabled webhook).
+CREATE FUNCTION og_webhook_retry(p_tenant uuid, p_webhook_id text, OUT outcome text, OUT item json)
+LANGUAGE plpgsql AS $$
+DECLARE
+    d_id bigint;
+BEGIN
+    SELECT d.id INTO d_id FROM webhook_deliveries d
+    WHERE d.tenant_id = p_tenant AND d.webhook_id = p_webhook_id;
+    IF NOT FOUND THEN
+        outcome := 'not_found';
+        RETURN;
+    END IF;
+    PERFORM 1 FROM tenant_webhooks WHERE tenant_id = p_tenant AND disabled_at IS NULL FOR KEY SHARE;
+    IF NOT FOUND THEN
+        outcome := 'disabled';
+        RETURN;
+    END IF;
+    UPDATE webhook_deliveries SET status = 'pending', next_at = now() WHERE id = d_id;
+    PERFORM og_webhook_wake(p_tenant);
+    SELECT i INTO item FROM webhook_deliveries d CROSS JOIN LATERAL og_webhook_item(d) AS i WHERE d.id = d_id;
+    outcome := 'ok';
+END
+$$;
+
+-- A delivery as GET /api/webhooks/deliveries shows it, with its tries in order.
+CREATE FUNCTION og_webhook_item(d webhook_deliveries) RETURNS SETOF json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'id', d.webhook_id, 'type', d.type, 'reference', d.subject, 'status', d.status,
+        'createdAt', to_char(d.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'deliveredAt', to_char(d.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'nextTryAt', to_char(d.next_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'lastError', d.last_error,
+        'tries', coalesce((
+            SELECT json_agg(json_build_object(
+                    'at', to_char(t.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'httpStatus', t.http_status, 'latencyMs', t.latency_ms,
+                    'error', CASE WHEN t.error IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', t.error, 'message', t.message)) END)
+                ORDER BY t.n)
+            FROM webhook_tries t
+            WHERE t.delivery_id = d.id), '[]'::json))
+$$;
