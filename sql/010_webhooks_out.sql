@@ -14,11 +14,13 @@
 -- step again at the earliest next try. One step per tenant is what makes the limit of 8 in
 -- flight hold for the tenant across every worker and instance.
 --
--- The race between an event and the step's end: the event's transaction takes the tenant's
--- webhook row FOR KEY SHARE; og_webhook_release takes it FOR UPDATE before it looks for what
--- is left. So either the release waits for the event's commit and sees its delivery, or the
--- event waits for the release's commit and finds the step gone or rescheduled (and makes it
--- due now). Share locks do not conflict with each other: events never wait for events.
+-- The event's transaction never writes the steps table: a send's completion write (batched
+-- with others, of many tenants) must not wait for, or deadlock with, another transaction over
+-- a tenant's step row. It looks, without locking, whether the tenant's step is running or due;
+-- if not, it asks for one with NOTIFY og_steps 'webhook', and the scheduler
+-- (og_webhook_schedule, run by one worker per instance on that notification and every second)
+-- creates the steps of tenants with due deliveries, or makes them due now. The one-second run
+-- also catches the race of an event committing while its tenant's step ends without seeing it.
 
 CREATE TABLE tenant_webhooks (
     tenant_id       uuid        PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
@@ -35,10 +37,13 @@ CREATE TABLE tenant_webhooks (
 -- One row per event (the outbox) and its delivery state.
 -- status: pending (not tried yet, or queued again), failed (the last try failed, another is
 -- scheduled), delivered, exhausted (no try left, or the webhook was disabled or deleted).
+CREATE SEQUENCE webhook_deliveries_id;
 CREATE TABLE webhook_deliveries (
-    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id           bigint      PRIMARY KEY DEFAULT nextval('webhook_deliveries_id'),
     tenant_id    uuid        NOT NULL,
-    webhook_id   text        NOT NULL,  -- the webhook-id header, the same on every try; the API's id
+    -- The webhook-id header, the same on every try, and the API's id: "msg_", the id in 16 hex
+    -- digits (found by the primary key) and 16 random ones (unique across installations).
+    webhook_id   text        NOT NULL,
     type         text        NOT NULL,
     subject      text        NOT NULL,  -- the message's or the OTP's reference
     body         text        NOT NULL,  -- exactly the bytes sent and signed
@@ -49,7 +54,7 @@ CREATE TABLE webhook_deliveries (
     delivered_at timestamptz,
     last_error   text
 );
-CREATE UNIQUE INDEX webhook_deliveries_public ON webhook_deliveries (tenant_id, webhook_id);
+ALTER SEQUENCE webhook_deliveries_id OWNED BY webhook_deliveries.id;
 CREATE INDEX webhook_deliveries_due ON webhook_deliveries (tenant_id, next_at) WHERE next_at IS NOT NULL;
 CREATE INDEX webhook_deliveries_page ON webhook_deliveries (tenant_id, id);
 CREATE INDEX webhook_deliveries_status ON webhook_deliveries (tenant_id, status, id);
@@ -139,45 +144,85 @@ $$;
 
 -- ---- events ---------------------------------------------------------------------------------
 
--- Makes the tenant's delivery step due now, creating it when there is none. A step that is
--- running is left alone: its holder looks for new deliveries when it ends (og_webhook_release).
--- The caller holds the tenant's webhook row FOR KEY SHARE (see the top of this file).
-CREATE FUNCTION og_webhook_wake(p_tenant uuid) RETURNS void
+-- The scheduler: every tenant with a delivery due and no step running or due gets its step,
+-- due now. The tenants with undelivered deliveries are found by a skip scan of
+-- webhook_deliveries_due (one probe per such tenant, however many deliveries each has).
+-- Returns how many steps it made due (the caller then tells every worker: NOTIFY og_steps).
+CREATE FUNCTION og_webhook_schedule() RETURNS integer
 LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
 BEGIN
-    INSERT INTO steps (kind, tenant_id, reference, due_at)
-    VALUES ('webhook', p_tenant, 'outbox', now())
-    ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL DO NOTHING;
-    IF NOT FOUND THEN
-        UPDATE steps SET due_at = now()
-        WHERE kind = 'webhook' AND tenant_id = p_tenant AND reference = 'outbox'
-            AND due_at > now() AND lease_owner IS NULL;
+    WITH RECURSIVE t(tenant_id) AS (
+        (SELECT tenant_id FROM webhook_deliveries WHERE next_at IS NOT NULL ORDER BY tenant_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT d.tenant_id FROM webhook_deliveries d
+                WHERE d.next_at IS NOT NULL AND d.tenant_id > t.tenant_id
+                ORDER BY d.tenant_id LIMIT 1)
+        FROM t WHERE t.tenant_id IS NOT NULL),
+    due AS (
+        SELECT t.tenant_id FROM t
+        WHERE t.tenant_id IS NOT NULL
+            AND EXISTS (SELECT 1 FROM webhook_deliveries d
+                        WHERE d.tenant_id = t.tenant_id AND d.next_at IS NOT NULL AND d.next_at <= now())
+            AND NOT EXISTS (SELECT 1 FROM steps s
+                            WHERE s.kind = 'webhook' AND s.tenant_id = t.tenant_id AND s.reference = 'outbox'
+                                AND (s.due_at <= now() OR s.lease_owner IS NOT NULL))),
+    up AS (
+        INSERT INTO steps (kind, tenant_id, reference, due_at)
+        SELECT 'webhook', tenant_id, 'outbox', now() FROM due
+        ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL
+        DO UPDATE SET due_at = now() WHERE steps.due_at > now() AND steps.lease_owner IS NULL
+        RETURNING 1)
+    SELECT count(*) INTO n FROM up;
+    IF n > 0 THEN
+        PERFORM pg_notify('og_steps', 'due');
     END IF;
-    IF FOUND THEN
-        PERFORM pg_notify('og_steps', 'webhook');
-    END IF;
+    RETURN n;
 END
 $$;
 
--- Writes one event into the outbox: the body {"type", "timestamp", "data"} exactly as it will
--- be sent and signed, under 20 kB (a message's text is the only thing that can make it longer:
--- 4,096 characters escaped to up to 6 bytes each; it is then cut to 1,000 characters and
--- data.textTruncated says so).
-CREATE FUNCTION og_webhook_enqueue(p_tenant uuid, p_type text, p_subject text, p_data json)
-RETURNS void
-LANGUAGE plpgsql AS $$
-DECLARE
-    ts   text := to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"');
-    body text;
+-- The body of an event, {"type", "timestamp", "data"}, exactly as it is sent and signed, under
+-- 20 kB: a message's text is the only thing that can make it longer (4,096 characters escaped
+-- to up to 6 bytes each); it is then cut to 1,000 characters and data.textTruncated says so.
+-- PL/pgSQL: its expressions are planned once per session (a SQL function that PostgreSQL does
+-- not inline is planned again on every call).
+CREATE FUNCTION og_webhook_body(p_type text, p_data json) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    body := json_build_object('type', p_type, 'timestamp', ts, 'data', p_data)::text;
-    IF octet_length(body) > 20000 THEN
-        body := json_build_object('type', p_type, 'timestamp', ts, 'data',
-            p_data::jsonb || jsonb_build_object('text', left(p_data ->> 'text', 1000),
-                                                'textTruncated', true))::text;
+    IF octet_length(p_data::text) > 19900 THEN
+        p_data := (p_data::jsonb || jsonb_build_object('text', left(p_data ->> 'text', 1000),
+                                                       'textTruncated', true))::json;
     END IF;
-    INSERT INTO webhook_deliveries (tenant_id, webhook_id, type, subject, body, next_at)
-    VALUES (p_tenant, 'msg_' || replace(gen_random_uuid()::text, '-', ''), p_type, p_subject, body, now());
+    RETURN json_build_object('type', p_type,
+        'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'data', p_data)::text;
+END
+$$;
+
+-- The webhook-id of delivery `id`: "msg_", the id, then 53 bits of random() (PostgreSQL seeds
+-- it per backend from its strong source). The id alone makes it unique here, the random part
+-- across installations, so a receiver shared by two never drops one as a repeat
+-- (gen_random_uuid would cost each event 15 us more). PL/pgSQL, so that it is planned once.
+CREATE FUNCTION og_webhook_id_of(p_id bigint) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN 'msg_' || lpad(to_hex(p_id), 16, '0') || lpad(to_hex((random() * 9007199254740991)::bigint), 16, '0');
+END
+$$;
+
+-- After writing a tenant's events: when its step is neither running nor due (none, or due later,
+-- at a retry), asks the scheduler (og_webhook_schedule) for it by a notification. Reads only:
+-- the event's transaction takes no lock on the steps table.
+CREATE FUNCTION og_webhook_wake(p_tenant uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM steps
+    WHERE kind = 'webhook' AND tenant_id = p_tenant AND reference = 'outbox'
+        AND (due_at <= now() OR lease_owner IS NOT NULL);
+    IF NOT FOUND THEN
+        PERFORM pg_notify('og_steps', 'webhook');
+    END IF;
 END
 $$;
 
@@ -191,12 +236,9 @@ LANGUAGE plpgsql AS $$
 DECLARE
     wanted text[];
     types  text[] := '{}';
-    data   json;
-    t      text;
 BEGIN
     SELECT events INTO wanted FROM tenant_webhooks
-    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL
-    FOR KEY SHARE;
+    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -210,10 +252,11 @@ BEGIN
     IF cardinality(types) = 0 THEN
         RETURN NULL;
     END IF;
-    SELECT i INTO data FROM og_message_item(NEW) AS i;
-    FOREACH t IN ARRAY types LOOP
-        PERFORM og_webhook_enqueue(NEW.tenant_id, t, NEW.reference, data);
-    END LOOP;
+    INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
+    SELECT x.id, NEW.tenant_id, x.webhook_id, x.t, NEW.reference, og_webhook_body(x.t, i), now()
+    FROM og_message_item(NEW) AS i,
+        LATERAL (SELECT y.id, y.t, og_webhook_id_of(y.id) AS webhook_id
+                 FROM (SELECT nextval('webhook_deliveries_id') AS id, t FROM unnest(types) AS t) y) x;
     PERFORM og_webhook_wake(NEW.tenant_id);
     RETURN NULL;
 END
@@ -231,17 +274,16 @@ EXECUTE FUNCTION og_webhook_on_message();
 CREATE FUNCTION og_webhook_on_otp() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    t    text := 'otp.' || NEW.status;
-    data json;
+    t text := 'otp.' || NEW.status;
 BEGIN
     PERFORM 1 FROM tenant_webhooks
-    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL AND t = ANY (events)
-    FOR KEY SHARE;
+    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL AND t = ANY (events);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    SELECT i INTO data FROM og_otp_item(NEW) AS i;
-    PERFORM og_webhook_enqueue(NEW.tenant_id, t, NEW.reference, data);
+    INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
+    SELECT x.id, NEW.tenant_id, og_webhook_id_of(x.id), t, NEW.reference, og_webhook_body(t, i), now()
+    FROM og_otp_item(NEW) AS i, LATERAL (SELECT nextval('webhook_deliveries_id') AS id) x;
     PERFORM og_webhook_wake(NEW.tenant_id);
     RETURN NULL;
 END
@@ -327,18 +369,18 @@ END
 $$;
 
 -- Ends the tenant's delivery step (og_step_close: only while the caller's lease holds) and,
--- when deliveries still wait, schedules the next at the earliest of their tries. The webhook
--- row is locked first, so that an event committing meanwhile is seen here or sees the step
--- gone (see the top of this file). Deliveries left waiting for a webhook that is gone or
--- disabled (events that committed while it was being deleted or disabled) are exhausted.
--- Returns true when the next step is due now.
+-- when deliveries still wait, schedules the next at the earliest of their tries. An event
+-- committing meanwhile that this does not see is picked up by the scheduler's next run (see the
+-- top of this file). Deliveries left waiting for a webhook that is gone or disabled (events that
+-- committed while it was being deleted or disabled) are exhausted. Returns true when the next
+-- step is due now.
 CREATE FUNCTION og_webhook_release(p_step bigint, p_owner text, p_tenant uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     disabled timestamptz;
     nxt      timestamptz;
 BEGIN
-    SELECT disabled_at INTO disabled FROM tenant_webhooks WHERE tenant_id = p_tenant FOR UPDATE;
+    SELECT disabled_at INTO disabled FROM tenant_webhooks WHERE tenant_id = p_tenant;
     IF NOT FOUND THEN
         PERFORM og_webhook_exhaust(p_tenant, 'webhook_deleted');
     ELSIF disabled IS NOT NULL THEN
@@ -366,19 +408,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     d_id bigint;
 BEGIN
-    SELECT d.id INTO d_id FROM webhook_deliveries d
-    WHERE d.tenant_id = p_tenant AND d.webhook_id = p_webhook_id;
-    IF NOT FOUND THEN
+    -- The id is in the webhook-id (og_webhook_id): one probe of the primary key.
+    IF p_webhook_id ~ '^msg_[0-9a-f]{32}$' THEN
+        SELECT d.id INTO d_id FROM webhook_deliveries d
+        WHERE d.id = ('x' || substr(p_webhook_id, 5, 16))::bit(64)::bigint
+            AND d.tenant_id = p_tenant AND d.webhook_id = p_webhook_id;
+    END IF;
+    IF d_id IS NULL THEN
         outcome := 'not_found';
         RETURN;
     END IF;
-    PERFORM 1 FROM tenant_webhooks WHERE tenant_id = p_tenant AND disabled_at IS NULL FOR KEY SHARE;
+    PERFORM 1 FROM tenant_webhooks WHERE tenant_id = p_tenant AND disabled_at IS NULL;
     IF NOT FOUND THEN
         outcome := 'disabled';
         RETURN;
     END IF;
     UPDATE webhook_deliveries SET status = 'pending', next_at = now() WHERE id = d_id;
-    PERFORM og_webhook_wake(p_tenant);
+    -- Not a hot path: the step is made due here (a running one loads the delivery itself).
+    INSERT INTO steps (kind, tenant_id, reference, due_at) VALUES ('webhook', p_tenant, 'outbox', now())
+    ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL
+    DO UPDATE SET due_at = now() WHERE steps.due_at > now() AND steps.lease_owner IS NULL;
+    PERFORM pg_notify('og_steps', 'due');
     SELECT i INTO item FROM webhook_deliveries d CROSS JOIN LATERAL og_webhook_item(d) AS i WHERE d.id = d_id;
     outcome := 'ok';
 END

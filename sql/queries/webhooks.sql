@@ -135,3 +135,9 @@ LIMIT $4;
 -- text.
 SELECT outcome, item::text
 FROM og_webhook_retry($1::uuid, $2);
+
+-- name: wh_schedule
+-- Gives every tenant with a delivery due and no step running or due its step, due now
+-- (og_webhook_schedule; one worker per instance, on NOTIFY og_steps 'webhook' and every second).
+-- Returns how many steps it made due.
+SELECT og_webhook_schedule();

@@ -56,6 +56,8 @@ struct og_jobs {
     bool counting;
 
     int running;
+    void (*notify_fn)(void *arg, const char *payload); /* og_jobs_on_notify */
+    void *notify_arg;
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -223,8 +225,17 @@ static void arm(og_jobs_t *j)
 
 static void on_notify(void *arg, const char *channel, const char *payload)
 {
+    og_jobs_t *j = arg;
     /* payload NULL: (re)connected, notifications may have been missed. Either way: look. */
-    claim(arg);
+    claim(j);
+    if (j->notify_fn != NULL && !j->closing)
+        j->notify_fn(j->notify_arg, payload);
+}
+
+void og_jobs_on_notify(og_jobs_t *j, void (*fn)(void *arg, const char *payload), void *arg)
+{
+    j->notify_fn = fn;
+    j->notify_arg = arg;
 }
 
 og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_slot_t *m, const char *owner,

@@ -6,9 +6,12 @@
  * A run holds one tenant's step. It loads that tenant's due deliveries (a few dozen at a time,
  * leaving out those it already has), tries up to OG_WHOUT_INFLIGHT of them at once, records the
  * finished tries in batches (one write in flight at a time), and loads more while it finds
- * some, until its window closes (OMNIGATE_WEBHOOK_TIMEOUT_MS after its claim) or nothing is
- * due. It ends with og_webhook_release, which schedules the tenant's step again at its next due
- * try. A try lives from its load until its result is committed, so a load never takes it twice.
+ * some, until its window closes (OMNIGATE_WEBHOOK_TIMEOUT_MS after its claim) or nothing has
+ * been due for LINGER_MS. It ends with og_webhook_release, which schedules the tenant's step
+ * again at its next due try. A try lives from its load until its result is committed, so a load
+ * never takes it twice. Worker 0 also runs the scheduler that gives tenants with new events
+ * their step (og_webhook_schedule: on NOTIFY og_steps 'webhook' and every second), and samples
+ * the outbox gauges.
  *
  *   load -> queued -> in flight -> done -> flushing -> freed
  *
@@ -30,10 +33,13 @@
 #include "omnigate/util.h"
 #include "omnigate/webhooks.h"
 
-#define QUEUE_MAX   32   /* deliveries loaded and not started, at most */
-#define LOAD_BELOW  8    /* load more when fewer than this are queued or in flight */
-#define ALIVE_MAX   128  /* tries held by a run (queued to being recorded), at most */
-#define SAMPLE_MS   2000 /* the outbox gauges, worker 0 */
+#define QUEUE_MAX   64   /* deliveries loaded and not started, at most */
+#define LOAD_BELOW  24   /* load more when fewer than this are queued or in flight */
+#define ALIVE_MAX   160  /* tries held by a run (queued to being recorded), at most */
+#define LINGER_MS   500  /* a run that finds nothing due looks again for this long before it ends */
+#define POLL_MIN_MS 5    /* ... first after this long, then twice as long each time ... */
+#define POLL_MAX_MS 25   /* ... up to this */
+#define TICK_MS     1000 /* worker 0: the scheduler, and every other tick the outbox gauges */
 #define LEASE_EXTRA 5000 /* ms of a lease beyond the window and the last try's timeout */
 
 struct og_whout {
@@ -41,12 +47,16 @@ struct og_whout {
     og_hc_t *hc;
     og_seal_key_t key; /* opens the webhooks' sealed secrets */
     int kind;
-    bool sampler;
-    uv_timer_t sample_timer;
+    /* Worker 0 of each instance: the scheduler (og_webhook_schedule) and the outbox gauges. */
+    bool scheduler;
+    uv_timer_t tick;
+    unsigned ticks;
+    bool scheduling, again; /* sched_op in flight; run once more when it ends */
+    og_db_op_t sched_op;
     bool sampling; /* sample_op in flight */
     og_db_op_t sample_op;
     bool stopping; /* og_whout_close was called */
-    int closing;   /* handles (and a sample in flight) still closing */
+    int closing;   /* handles (and ops in flight) still closing */
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -80,6 +90,13 @@ struct wh_run {
     og_step_t *step;
     og_whout_t *wo;
     uint64_t start_by; /* loop time after which no try starts */
+    /* Lingering: a run that finds nothing due keeps its step a little and looks again, so a
+     * tenant whose events come steadily keeps one run instead of ending and being woken for
+     * each (NOTIFY, the scheduler, a claim). The run is freed in the timer's close callback. */
+    uv_timer_t poll;
+    bool polling;        /* the timer is armed */
+    uint64_t last_found; /* loop time a load last found something (or the run started) */
+    unsigned backoff_ms;
     char *url;
     char *sealed; /* of the secret `key` comes from, to notice a rotation */
     unsigned char key[OG_WH_KEY_MAX];
@@ -126,6 +143,11 @@ static void try_free(wh_try_t *t)
     free(t);
 }
 
+static void run_closed(uv_handle_t *h)
+{
+    free(container_of((uv_timer_t *)h, wh_run_t, poll));
+}
+
 static void run_free(wh_run_t *r)
 {
     while (r->tries != NULL) {
@@ -139,7 +161,7 @@ static void run_free(wh_run_t *r)
     free(r->url);
     free(r->sealed);
     OPENSSL_cleanse(r->key, sizeof(r->key));
-    free(r);
+    uv_close((uv_handle_t *)&r->poll, run_closed);
 }
 
 /* Removes and frees the tries in state `st`. */
@@ -448,8 +470,11 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
     const PGresult *res = op->res[0];
     int rows = PQntuples(res);
     r->dry = rows == 0;
-    if (rows > 0)
+    if (rows > 0) {
         take_webhook(r, res);
+        r->last_found = uv_now(&r->wo->gw->w->loop);
+        r->backoff_ms = 0;
+    }
     wh_try_t **tail = &r->tries;
     while (*tail != NULL)
         tail = &(*tail)->next;
@@ -500,11 +525,19 @@ static void load(wh_run_t *r)
     og_db_submit(r->wo->gw->db, op);
 }
 
+static void on_poll(uv_timer_t *t)
+{
+    wh_run_t *r = container_of(t, wh_run_t, poll);
+    r->polling = false;
+    r->dry = false;
+    pump(r);
+}
+
 /* Moves the run on: starts what it may, loads when it runs low, records what is done, ends
  * when nothing is left to wait for. */
 static void pump(wh_run_t *r)
 {
-    if (r->ending)
+    if (r->ending || r->polling)
         return;
     bool stop = stop_starting(r);
     for (wh_try_t *t = r->tries; t != NULL && !stop && r->ninflight < OG_WHOUT_INFLIGHT; t = t->next)
@@ -513,8 +546,18 @@ static void pump(wh_run_t *r)
     if (!stop && !r->loading && !r->dry && r->nqueued + r->ninflight < LOAD_BELOW)
         load(r);
     flush(r);
-    if (r->ninflight == 0 && !r->loading && !r->flushing && (stop || (r->dry && r->nqueued == 0)))
-        end(r);
+    if (r->ninflight > 0 || r->loading || r->flushing || (!stop && (!r->dry || r->nqueued > 0)))
+        return;
+    uint64_t now = uv_now(&r->wo->gw->w->loop);
+    if (!stop && now - r->last_found < LINGER_MS) {
+        r->backoff_ms = r->backoff_ms == 0 ? POLL_MIN_MS : r->backoff_ms * 2;
+        if (r->backoff_ms > POLL_MAX_MS)
+            r->backoff_ms = POLL_MAX_MS;
+        r->polling = true;
+        uv_timer_start(&r->poll, on_poll, r->backoff_ms, 0);
+        return;
+    }
+    end(r);
 }
 
 static void run(og_step_t *step, void *arg)
@@ -527,13 +570,61 @@ static void run(og_step_t *step, void *arg)
     }
     r->step = step;
     r->wo = wo;
-    r->start_by = uv_now(&wo->gw->w->loop) + (uint64_t)wo->gw->w->cfg->webhook_timeout_ms;
+    uv_timer_init(&wo->gw->w->loop, &r->poll);
+    r->last_found = uv_now(&wo->gw->w->loop);
+    r->start_by = r->last_found + (uint64_t)wo->gw->w->cfg->webhook_timeout_ms;
     load(r);
 }
 
-/* ---- the outbox gauges (worker 0) --------------------------------------------------------------- */
+/* ---- the scheduler and the outbox gauges (worker 0) ----------------------------------------- */
 
 static void piece_closed(og_whout_t *wo);
+
+static void schedule(og_whout_t *wo);
+
+static void scheduled(og_db_op_t *op, og_db_status_t st)
+{
+    og_whout_t *wo = container_of(op, og_whout_t, sched_op);
+    bool due = st == OG_DB_OK && atoi(PQgetvalue(op->res[0], 0, 0)) > 0;
+    if (st == OG_DB_ERROR)
+        og_log(&wo->gw->w->log, OG_LOG_ERROR, "scheduling webhook steps failed",
+               "\"sqlstate\":\"%s\",\"error\":\"%s\"", op->sqlstate, op->error);
+    og_db_op_clear(op);
+    wo->scheduling = false;
+    if (wo->stopping) {
+        piece_closed(wo);
+        return;
+    }
+    if (due) /* every worker hears NOTIFY og_steps 'due' too; this one need not wait for it */
+        og_jobs_wake(wo->gw->jobs);
+    if (wo->again) {
+        wo->again = false;
+        schedule(wo);
+    }
+}
+
+/* Runs og_webhook_schedule; a request while it runs makes it run once more. */
+static void schedule(og_whout_t *wo)
+{
+    if (wo->stopping || !og_db_ready(wo->gw->db))
+        return;
+    if (wo->scheduling) {
+        wo->again = true;
+        return;
+    }
+    wo->scheduling = true;
+    wo->sched_op = (og_db_op_t){.nstmts = 1, .write = true, .done = scheduled};
+    wo->sched_op.stmts[0].stmt = OG_Q_WH_SCHEDULE;
+    og_db_submit(wo->gw->db, &wo->sched_op);
+}
+
+/* NOTIFY og_steps: 'webhook' is an event whose tenant has no step running or due; NULL, a
+ * listener that reconnected (notifications may be lost). */
+static void on_notify(void *arg, const char *payload)
+{
+    if (payload == NULL || strcmp(payload, "webhook") == 0)
+        schedule(arg);
+}
 
 static void sampled(og_db_op_t *op, og_db_status_t st)
 {
@@ -550,10 +641,11 @@ static void sampled(og_db_op_t *op, og_db_status_t st)
         piece_closed(wo);
 }
 
-static void on_sample(uv_timer_t *t)
+static void on_tick(uv_timer_t *t)
 {
-    og_whout_t *wo = container_of(t, og_whout_t, sample_timer);
-    if (wo->sampling || !og_db_ready(wo->gw->db))
+    og_whout_t *wo = container_of(t, og_whout_t, tick);
+    schedule(wo);
+    if (++wo->ticks % 2 != 0 || wo->sampling || !og_db_ready(wo->gw->db))
         return;
     wo->sampling = true;
     wo->sample_op = (og_db_op_t){.nstmts = 1, .done = sampled};
@@ -583,10 +675,11 @@ og_whout_t *og_whout_start(og_gw_t *gw)
     }
     og_jobs_limit(gw->jobs, wo->kind, OG_WHOUT_RUNS);
     if (gw->w->index == 0) {
-        wo->sampler = true;
-        uv_timer_init(&gw->w->loop, &wo->sample_timer);
-        uv_timer_start(&wo->sample_timer, on_sample, SAMPLE_MS / 4, SAMPLE_MS);
-        uv_unref((uv_handle_t *)&wo->sample_timer);
+        wo->scheduler = true;
+        og_jobs_on_notify(gw->jobs, on_notify, wo);
+        uv_timer_init(&gw->w->loop, &wo->tick);
+        uv_timer_start(&wo->tick, on_tick, TICK_MS / 4, TICK_MS);
+        uv_unref((uv_handle_t *)&wo->tick);
     }
     return wo;
 }
@@ -610,7 +703,7 @@ static void hc_closed(void *arg)
 
 static void timer_closed(uv_handle_t *h)
 {
-    piece_closed(container_of((uv_timer_t *)h, og_whout_t, sample_timer));
+    piece_closed(container_of((uv_timer_t *)h, og_whout_t, tick));
 }
 
 void og_whout_close(og_whout_t *wo, void (*closed)(void *arg), void *arg)
@@ -619,11 +712,12 @@ void og_whout_close(og_whout_t *wo, void (*closed)(void *arg), void *arg)
     wo->closed_arg = arg;
     wo->stopping = true;
     wo->closing = 1;
-    if (wo->sampling)
-        wo->closing++; /* sampled() waits for the pool, which closes after us */
-    if (wo->sampler) {
+    /* Their callbacks come from the pool, which closes after us. */
+    wo->closing += wo->sampling + wo->scheduling;
+    if (wo->scheduler) {
+        og_jobs_on_notify(wo->gw->jobs, NULL, NULL);
         wo->closing++;
-        uv_close((uv_handle_t *)&wo->sample_timer, timer_closed);
+        uv_close((uv_handle_t *)&wo->tick, timer_closed);
     }
     og_hc_close(wo->hc, hc_closed, wo);
 }

@@ -108,10 +108,10 @@ def disabled_delivery(gw, sim):
     query_url(gw.db_url, "INSERT INTO tenant_webhooks (tenant_id, url, events, secret, disabled_at) "
                          "VALUES ('%s', 'https://example.com/', '{message.sent}', 'x', now()) "
                          "ON CONFLICT DO NOTHING" % tid)
-    wid = "msg_%032x" % next(_numbers)
-    query_url(gw.db_url, "INSERT INTO webhook_deliveries (tenant_id, webhook_id, type, subject, body, status) "
-                         "VALUES ('%s', '%s', 'message.sent', 'kf_x', '{}', 'exhausted')" % (tid, wid))
-    return wid
+    return query_url(gw.db_url, "WITH n AS (SELECT nextval('webhook_deliveries_id') AS id) "
+                                "INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, status) "
+                                "SELECT id, '%s', og_webhook_id_of(id), 'message.sent', 'kf_x', '{}', 'exhausted' "
+                                "FROM n RETURNING webhook_id" % tid)[0][0]
 
 
 class Scenario:

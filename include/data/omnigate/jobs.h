@@ -79,6 +79,11 @@ const char *og_jobs_owner(const og_jobs_t *j);
  * more. */
 bool og_jobs_closing(const og_jobs_t *j);
 
+/* Also calls fn(arg, payload) for every notification on og_steps (payload NULL after a
+ * reconnect of the listener, as og_db_listen says), after claiming: for a runner whose steps are
+ * made by someone listening (webhooks_out.c). fn NULL removes it. */
+void og_jobs_on_notify(og_jobs_t *j, void (*fn)(void *arg, const char *payload), void *arg);
+
 /* Starts the timer and the LISTEN connection. */
 void og_jobs_start(og_jobs_t *j);
 

@@ -86,6 +86,7 @@ enum og_store_stmt {
     OG_Q_WH_SAMPLE,
     OG_Q_WH_DELIVERIES,
     OG_Q_WH_RETRY,
+    OG_Q_WH_SCHEDULE,
     OG_Q__COUNT
 };
 
