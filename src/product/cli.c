@@ -496,22 +496,24 @@ static int admin_set_webhook(PGconn *pg, const og_config_t *cfg, int argc, char 
     return rc;
 }
 
-static int admin_get_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+/* get-webhook and delete-webhook: one statement on the tenant's id. */
+static int webhook_by_tenant(PGconn *pg, const og_config_t *cfg, const char *arg, int stmt)
 {
     char id[37];
-    if (!webhook_tenant(argv[1], id))
+    if (!webhook_tenant(arg, id))
         return 2;
     const char *v[1] = {id};
-    return webhook_result(cfg, run(pg, OG_Q_WH_GET, 1, v), id, false, "the tenant has no webhook");
+    return webhook_result(cfg, run(pg, stmt, 1, v), id, false, "the tenant has no webhook");
+}
+
+static int admin_get_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_GET);
 }
 
 static int admin_delete_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    char id[37];
-    if (!webhook_tenant(argv[1], id))
-        return 2;
-    const char *v[1] = {id};
-    return webhook_result(cfg, run(pg, OG_Q_WH_DELETE, 1, v), id, false, "the tenant has no webhook");
+    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_DELETE);
 }
 
 static int admin_rotate_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
@@ -635,31 +637,22 @@ static int prune_run(PGconn *pg, const char *before, long batch)
     int rc = 0;
     for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
         const char *bv[3] = {PQgetvalue(tenants, t, 0), when, limit};
-        for (;;) { /* one short transaction per batch: writers never wait on us */
-            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
-            if (b == NULL) {
-                rc = 1;
-                break;
+        /* One short transaction per batch: writers never wait on us. The log data first, then
+         * the webhook deliveries that are done with (and their tries). */
+        static const int stmts[2] = {OG_Q_PRUNE_BATCH, OG_Q_PRUNE_WEBHOOKS};
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            long n = batch;
+            while (n > 0) {
+                PGresult *b = run(pg, stmts[k], 3, bv);
+                if (b == NULL) {
+                    rc = 1;
+                    break;
+                }
+                n = atol(PQgetvalue(b, 0, 0));
+                PQclear(b);
+                batches++;
+                deleted += n;
             }
-            long n = atol(PQgetvalue(b, 0, 0));
-            PQclear(b);
-            batches++;
-            deleted += n;
-            if (n == 0)
-                break;
-        }
-        while (rc == 0) { /* the tenant's webhook deliveries that are done with, and their tries */
-            PGresult *b = run(pg, OG_Q_PRUNE_WEBHOOKS, 3, bv);
-            if (b == NULL) {
-                rc = 1;
-                break;
-            }
-            long n = atol(PQgetvalue(b, 0, 0));
-            PQclear(b);
-            batches++;
-            deleted += n;
-            if (n < batch)
-                break;
         }
     }
     PQclear(tenants);

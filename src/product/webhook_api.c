@@ -295,36 +295,8 @@ static void list_done(og_db_op_t *op, og_db_status_t st)
                              "database unavailable");
         goto out;
     }
-    /* The items are JSON already (og_webhook_item): spliced into the envelope as they are. */
-    PGresult *r = op->res[0];
-    int rows = PQntuples(r);
-    int shown = rows > l->limit ? l->limit : rows;
-    static const char head[] = "{\"success\":true,\"message\":\"webhook deliveries\",\"data\":{\"items\":[";
-    static const char mid[] = "],\"nextCursor\":";
-    const char *cursor = rows > l->limit ? PQgetvalue(r, shown - 1, 0) : NULL;
-    size_t len = sizeof(head) + sizeof(mid) + 32 + (cursor ? strlen(cursor) : 0);
-    for (int i = 0; i < shown; i++)
-        len += (size_t)PQgetlength(r, i, 1) + 1;
-    char *body = malloc(len);
-    if (body == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
-        goto out;
-    }
-    size_t n = sizeof(head) - 1;
-    memcpy(body, head, n);
-    for (int i = 0; i < shown; i++) {
-        if (i > 0)
-            body[n++] = ',';
-        size_t k = (size_t)PQgetlength(r, i, 1);
-        memcpy(body + n, PQgetvalue(r, i, 1), k);
-        n += k;
-    }
-    memcpy(body + n, mid, sizeof(mid) - 1);
-    n += sizeof(mid) - 1;
-    /* The cursor is a decimal id: nothing to escape. */
-    n += (size_t)(cursor ? sprintf(body + n, "\"%s\"}}", cursor) : sprintf(body + n, "null}}"));
-    og_http_respond(req, 200, NULL, 0, "application/json", body, n);
-    free(body);
+    /* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
+    og_answer_page(req, op->res[0], l->limit, "webhook deliveries");
 out:
     og_db_op_clear(op);
     og_tenant_release(l->auth.tenant);
