@@ -71,22 +71,15 @@ RETURNING url, array_to_json(events)::text, secret,
     to_char(disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), disabled_reason, false;
 
 -- name: wh_due
--- The deliveries of a tenant due for a try, oldest due first, with the webhook they go to (one
--- snapshot: a delivery created after a rotation is signed with the new secret). No row when
--- the webhook is gone or disabled.
+-- The deliveries of a tenant due for a try, with the webhook they go to (og_webhook_due).
 -- $1 = tenant id
 -- $2 = ids to leave out (being tried or recorded by the caller), a bigint[] literal
 -- $3 = at most this many
--- Returns url, sealed secret, id, webhook id, tries so far, body.
-SELECT w.url, w.secret, d.id, d.webhook_id, d.tries, d.body
-FROM tenant_webhooks w
-CROSS JOIN LATERAL (
-    SELECT id, webhook_id, tries, body
-    FROM webhook_deliveries
-    WHERE tenant_id = w.tenant_id AND next_at <= now() AND NOT (id = ANY ($2::bigint[]))
-    ORDER BY next_at
-    LIMIT $3) d
-WHERE w.tenant_id = $1 AND w.disabled_at IS NULL;
+-- $4 = floor: only deliveries due from a second before it on (the latest next_at this caller
+--      loaded), or NULL for all
+-- Returns url, sealed secret, id, webhook id, tries so far, body, next_at (as text, a floor).
+SELECT url, secret, id, webhook_id, tries, body, next_at
+FROM og_webhook_due($1::uuid, $2::bigint[], $3::integer, $4::timestamptz);
 
 -- name: wh_record
 -- Records tries of a tenant's deliveries (og_webhook_record).

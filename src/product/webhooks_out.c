@@ -33,14 +33,15 @@
 #include "omnigate/util.h"
 #include "omnigate/webhooks.h"
 
-#define QUEUE_MAX   64   /* deliveries loaded and not started, at most */
-#define LOAD_BELOW  24   /* load more when fewer than this are queued or in flight */
-#define ALIVE_MAX   160  /* tries held by a run (queued to being recorded), at most */
-#define LINGER_MS   500  /* a run that finds nothing due looks again for this long before it ends */
-#define POLL_MIN_MS 5    /* ... first after this long, then twice as long each time ... */
-#define POLL_MAX_MS 25   /* ... up to this */
-#define TICK_MS     1000 /* worker 0: the scheduler, and every other tick the outbox gauges */
-#define LEASE_EXTRA 5000 /* ms of a lease beyond the window and the last try's timeout */
+#define QUEUE_MAX     128  /* deliveries loaded and not started, at most */
+#define LOAD_BELOW    48   /* load more when fewer than this are queued or in flight */
+#define ALIVE_MAX     320  /* tries held by a run (queued to being recorded), at most */
+#define LINGER_MS     500  /* a run that finds nothing due looks again for this long before it ends */
+#define FULL_EVERY_MS 250  /* a load without a floor at least this often */
+#define POLL_MIN_MS   5    /* ... first after this long, then twice as long each time ... */
+#define POLL_MAX_MS   25   /* ... up to this */
+#define TICK_MS       1000 /* worker 0: the scheduler, and every other tick the outbox gauges */
+#define LEASE_EXTRA   5000 /* ms of a lease beyond the window and the last try's timeout */
 
 struct og_whout {
     og_gw_t *gw;
@@ -105,7 +106,10 @@ struct wh_run {
     int nqueued, ninflight, ndone, nalive;
     og_db_op_t load_op;
     bool loading;
-    bool dry; /* the last load found nothing */
+    bool dry;           /* the last load found nothing */
+    bool full;          /* the last load had no floor */
+    char floor[40];     /* next_at of the last delivery loaded: the next load's floor (wh_due) */
+    uint64_t last_full; /* loop time of the last load without a floor */
     char exclude[ALIVE_MAX * 21 + 3];
     char limit_s[12];
     og_db_op_t flush_op;
@@ -474,6 +478,7 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
         take_webhook(r, res);
         r->last_found = uv_now(&r->wo->gw->w->loop);
         r->backoff_ms = 0;
+        snprintf(r->floor, sizeof(r->floor), "%s", PQgetvalue(res, rows - 1, 6));
     }
     wh_try_t **tail = &r->tries;
     while (*tail != NULL)
@@ -518,6 +523,12 @@ static void load(wh_run_t *r)
     op->stmts[0].values[0] = r->step->tenant_id;
     op->stmts[0].values[1] = r->exclude;
     op->stmts[0].values[2] = r->limit_s;
+    /* A full load now and then, and before the run ends: a delivery whose transaction began
+     * more than a second before the floor and committed after it is found then. */
+    r->full = r->floor[0] == '\0' || uv_now(&r->wo->gw->w->loop) - r->last_full >= FULL_EVERY_MS;
+    if (r->full)
+        r->last_full = uv_now(&r->wo->gw->w->loop);
+    op->stmts[0].values[3] = r->full ? NULL : r->floor;
     op->write = false;
     op->done = loaded;
     op->arg = r;
@@ -555,6 +566,12 @@ static void pump(wh_run_t *r)
             r->backoff_ms = POLL_MAX_MS;
         r->polling = true;
         uv_timer_start(&r->poll, on_poll, r->backoff_ms, 0);
+        return;
+    }
+    if (!stop && !r->full) { /* the last look had a floor: one without it before ending */
+        r->last_full = 0;
+        r->dry = false;
+        load(r);
         return;
     }
     end(r);
