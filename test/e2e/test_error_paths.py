@@ -49,9 +49,11 @@ def background_statements(gw):
     """Statements the worker runs on its own (steps, sweeps): seen while no request runs."""
     trace(gw)
     seen = set()
-    # The step runner claims every 0.5-1 s and the status sweep runs every 250 ms: wait until
-    # both have shown up, or 3 s.
-    wait_for(lambda: seen.update(trace(gw)) or len(seen) >= 2, 3, interval=0.5)
+    # The step runner claims every 0.5-1 s, the status sweep runs every 250 ms, and worker 0
+    # runs the webhook scheduler every second and samples the outbox every 2 s: wait until all
+    # have shown up, or 6 s.
+    periodic = {"step_claim", "status_sweep", "wh_schedule", "wh_sample"}
+    wait_for(lambda: seen.update(trace(gw)) or periodic <= seen, 6, interval=0.5)
     return seen
 
 
