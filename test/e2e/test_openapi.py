@@ -39,13 +39,6 @@ PENDING = {
     ("GET", "/console"),
     ("GET", "/console/app.js"),
     ("GET", "/console/app.css"),
-    # issue 18 (branch h-whout), merged into main next:
-    ("PUT", "/admin/tenants/{id}/webhook"),
-    ("GET", "/admin/tenants/{id}/webhook"),
-    ("DELETE", "/admin/tenants/{id}/webhook"),
-    ("POST", "/admin/tenants/{id}/webhook/rotate-secret"),
-    ("GET", "/api/webhooks/deliveries"),
-    ("POST", "/api/webhooks/deliveries/{id}/retry"),
 }
 
 
@@ -191,10 +184,8 @@ def test_every_error_code_has_its_status(doc):
     operation declares its security, X-Request-Id on every response, and the HTTP core's answers."""
     c = oacheck.compiled()
     table = api_statuses()
-    # The HTTP core's and the router's own answers (not in the table), and webhook_disabled, which
-    # comes with issue 18's routes (branch h-whout, merged into main next; remove it then).
+    # The HTTP core's and the router's own answers are not in the table.
     table.update({"request_timeout": 408, "method_not_allowed": 405})
-    table.setdefault("webhook_disabled", 409)
     for path, method, operation in operations(doc):
         assert "security" in operation, (path, method)
         assert {"400", "408", "413", "431"} <= set(operation["responses"]), (path, method)
