@@ -27,12 +27,16 @@
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
-    OG_TESTHOOK_ROUTES{"POST", "/admin/tenants", og_admin_tenant_create},
+    OG_TESTHOOK_ROUTES{"GET", "/admin/tenants", og_admin_tenant_list},
+    {"POST", "/admin/tenants", og_admin_tenant_create},
     {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
     {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
     {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
     {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
     {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+    {"GET", "/admin/tenants/{id}/omni/logs", og_admin_logs_omni},
+    {"GET", "/admin/tenants/{id}/sms/logs", og_admin_logs_sms},
+    {"GET", "/admin/tenants/{id}/otp/logs", og_admin_logs_otp},
     {"POST", "/api/omni/send", og_send_omni},
     {"POST", "/api/sms/send", og_sms_send},
     {"POST", "/api/sms/otp/send", og_otp_send},
