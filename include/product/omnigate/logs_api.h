@@ -51,10 +51,6 @@ bool og_logs_query_parse(og_logs_query_t *q, og_logs_kind_t kind, const char *qu
  * stored in `values` (OG_DB_MAX_PARAMS of them), pointing into q and tenant_id. */
 int og_logs_query_stmt(const og_logs_query_t *q, const char *tenant_id, const char **values);
 
-/* The whole JSON answer of the page that statement returned (malloc'd, *len its length), NULL
- * when out of memory. */
-char *og_logs_page_body(const og_logs_query_t *q, const PGresult *r, size_t *len);
-
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (gateway.h). */
 void og_logs_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_logs_sms(og_http_req_t *req, const og_route_match_t *m, void *ctx);
