@@ -43,6 +43,8 @@ static const og_route_t routes[] = {
     {"GET", "/admin/tenants/{id}/webhook", og_wh_admin_get},
     {"DELETE", "/admin/tenants/{id}/webhook", og_wh_admin_delete},
     {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
+    {"GET", "/admin/tenants/{id}/webhook/deliveries", og_wh_admin_deliveries},
+    {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
     {"POST", "/api/omni/send", og_send_omni},
     {"POST", "/api/sms/send", og_sms_send},
     {"POST", "/api/sms/otp/send", og_otp_send},
