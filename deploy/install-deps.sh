@@ -17,6 +17,8 @@ PACKAGES=(
   wrk nginx-light haproxy gnuplot-nox linux-perf clang-format
   clang libclang-rt-dev
   curl ca-certificates procps
+  # The console's browser test (test/e2e/test_console.py): headless chromium driven by selenium.
+  chromium chromium-driver python3-selenium
 )
 
 missing=()

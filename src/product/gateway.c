@@ -16,6 +16,7 @@
 #include "omnigate/nowa.h"
 #include "omnigate/ops.h"
 #include "omnigate/otp.h"
+#include "omnigate/pages.h"
 #include "omnigate/send.h"
 #include "omnigate/store.h"
 #include "omnigate/sweep.h"
@@ -45,6 +46,9 @@ static const og_route_t routes[] = {
     {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
     {"GET", "/admin/tenants/{id}/webhook/deliveries", og_wh_admin_deliveries},
     {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
+    {"GET", "/console", og_pages_serve},
+    {"GET", "/console/app.js", og_pages_serve},
+    {"GET", "/console/app.css", og_pages_serve},
     {"POST", "/api/omni/send", og_send_omni},
     {"POST", "/api/sms/send", og_sms_send},
     {"POST", "/api/sms/otp/send", og_otp_send},
