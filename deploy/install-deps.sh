@@ -20,6 +20,8 @@ PACKAGES=(
   wrk nginx-light haproxy gnuplot-nox linux-perf clang-format
   clang libclang-rt-dev
   curl ca-certificates procps
+  # The console's browser test (test/e2e/test_console.py): headless chromium driven by selenium.
+  chromium chromium-driver python3-selenium
 )
 
 # The official OpenAPI 3.1 schema for test_openapi.py: the npm package below, installed into a

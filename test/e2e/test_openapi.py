@@ -26,20 +26,6 @@ def npm_cache():
     return os.path.join(base, "node_modules", SCHEMAS_PACKAGE, "schemas", "v3.1")
 
 
-# Routes of the document that this branch's router does not have yet: the admin routes and the
-# pages of the console (issue 21, branch h-console). Each must be absent from the router (the
-# test fails when one lands, so the list shrinks with it); the lead removes the list at the merge.
-PENDING = {
-    ("GET", "/admin/tenants"),
-    ("GET", "/admin/tenants/{id}/omni/logs"),
-    ("GET", "/admin/tenants/{id}/sms/logs"),
-    ("GET", "/admin/tenants/{id}/otp/logs"),
-    ("GET", "/admin/tenants/{id}/webhook/deliveries"),
-    ("POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry"),
-    ("GET", "/console"),
-    ("GET", "/console/app.js"),
-    ("GET", "/console/app.css"),
-}
 
 
 @pytest.fixture(scope="module")
@@ -207,9 +193,7 @@ def test_router_and_document_agree(server, doc):
               if not x["pattern"].startswith("/__test/")}
     documented = {(m.upper(), p) for p, m, _ in operations(doc)}
     assert routed - documented == set(), "routed but not in the document: %s" % sorted(routed - documented)
-    landed = PENDING & routed
-    assert not landed, "remove from PENDING in test_openapi.py, they are routed now: %s" % sorted(landed)
-    missing = documented - routed - PENDING
+    missing = documented - routed
     assert not missing, "in the document but not routed: %s" % sorted(missing)
 
 
