@@ -80,6 +80,13 @@ SCHEMAS = {
         "providerCode": {"type": "string"},
         "httpStatus": {"type": "integer"},
     }, required=["code", "message"]),
+    "LogAttemptError": obj({
+        "code": {"type": "string", "enum": ATTEMPT_ERRORS + ["outcome_unknown"]},
+        "message": {"type": "string"},
+        "providerCode": {"type": "string"},
+        "httpStatus": {"type": "integer"},
+    }, required=["code"], description="An attempt's error as the log keeps it (members without a value are "
+                                       "left out)."),
     "SendAttempt": {
         "type": "object",
         "oneOf": [
@@ -143,11 +150,15 @@ SCHEMAS = {
                  "deliveredAt": nullable(ref("Timestamp")), "readAt": nullable(ref("Timestamp")),
                  "deliveryError": nullable(ref("DeliveryError")),
                  "statusHistory": {"type": "array", "items": ref("StatusHistoryEntry")}}),
-            obj({"channel": ref("Channel"), "status": {"const": "failed"},
+            obj({"channel": ref("Channel"), "status": {"type": "string", "enum": ["failed", "pending", "unknown"],
+                                                       "description": "pending: a later attempt of a delivery-"
+                                                                      "based fallback, in flight; unknown: its "
+                                                                      "instance stopped before recording the "
+                                                                      "outcome (error outcome_unknown)."},
                  "latencyMs": {"type": "integer", "minimum": 0},
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
-                 "error": nullable(ref("AttemptError")),
+                 "error": nullable(ref("LogAttemptError")),
                  "attemptedAt": ref("Timestamp"),
                  "deliveryStatus": {"type": "null"}, "deliveredAt": {"type": "null"}, "readAt": {"type": "null"},
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
@@ -173,7 +184,7 @@ SCHEMAS = {
         "segments": {"type": "integer", "minimum": 1}, "encoding": {"type": "string", "enum": ["gsm7", "ucs2"]},
         "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown"]},
         "providerMessageId": nullable({"type": "string"}),
-        "error": nullable(ref("AttemptError")),
+        "error": nullable(ref("LogAttemptError")),
         "deliveryStatus": nullable({"type": "string", "enum": DELIVERY}),
         "deliveredAt": nullable(ref("Timestamp")),
         "createdAt": ref("Timestamp"),
@@ -380,6 +391,17 @@ CODE_TEXT = {
     "query_timeout": "the log query ran past OMNIGATE_LOG_QUERY_TIMEOUT_MS and was cancelled (Retry-After)",
 }
 
+# The message of each error example (what the gateway says, near enough).
+ERROR_MESSAGES = {
+    "validation_failed": "to must be an E.164 number: + then 8-15 digits, the first 1-9",
+    "unknown_field": "unknown field \"deliverymode\"",
+    "unauthorized": "missing bearer token",
+    "not_found": "no such tenant",
+    "method_not_allowed": "method DELETE is not allowed here; allowed: GET, HEAD",
+    "rate_limited": "the tenant's rate limit is exhausted: retry later",
+    "unavailable": "database unavailable",
+}
+
 # Every operation can get these from the HTTP core before any handler runs (src/net/http_conn.c).
 CORE = {400: ["bad_request"], 408: ["request_timeout"], 413: ["payload_too_large"], 431: ["headers_too_large"]}
 DB = {500: ["internal_error"], 503: ["unavailable"]}
@@ -416,7 +438,16 @@ def error_response(status, codes, data=None, headers=()):
     for h in headers:
         hs[h] = hdr(h)
     desc = "; ".join("`%s`: %s" % (c, CODE_TEXT.get(c, c)) for c in sorted(codes))
-    return {"description": desc, "headers": hs, "content": {"application/json": {"schema": schema}}}
+    media = {"schema": schema}
+    plain = [c for c in sorted(codes) if c not in data]
+    if plain:
+        c = plain[0]
+        error = {"code": c}
+        if c in ("validation_failed", "unknown_field"):
+            error["field"] = "to" if c == "validation_failed" else "deliverymode"
+        media["example"] = {"success": False, "message": ERROR_MESSAGES.get(c, CODE_TEXT.get(c, c)), "data": None,
+                            "error": error}
+    return {"description": desc, "headers": hs, "content": {"application/json": media}}
 
 
 # Failure responses shared by operations, by name: components.responses.
@@ -569,6 +600,27 @@ TENANT_EX = {"id": "3f0c6b9e-2a4d-4e8b-9c1f-5d7a8b6c4e21", "name": "acme", "unif
 TOKEN_EX = {"id": "8a1d2c3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "name": "backend",
             "token": "kft_Qm3x9ZbV1cT7yLw2Nf8Hk4Rj6Pd0Sa5Ge1Uo3XiT", "prefix": "kft_Qm3x9ZbV",
             "scopes": ["send", "otp", "logs"], "createdAt": "2026-11-22T14:05:25.123Z"}
+TOKEN_ITEM_EX = {"id": "8a1d2c3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "name": "backend", "prefix": "kft_Qm3x9ZbV",
+                 "scopes": ["send", "otp", "logs"], "createdAt": "2026-11-22T14:05:25.123Z",
+                 "lastUsedAt": "2026-11-22T15:00:01.002Z", "revokedAt": None}
+WEBHOOK_EX = {"url": "https://example.com/omnigate", "events": WH_EVENTS,
+              "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nqGk/TKm3A=", "enabled": True, "disabledAt": None,
+              "disabledReason": None, "createdAt": "2026-11-22T14:05:25.123Z",
+              "updatedAt": "2026-11-22T14:05:25.123Z"}
+WEBHOOK_MASKED_EX = dict(WEBHOOK_EX, secret="whsec_****m3A=")
+DELIVERY_EX = {"id": "msg_0000000000000001a3f09c1d2e4b5f67", "type": "message.delivered", "reference": REF_EX,
+               "status": "failed", "createdAt": "2026-11-22T14:05:27.010Z", "deliveredAt": None,
+               "nextTryAt": "2026-11-22T14:10:32.400Z", "lastError": "http_error",
+               "tries": [{"at": "2026-11-22T14:05:27.050Z", "httpStatus": 503, "latencyMs": 41,
+                          "error": {"code": "http_error", "message": "HTTP 503"}},
+                         {"at": "2026-11-22T14:05:32.400Z", "httpStatus": None, "latencyMs": 15000,
+                          "error": {"code": "timeout", "message": "no answer in 15 s"}}]}
+
+
+def ok_ex(message, data):
+    return {"success": True, "message": message, "data": data}
+
+
 OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
                 "fallbackAfterSeconds": None, "attempts": [
@@ -701,7 +753,8 @@ def build():
             error_headers=RL, op_id=kind + "Logs"))
     add("/api/webhooks/deliveries", "get", op(
         "The tenant's webhook deliveries, newest first", ["webhooks"],
-        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.", headers=RL)},
+        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",
+                          ok_ex("webhook deliveries", {"items": [DELIVERY_EX], "nextCursor": None}), headers=RL)},
         merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC,
         [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
          qparam("cursor", {"type": "string", "pattern": "^[1-9][0-9]{0,17}$"}, "nextCursor of the previous page."),
@@ -710,7 +763,8 @@ def build():
         error_headers=RL, op_id="webhookDeliveries"))
     add("/api/webhooks/deliveries/{id}/retry", "post", op(
         "Queue one more try of a webhook delivery now", ["webhooks"],
-        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.", headers=RL)},
+        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
+                          ok_ex("one more try is queued", DELIVERY_EX), headers=RL)},
         merge(TENANT, DB, {404: ["not_found"], 409: ["webhook_disabled"]}), TENANT_SEC,
         [pparam("id", {"type": "string"}, "The delivery's id (its webhook-id, msg_ + 32 hex digits).")],
         error_headers=RL, op_id="webhookRetry"))
@@ -729,7 +783,8 @@ def build():
         "settings it gets defaultChannels of all three and no channel enabled.", op_id="tenantCreate"))
     add("/admin/tenants", "get", op(
         "List tenants", ["admin"],
-        {200: ok_response(200, ref("TenantPage"), "One page.")},
+        {200: ok_response(200, ref("TenantPage"), "One page.",
+                          ok_ex("tenants", {"items": [TENANT_EX], "nextCursor": None}))},
         merge(ADMIN, DB, {422: ["validation_failed"]}), ADMIN_SEC,
         [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
          qparam("cursor", {"type": "string"}, "nextCursor of the previous page (opaque)."),
@@ -737,10 +792,11 @@ def build():
                                                                                "this (case-insensitive).")],
         op_id="tenantList"))
     add("/admin/tenants/{id}", "get", op(
-        "Get a tenant", ["admin"], {200: ok_response(200, ref("Tenant"), "The tenant.")},
+        "Get a tenant", ["admin"], {200: ok_response(200, ref("Tenant"), "The tenant.", ok_ex("tenant", TENANT_EX))},
         merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID], op_id="tenantGet"))
     add("/admin/tenants/{id}", "patch", op(
-        "Change a tenant", ["admin"], {200: ok_response(200, ref("Tenant"), "The tenant as it is now.")},
+        "Change a tenant", ["admin"],
+        {200: ok_response(200, ref("Tenant"), "The tenant as it is now.", ok_ex("tenant updated", TENANT_EX))},
         merge(ADMIN, JSON_BODY, not_found, DB, {409: ["conflict"]}), ADMIN_SEC, [TENANT_ID],
         json_body("TenantPatchRequest", {"unlock": {"unifiedApiEnabled": True},
                                          "disableSms": {"settings": {"channels": {"sms": {"enabled": False}}}}}),
@@ -757,17 +813,19 @@ def build():
         "API.", op_id="tokenCreate"))
     add("/admin/tenants/{id}/tokens", "get", op(
         "List a tenant's tokens", ["admin"],
-        {200: ok_response(200, obj({"items": {"type": "array", "items": ref("Token")}}), "Without secrets.")},
+        {200: ok_response(200, obj({"items": {"type": "array", "items": ref("Token")}}), "Without secrets.",
+                          ok_ex("tokens", {"items": [TOKEN_ITEM_EX]}))},
         merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID], op_id="tokenList"))
     add("/admin/tenants/{id}/tokens/{tokenId}", "delete", op(
-        "Revoke a token", ["admin"], {200: ok_response(200, ref("Token"), "Revoked (within 2 s on every "
-                                                                          "instance).")},
+        "Revoke a token", ["admin"],
+        {200: ok_response(200, ref("Token"), "Revoked (within 2 s on every instance).",
+                          ok_ex("token revoked", dict(TOKEN_ITEM_EX, revokedAt="2026-11-22T16:00:00.000Z")))},
         merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID, pparam("tokenId", ref("Uuid"), "The token's id.")],
         op_id="tokenRevoke"))
-    wh_ok = {200: ok_response(200, ref("Webhook"), "The webhook.")}
     add("/admin/tenants/{id}/webhook", "put", op(
         "Set a tenant's webhook", ["admin", "webhooks"],
-        {200: ok_response(200, ref("Webhook"), "The webhook; its secret in clear when it was created now.")},
+        {200: ok_response(200, ref("Webhook"), "The webhook; its secret in clear when it was created now.",
+                          ok_ex("the webhook's secret is shown only this once", WEBHOOK_EX))},
         merge(ADMIN, JSON_BODY, not_found, DB), ADMIN_SEC, [TENANT_ID],
         json_body("WebhookPutRequest", {"all": {"url": "https://example.com/omnigate"},
                                         "some": {"url": "https://example.com/omnigate",
@@ -775,14 +833,18 @@ def build():
         "Creates the webhook (with a new secret, shown once) or changes its url and events (the secret "
         "stays). Standard Webhooks signing (API.md §12).", op_id="webhookPut"))
     add("/admin/tenants/{id}/webhook", "get", op(
-        "Get a tenant's webhook", ["admin", "webhooks"], wh_ok, merge(ADMIN, not_found, DB), ADMIN_SEC,
+        "Get a tenant's webhook", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook.", ok_ex("webhook", WEBHOOK_MASKED_EX))}, merge(ADMIN, not_found, DB), ADMIN_SEC,
         [TENANT_ID], description="The secret is masked.", op_id="webhookGet"))
     add("/admin/tenants/{id}/webhook", "delete", op(
-        "Delete a tenant's webhook", ["admin", "webhooks"], wh_ok, merge(ADMIN, not_found, DB), ADMIN_SEC,
+        "Delete a tenant's webhook", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook that was deleted.",
+                          ok_ex("webhook deleted", WEBHOOK_MASKED_EX))}, merge(ADMIN, not_found, DB), ADMIN_SEC,
         [TENANT_ID], op_id="webhookDelete"))
     add("/admin/tenants/{id}/webhook/rotate-secret", "post", op(
         "Rotate a webhook's secret", ["admin", "webhooks"],
-        {200: ok_response(200, ref("Webhook"), "The webhook with its new secret, shown only this once.")},
+        {200: ok_response(200, ref("Webhook"), "The webhook with its new secret, shown only this once.",
+                          ok_ex("the webhook's secret is shown only this once", WEBHOOK_EX))},
         merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID],
         description="Takes no body (a body is 422 validation_failed).", op_id="webhookRotate"))
     for kind in ("omni", "sms", "otp"):
@@ -796,7 +858,8 @@ def build():
                                                                                    kind.capitalize()))
     add("/admin/tenants/{id}/webhook/deliveries", "get", op(
         "A tenant's webhook deliveries", ["admin", "webhooks"],
-        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.")},
+        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",
+                          ok_ex("webhook deliveries", {"items": [DELIVERY_EX], "nextCursor": None}))},
         merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC,
         [TENANT_ID,
          qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
@@ -806,7 +869,8 @@ def build():
         description="The admin mirror of GET /api/webhooks/deliveries.", op_id="adminWebhookDeliveries"))
     add("/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", "post", op(
         "Queue one more try of a tenant's webhook delivery", ["admin", "webhooks"],
-        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.")},
+        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
+                          ok_ex("one more try is queued", DELIVERY_EX))},
         merge(ADMIN, not_found, DB, {409: ["webhook_disabled"]}), ADMIN_SEC,
         [TENANT_ID, pparam("deliveryId", {"type": "string"}, "The delivery's id (msg_ + 32 hex digits).")],
         op_id="adminWebhookRetry"))
@@ -877,12 +941,17 @@ def build():
                               {}, op_id="healthz"))
     add("/readyz", "get", op("Readiness: the database is reachable and the instance is not draining",
                              ["operations"],
-                             {200: ok_response(200, obj({"status": {"const": "ready"}}), "Ready.")},
+                             {200: ok_response(200, obj({"status": {"const": "ready"}}), "Ready.",
+                                               ok_ex("ready", {"status": "ready"}))},
                              {503: ["unavailable"]}, op_id="readyz"))
     add("/metrics", "get", op("Prometheus metrics of this instance", ["operations"],
                               {200: {"description": "Prometheus text format 0.0.4.",
                                      "headers": {"X-Request-Id": hdr("X-Request-Id")},
-                                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                                     "content": {"text/plain": {"schema": {"type": "string"}, "example": (
+                                         "# HELP omnigate_http_requests_total HTTP requests answered, by route and "
+                                         "status.\n# TYPE omnigate_http_requests_total counter\n"
+                                         "omnigate_http_requests_total{method=\"POST\",route=\"/api/omni/send\","
+                                         "status=\"200\"} 1027\n")}}}},
                               {503: ["unavailable"]}, op_id="metrics"))
 
     # ---- embedded files
