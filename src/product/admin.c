@@ -361,6 +361,18 @@ static void new_tenant_id(char out[37])
     *p = '\0';
 }
 
+bool og_admin_route_tenant(og_http_req_t *req, const og_route_match_t *m, const char *admin_token,
+                           char id[37])
+{
+    if (!og_auth_admin(req, admin_token))
+        return false;
+    if (!og_route_param(m, "id", id, 37) || !og_store_uuid_valid(id)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        return false;
+    }
+    return true;
+}
+
 /* Reads route parameter `name` as a UUID into buf; answers 404 otherwise. */
 static bool uuid_param(admin_op_t *a, const og_route_match_t *m, const char *name, char buf[37],
                        const char *what)

@@ -705,7 +705,9 @@ void og_cli_admin_usage(FILE *out)
     for (size_t i = 0; i < NVERBS; i++) {
         const admin_verb_t *v = &admin_verbs[i];
         snprintf(words, sizeof(words), "%s %s", v->name, v->synopsis);
-        if (v->desc != NULL)
+        if (v->desc != NULL && strlen(words) >= 32) /* a long synopsis: the description below it */
+            fprintf(out, "  admin %s\n  %-38s%s\n", words, "", v->desc);
+        else if (v->desc != NULL)
             fprintf(out, "  admin %-32s%s\n", words, v->desc);
         else
             fprintf(out, "  admin %s\n", words);

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/admin.h"
 #include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
@@ -344,13 +345,9 @@ static void logs(og_http_req_t *req, void *ctx, og_logs_kind_t kind)
 static void admin_logs(og_http_req_t *req, const og_route_match_t *m, void *ctx, og_logs_kind_t kind)
 {
     og_gw_t *gw = og_gw(ctx);
-    if (!og_auth_admin(req, gw->w->cfg->admin_token))
-        return;
     char id[37];
-    if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
+    if (!og_admin_route_tenant(req, m, gw->w->cfg->admin_token, id))
         return;
-    }
     if (gw->rdb == NULL) {
         og_api_error(req, "unavailable", NULL, "no database configured");
         return;

@@ -17,6 +17,7 @@
 
 #include <openssl/crypto.h>
 
+#include "omnigate/admin.h"
 #include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
@@ -343,12 +344,8 @@ void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 /* The tenant id of an admin mirror's path into `id`; false after answering (401, 404, 503). */
 static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37])
 {
-    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+    if (!og_admin_route_tenant(req, m, gw->w->cfg->admin_token, id))
         return false;
-    if (!og_route_param(m, "id", id, 37) || !og_store_uuid_valid(id)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
-        return false;
-    }
     if (gw->db == NULL) {
         og_api_error(req, "unavailable", NULL, "no database configured");
         return false;

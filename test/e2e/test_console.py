@@ -17,7 +17,9 @@ import urllib.parse
 
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import (ElementClickInterceptedException, ElementNotInteractableException,
+                                        NoAlertPresentException, NoSuchElementException,
+                                        StaleElementReferenceException)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -76,8 +78,17 @@ def visible(d, css):
     return wait(d, EC.visibility_of_element_located((By.CSS_SELECTOR, css)))
 
 
-def clickable(d, css):
-    return wait(d, EC.element_to_be_clickable((By.CSS_SELECTOR, css)))
+class click:
+    """Clicks `css` once it is there and clickable, looking it up again if the page replaced it
+    in between (a list re-rendered by an answer that arrived meanwhile)."""
+
+    def __init__(self, d, css):
+        def attempt(drv):
+            drv.find_element(By.CSS_SELECTOR, css).click()
+            return True
+        WebDriverWait(d, WAIT, ignored_exceptions=(StaleElementReferenceException, NoSuchElementException,
+                                                   ElementNotInteractableException,
+                                                   ElementClickInterceptedException)).until(attempt)
 
 
 def fill(d, css, text):
@@ -133,13 +144,14 @@ def test_console_walkthrough(gateway, browser, rx):
     the next send refused; screenshots at 375 and 1280 px; no other origin, no cookie, the admin
     token in no URL and no access log line."""
     srv, d = gateway, browser
+    call(srv, "POST", "/admin/tenants", token=ADMIN_TOKEN, body={"name": "Another tenant"})
     origin = "http://127.0.0.1:%d" % srv.port
     d.get(origin + "/console")
     assert d.title == "Omnigate console"
 
     # A wrong token is refused, on screen, and not kept.
     fill(d, "#signin-token", "not-the-admin-token")
-    clickable(d, "#signin-form button[type=submit]").click()
+    click(d, "#signin-form button[type=submit]")
     err = visible(d, "#signin-error")
     wait(d, lambda _: "Wrong admin token" in err.text)
     assert d.execute_script("return sessionStorage.length") == 0
@@ -153,7 +165,7 @@ def test_console_walkthrough(gateway, browser, rx):
     # Create a tenant (locked by default).
     d.find_element(By.CSS_SELECTOR, "#create-tenant summary").click()
     fill(d, "#create-name", "Console Shop")
-    clickable(d, "#create-form button[type=submit]").click()
+    click(d, "#create-form button[type=submit]")
     visible(d, "#tenant")
     wait(d, lambda _: d.find_element(By.ID, "tenant-h").text == "Console Shop")
     tenant_id = d.find_element(By.ID, "tenant-id").text
@@ -162,7 +174,7 @@ def test_console_walkthrough(gateway, browser, rx):
     # A validation error from the API is shown next to its field.
     fill(d, "#set-sms-senders", "ACME")
     fill(d, "#set-sms-default", "NOTLISTED")
-    clickable(d, "#settings-form button[type=submit]").click()
+    click(d, "#settings-form button[type=submit]")
     field_err = visible(d, "[data-field='settings.channels.sms.defaultSender'] .field-error")
     assert "defaultSender" in field_err.text
     assert d.find_element(By.ID, "set-sms-default").get_attribute("aria-invalid") == "true"
@@ -172,7 +184,7 @@ def test_console_walkthrough(gateway, browser, rx):
     d.find_element(By.ID, "set-unified").click()
     d.find_element(By.ID, "set-sms-enabled").click()
     fill(d, "#set-rate", "50")
-    clickable(d, "#settings-form button[type=submit]").click()
+    click(d, "#settings-form button[type=submit]")
     wait(d, lambda _: "Settings saved" in d.find_element(By.ID, "status").text)
     t = assert_ok(call(srv, "GET", "/admin/tenants/" + tenant_id, token=ADMIN_TOKEN))["data"]
     assert t["unifiedApiEnabled"] is True
@@ -182,40 +194,40 @@ def test_console_walkthrough(gateway, browser, rx):
     shot(d, "settings", 375)
 
     # The tenant list finds it by part of its name, in any case.
-    clickable(d, "#tenant-back").click()
+    click(d, "#tenant-back")
     fill(d, "#search-name", "console sh").send_keys(Keys.ENTER)
     wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Console Shop"])
-    clickable(d, "#tenant-table tbody tr button").click()
+    click(d, "#tenant-table tbody tr button")
     visible(d, "#tenant")
 
     # The webhook: a bad URL is refused next to its field; a good one shows its secret once.
-    clickable(d, ".tab[data-tab=webhook]").click()
+    click(d, ".tab[data-tab=webhook]")
     wait(d, lambda _: "No webhook yet" in d.find_element(By.ID, "webhook-state").text)
     fill(d, "#webhook-url", "ftp://example.com/hook")
-    clickable(d, "#webhook-form button[type=submit]").click()
+    click(d, "#webhook-form button[type=submit]")
     url_err = visible(d, "[data-field=url] .field-error")
     assert url_err.text
     fill(d, "#webhook-url", rx.url())
     d.find_element(By.ID, "event-message-sent").click()
-    clickable(d, "#webhook-form button[type=submit]").click()
+    click(d, "#webhook-form button[type=submit]")
     secret = visible(d, "#secret-value")
     wait(d, lambda _: secret.get_attribute("value").startswith("whsec_"))
     assert "****" in d.find_element(By.ID, "webhook-state").text
-    clickable(d, "#secret-done").click()
+    click(d, "#secret-done")
     wh = assert_ok(call(srv, "GET", "/admin/tenants/%s/webhook" % tenant_id, token=ADMIN_TOKEN))["data"]
     assert wh["url"] == rx.url() and wh["events"] == ["message.sent"]
 
     # A token, shown once with a copy button.
-    clickable(d, ".tab[data-tab=tokens]").click()
+    click(d, ".tab[data-tab=tokens]")
     fill(d, "#token-name", "browser")
-    clickable(d, "#token-form button[type=submit]").click()
+    click(d, "#token-form button[type=submit]")
     value = visible(d, "#token-value")
     wait(d, lambda _: value.get_attribute("value").startswith("kft_"))
     token = value.get_attribute("value")
     assert d.find_element(By.CSS_SELECTOR, "#token-once .copy").is_displayed()
     wait(d, lambda _: "browser" in d.find_element(By.ID, "token-table").text)
     shot(d, "token", 375)
-    clickable(d, "#token-done").click()
+    click(d, "#token-done")
     assert d.find_element(By.ID, "token-value").get_attribute("value") == ""
     assert token not in d.find_element(By.TAG_NAME, "body").text  # the list shows its prefix only
 
@@ -225,14 +237,14 @@ def test_console_walkthrough(gateway, browser, rx):
     assert sent["winningChannel"] == "sms"
 
     # Found in the unified log by number; its timeline.
-    clickable(d, ".tab[data-tab=logs]").click()
+    click(d, ".tab[data-tab=logs]")
     Select(visible(d, "#log-kind")).select_by_value("omni")
     fill(d, "#log-to", TO)
-    clickable(d, "#logs-form button[type=submit]").click()
+    click(d, "#logs-form button[type=submit]")
     wait(d, lambda _: sent["reference"] in d.find_element(By.ID, "log-table").text)
     rows = d.find_elements(By.CSS_SELECTOR, "#log-table tbody tr")
     assert len(rows) == 1
-    rows[0].find_element(By.XPATH, ".//button[text()='Timeline']").click()
+    click(d, "#log-table tbody tr td.actions button")
     dialog = visible(d, "#timeline")
     wait(d, lambda _: "sms: sent" in dialog.text)
     assert "Latency" in dialog.text and "Delivery status" in dialog.text
@@ -247,25 +259,33 @@ def test_console_walkthrough(gateway, browser, rx):
     assert wait_for(lambda: len(rx.got()) == 1, 10)
     Select(visible(d, "#log-kind")).select_by_value("deliveries")
     assert not d.find_element(By.ID, "log-to").is_displayed()
-    clickable(d, "#logs-form button[type=submit]").click()
+    click(d, "#logs-form button[type=submit]")
     wait(d, lambda _: "message.sent" in d.find_element(By.ID, "log-table").text)
-    clickable(d, "#log-table tbody tr button:nth-of-type(2)").click()
+    click(d, "#log-table tbody tr button:nth-of-type(2)")
     wait(d, lambda _: "queued" in d.find_element(By.ID, "status").text)
     assert wait_for(lambda: len(rx.got()) == 2, 10)
     assert rx.got()[1]["headers"]["webhook-id"] == rx.got()[0]["headers"]["webhook-id"]
     shot(d, "deliveries", 1280)
 
     # Revoke the token: the next send is refused.
-    clickable(d, ".tab[data-tab=tokens]").click()
-    clickable(d, "#token-table button.danger").click()
+    click(d, ".tab[data-tab=tokens]")
+    click(d, "#token-table button.danger")
     accept_confirm(d)
     wait(d, lambda _: "revoked" in d.find_element(By.ID, "status").text)
     assert wait_for(lambda: send(srv, token).status == 401, 5)
     r = send(srv, token)
     assert r.status == 401 and r.json()["error"]["code"] == "unauthorized"
 
+    # Every control has a label (its own <label for>, or an aria-label) and every button a name.
+    unlabeled = d.execute_script("""
+        return Array.from(document.querySelectorAll('input, select, textarea, button')).filter(function (e) {
+          if (e.tagName === 'BUTTON') return !(e.textContent.trim() || e.getAttribute('aria-label'));
+          return !(e.id && document.querySelector('label[for="' + e.id + '"]')) && !e.getAttribute('aria-label');
+        }).map(function (e) { return e.outerHTML; });""")
+    assert unlabeled == []
+
     # Sign out forgets the token.
-    clickable(d, "#signout").click()
+    click(d, "#signout")
     visible(d, "#signin")
     assert d.execute_script("return sessionStorage.getItem('omnigate.adminToken')") is None
 

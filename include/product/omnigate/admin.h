@@ -25,6 +25,12 @@ typedef struct og_admin_list {
  * (logs_api.h), and name; false with `err` (422) on the first bad one. */
 bool og_admin_list_query(const char *query, size_t len, og_admin_list_t *out, og_err_t *err);
 
+/* For an admin route about the tenant of the path ({id}): checks the admin token and reads the id,
+ * a UUID, into `id`; false after answering 401, or 404 not_found for an id that is no UUID (no
+ * such tenant). Used by the admin mirrors (logs_api.h, webhook_api.h). */
+bool og_admin_route_tenant(og_http_req_t *req, const og_route_match_t *m, const char *admin_token,
+                           char id[37]);
+
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (gateway.h). */
 void og_admin_tenant_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
