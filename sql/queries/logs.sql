@@ -285,3 +285,12 @@ WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
     AND v.reference >= $2 AND v.reference < $3
 ORDER BY v.reference DESC
 LIMIT $4;
+
+-- name: logs_tenant
+-- Whether a tenant exists, for the admin mirrors of the logs (GET /admin/tenants/{id}/...):
+-- read in the same round trip as the page, on the same read connection, so an unknown tenant
+-- is a 404 rather than an empty page. Unlike the statements above it returns one column.
+-- $1 = tenant id
+SELECT 1
+FROM tenants
+WHERE id = $1;

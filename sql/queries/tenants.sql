@@ -72,3 +72,24 @@ FOR UPDATE;
 UPDATE tenants
 SET settings = $2::jsonb
 WHERE id = $1;
+
+-- name: tenants_list
+-- One page of tenants, newest first (GET /admin/tenants, `omnigate admin list-tenants`), paged
+-- like the logs: the cursor is the last tenant id of the previous page, and the page is the
+-- tenants created before it (ties on the time broken by id). The name filter is a
+-- case-insensitive substring match: strpos on lower(), so '%' and '_' in the input are plain
+-- characters (docs/api-decisions.md). No index: tenants are made by an admin, a few thousand
+-- at most, and the filter is checked on each of them in order.
+-- $1 = the cursor (a tenant id), or NULL for the first page
+-- $2 = part of the name, or NULL
+-- $3 = limit
+-- Returns tenant rows.
+SELECT t.id, t.name, t.unified_api_enabled, t.settings::text,
+    to_char(t.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(t.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), t.xmin::text
+FROM tenants t
+WHERE ($1::uuid IS NULL
+        OR (t.created_at, t.id) < (SELECT c.created_at, c.id FROM tenants c WHERE c.id = $1::uuid))
+    AND ($2::text IS NULL OR strpos(lower(t.name), lower($2::text)) > 0)
+ORDER BY t.created_at DESC, t.id DESC
+LIMIT $3;

@@ -120,6 +120,18 @@ void og_ops_test_block(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     og_api_reply(req, 200, "blocked", NULL, NULL, 0);
 }
 
+/* GET /__test/routes: the app's route table as the router sees it, {"routes": [{"method",
+ * "pattern"}]}, in table order (test_openapi.py holds it against the OpenAPI document). */
+void og_ops_test_routes(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_worker_t *w = ctx;
+    json_t *list = json_array();
+    for (size_t i = 0; i < w->app->nroutes; i++)
+        json_array_append_new(list, json_pack("{s:s,s:s}", "method", w->app->routes[i].method, "pattern",
+                                              w->app->routes[i].pattern));
+    og_api_reply(req, 200, "routes", json_pack("{s:o}", "routes", list), NULL, 0);
+}
+
 /* POST /__test/echo: decodes the JSON body and returns it with its size. */
 void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {

@@ -3,6 +3,8 @@
  * masks tenant secrets; a token is shown once, at creation. Settings secrets are sealed before
  * every write and opened (to be masked, or merged) after every read, with the tenant's id as
  * associated data: a new tenant's id is therefore chosen here, before its settings are sealed.
+ * GET /admin/tenants pages like the logs (logs_api.h: the same limit, cursor and answer shape),
+ * newest first, its cursor the last tenant id of the page.
  * Responsible for the admin routes' validation and answers; the SQL is in store.c.
  */
 #include <stdlib.h>
@@ -16,14 +18,16 @@
 #include "omnigate/gateway.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
+#include "omnigate/logs_api.h"
 #include "omnigate/settings.h"
 #include "omnigate/store.h"
 #include "omnigate/token.h"
 
-#define MAX_NAME_CHARS    200
+#define MAX_NAME_CHARS    OG_ADMIN_MAX_NAME_CHARS
 #define MAX_PATCH_RETRIES 5
 
 typedef enum {
+    A_TENANT_LIST,
     A_TENANT_CREATE,
     A_TENANT_GET,
     A_TENANT_PATCH_READ,
@@ -41,10 +45,11 @@ typedef struct admin_op {
     admin_kind_t kind;
     char id[37];
     char token_id[37];
-    char *name;          /* strdup'd */
-    char *settings_text; /* json_dumps'd */
-    const char *unified; /* "true" / "false" / NULL */
-    json_t *patch;       /* PATCH settings (merge patch), owned */
+    char *name;           /* strdup'd */
+    og_admin_list_t list; /* GET /admin/tenants: the page asked for */
+    char *settings_text;  /* json_dumps'd */
+    const char *unified;  /* "true" / "false" / NULL */
+    json_t *patch;        /* PATCH settings (merge patch), owned */
     int tries;
     char token[64];
     char prefix[16];
@@ -143,6 +148,17 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     PGresult *r = op->res[0];
     int rows = r ? PQntuples(r) : 0;
     switch (a->kind) {
+    case A_TENANT_LIST: {
+        int shown = rows > a->list.limit ? a->list.limit : rows;
+        json_t *items = json_array();
+        for (int i = 0; i < shown; i++)
+            json_array_append_new(items, tenant_json(a, r, i));
+        json_t *next =
+            rows > a->list.limit ? json_string(PQgetvalue(r, shown - 1, OG_TENANT_ID)) : json_null();
+        og_api_reply(a->req, 200, "tenants", json_pack("{s:o,s:o}", "items", items, "nextCursor", next), NULL,
+                     0);
+        break;
+    }
     case A_TENANT_CREATE:
         og_api_reply(a->req, 201, "tenant created", tenant_json(a, r, 0), NULL, 0);
         break;
@@ -218,6 +234,13 @@ static void submit(admin_op_t *a)
     op->arg = a;
     op->write = false;
     switch (a->kind) {
+    case A_TENANT_LIST:
+        op->nstmts = 1;
+        op->stmts[0].stmt = OG_Q_TENANTS_LIST;
+        op->stmts[0].values[0] = a->list.cursor[0] ? a->list.cursor : NULL;
+        op->stmts[0].values[1] = a->list.name[0] ? a->list.name : NULL;
+        op->stmts[0].values[2] = a->list.limit_s;
+        break;
     case A_TENANT_CREATE:
         op->nstmts = 1;
         op->stmts[0].stmt = OG_Q_TENANT_INSERT;
@@ -338,6 +361,18 @@ static void new_tenant_id(char out[37])
     *p = '\0';
 }
 
+bool og_admin_route_tenant(og_http_req_t *req, const og_route_match_t *m, const char *admin_token,
+                           char id[37])
+{
+    if (!og_auth_admin(req, admin_token))
+        return false;
+    if (!og_route_param(m, "id", id, 37) || !og_store_uuid_valid(id)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        return false;
+    }
+    return true;
+}
+
 /* Reads route parameter `name` as a UUID into buf; answers 404 otherwise. */
 static bool uuid_param(admin_op_t *a, const og_route_match_t *m, const char *name, char buf[37],
                        const char *what)
@@ -373,6 +408,39 @@ static void reject(admin_op_t *a, json_t *body, const og_err_t *err)
     json_decref(body);
     og_api_send_error(a->req, err, NULL, NULL, NULL, 0);
     admin_op_free(a);
+}
+
+bool og_admin_list_query(const char *q, size_t len, og_admin_list_t *out, og_err_t *err)
+{
+    static const char *const known[] = {"limit", "cursor", "name", NULL};
+    if (!og_page_check_params(q, len, known, err) || !og_page_limit(q, len, &out->limit, err))
+        return false;
+    snprintf(out->limit_s, sizeof(out->limit_s), "%d", out->limit + 1); /* one more: a next page? */
+    int n = og_query_param(q, len, "cursor", out->cursor, sizeof(out->cursor));
+    if (n == -1)
+        out->cursor[0] = '\0';
+    else if (n <= 0 || !og_store_uuid_valid(out->cursor))
+        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
+    n = og_query_param(q, len, "name", out->name, sizeof(out->name));
+    if (n == -1)
+        out->name[0] = '\0';
+    else if (n <= 0)
+        return og_err_fail(err, "validation_failed", "name", "name must be 1-%d characters of UTF-8",
+                           OG_ADMIN_MAX_NAME_CHARS);
+    return true;
+}
+
+void og_admin_tenant_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_op_t *a = admin_op_new(req, ctx, A_TENANT_LIST);
+    if (a == NULL)
+        return;
+    og_err_t err = {0};
+    if (!og_admin_list_query(req->query, req->query ? req->query_len : 0, &a->list, &err)) {
+        reject(a, NULL, &err);
+        return;
+    }
+    submit(a);
 }
 
 void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)

@@ -21,7 +21,7 @@ void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *o
     }
 }
 
-void og_answer_page(og_http_req_t *req, const PGresult *r, int limit, const char *message)
+char *og_answer_page_body(const PGresult *r, int limit, const char *message, size_t *len_out)
 {
     int rows = PQntuples(r);
     int shown = rows > limit ? limit : rows;
@@ -30,10 +30,8 @@ void og_answer_page(og_http_req_t *req, const PGresult *r, int limit, const char
     for (int i = 0; i < shown; i++)
         len += (size_t)PQgetlength(r, i, 1) + 1;
     char *body = malloc(len);
-    if (body == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
-        return;
-    }
+    if (body == NULL)
+        return NULL;
     size_t n = (size_t)sprintf(body, "{\"success\":true,\"message\":\"%s\",\"data\":{\"items\":[", message);
     for (int i = 0; i < shown; i++) {
         if (i > 0)
@@ -44,6 +42,18 @@ void og_answer_page(og_http_req_t *req, const PGresult *r, int limit, const char
     }
     n += (size_t)(cursor ? sprintf(body + n, "],\"nextCursor\":\"%s\"}}", cursor)
                          : sprintf(body + n, "],\"nextCursor\":null}}"));
+    *len_out = n;
+    return body;
+}
+
+void og_answer_page(og_http_req_t *req, const PGresult *r, int limit, const char *message)
+{
+    size_t n = 0;
+    char *body = og_answer_page_body(r, limit, message, &n);
+    if (body == NULL) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return;
+    }
     og_http_respond(req, 200, NULL, 0, "application/json", body, n);
     free(body);
 }

@@ -11,8 +11,11 @@
 #include <libpq-fe.h>
 #include <openssl/crypto.h>
 
+#include "omnigate/admin.h"
+#include "omnigate/answer.h"
 #include "omnigate/ids.h"
 #include "omnigate/log.h"
+#include "omnigate/logs_api.h"
 #include "omnigate/migrate.h"
 #include "omnigate/store.h"
 #include "omnigate/settings.h"
@@ -236,23 +239,23 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
-static json_t *tenant_row(const og_config_t *cfg, PGresult *r)
+static json_t *tenant_row(const og_config_t *cfg, PGresult *r, int row)
 {
-    json_t *settings = json_loads(PQgetvalue(r, 0, OG_TENANT_SETTINGS), 0, NULL);
+    json_t *settings = json_loads(PQgetvalue(r, row, OG_TENANT_SETTINGS), 0, NULL);
     if (settings != NULL) { /* opened to be masked: "****" + the clear value's last characters */
         og_seal_key_t key;
         og_settings_key(&key, cfg->secret);
-        if (og_settings_open(settings, &key, PQgetvalue(r, 0, OG_TENANT_ID), NULL) > 0)
+        if (og_settings_open(settings, &key, PQgetvalue(r, row, OG_TENANT_ID), NULL) > 0)
             fprintf(stderr, "omnigate: warning: a sealed credential of this tenant does not open with this "
                             "OMNIGATE_SECRET: set it again\n");
         og_seal_key_clear(&key);
     }
     json_t *masked = settings ? og_settings_mask(settings) : json_object();
     json_decref(settings);
-    return json_pack("{s:s,s:s,s:b,s:o,s:s}", "id", PQgetvalue(r, 0, OG_TENANT_ID), "name",
-                     PQgetvalue(r, 0, OG_TENANT_NAME), "unifiedApiEnabled",
-                     PQgetvalue(r, 0, OG_TENANT_UNIFIED)[0] == 't', "settings", masked, "createdAt",
-                     PQgetvalue(r, 0, OG_TENANT_CREATED));
+    return json_pack("{s:s,s:s,s:b,s:o,s:s}", "id", PQgetvalue(r, row, OG_TENANT_ID), "name",
+                     PQgetvalue(r, row, OG_TENANT_NAME), "unifiedApiEnabled",
+                     PQgetvalue(r, row, OG_TENANT_UNIFIED)[0] == 't', "settings", masked, "createdAt",
+                     PQgetvalue(r, row, OG_TENANT_CREATED));
 }
 
 /* Prints the tenant row of `r`, or "no such tenant" when it has none. */
@@ -265,7 +268,7 @@ static int tenant_result(const og_config_t *cfg, PGresult *r)
         fprintf(stderr, "omnigate: no such tenant\n");
         rc = 1;
     } else {
-        print_json(tenant_row(cfg, r));
+        print_json(tenant_row(cfg, r, 0));
     }
     PQclear(r);
     return rc;
@@ -421,6 +424,123 @@ static int admin_revoke_token(PGconn *pg, const og_config_t *cfg, int argc, char
     return rc;
 }
 
+/* Joins NAME=VALUE words into a query string, each part percent-encoded, so the pages of the
+ * command line are read by the very parsers of the HTTP routes. False (after saying why) when a
+ * word has no '=' or the result does not fit. */
+static bool words_query(int argc, char **argv, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strchr(argv[i], '=') == NULL) {
+            fprintf(stderr, "omnigate: expected NAME=VALUE, got \"%.40s\"\n", argv[i]);
+            return false;
+        }
+        if (i > 0 && n < cap)
+            out[n++] = '&';
+        for (const unsigned char *p = (const unsigned char *)argv[i]; *p; p++) {
+            bool plain = isalnum(*p) || strchr("-._~", *p) != NULL ||
+                         (*p == '=' && strchr(argv[i], '=') == (const char *)p);
+            if (n + 3 >= cap) {
+                fprintf(stderr, "omnigate: the filters are too long\n");
+                return false;
+            }
+            if (plain) {
+                out[n++] = (char)*p;
+            } else {
+                out[n++] = '%';
+                out[n++] = hex[*p >> 4];
+                out[n++] = hex[*p & 15];
+            }
+        }
+    }
+    if (n >= cap)
+        return false;
+    out[n] = '\0';
+    return true;
+}
+
+/* Prints a refused parameter the way the API's 422 names it. */
+static int bad_param(const char *verb, const og_err_t *err)
+{
+    fprintf(stderr, "omnigate: %s: %s%s%s\n", verb, err->field[0] ? err->field : "",
+            err->field[0] ? ": " : "", err->message);
+    return 2;
+}
+
+static int admin_list_tenants(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    char query[2048];
+    og_admin_list_t list;
+    og_err_t err = {0};
+    if (!words_query(argc - 1, argv + 1, query, sizeof(query)))
+        return 2;
+    if (!og_admin_list_query(query, strlen(query), &list, &err))
+        return bad_param(argv[0], &err);
+    const char *v[3] = {list.cursor[0] ? list.cursor : NULL, list.name[0] ? list.name : NULL, list.limit_s};
+    PGresult *r = run(pg, OG_Q_TENANTS_LIST, 3, v);
+    if (r == NULL)
+        return 1;
+    int rows = PQntuples(r), shown = rows > list.limit ? list.limit : rows;
+    json_t *items = json_array();
+    for (int i = 0; i < shown; i++)
+        json_array_append_new(items, tenant_row(cfg, r, i));
+    json_t *next = rows > list.limit ? json_string(PQgetvalue(r, shown - 1, OG_TENANT_ID)) : json_null();
+    PQclear(r);
+    print_json(json_pack("{s:o,s:o}", "items", items, "nextCursor", next));
+    return 0;
+}
+
+/* `admin logs TENANT_ID omni|sms|otp [FILTER=VALUE...]`: one page, as GET
+ * /admin/tenants/{id}/{omni,sms,otp}/logs answers it (its data). */
+static int admin_logs(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    static const char *const kinds[] = {"omni", "sms", "otp"};
+    int kind = -1;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(argv[2], kinds[i]) == 0)
+            kind = i;
+    if (!tenant_id_ok(argv[1]))
+        return 2;
+    if (kind < 0) {
+        fprintf(stderr, "omnigate: logs: the log is omni, sms or otp, not \"%.20s\"\n", argv[2]);
+        return 2;
+    }
+    char query[2048];
+    og_logs_query_t q;
+    og_err_t err = {0};
+    if (!words_query(argc - 3, argv + 3, query, sizeof(query)))
+        return 2;
+    if (!og_logs_query_parse(&q, (og_logs_kind_t)kind, query, strlen(query), &err))
+        return bad_param(argv[0], &err);
+    const char *t[1] = {argv[1]};
+    PGresult *r = run(pg, OG_Q_LOGS_TENANT, 1, t);
+    if (r == NULL)
+        return 1;
+    bool known = PQntuples(r) == 1;
+    PQclear(r);
+    if (!known) {
+        fprintf(stderr, "omnigate: no such tenant\n");
+        return 1;
+    }
+    const char *v[OG_DB_MAX_PARAMS] = {0};
+    int stmt = og_logs_query_stmt(&q, argv[1], v);
+    if ((r = run(pg, stmt, og_store_stmts[stmt].nparams, v)) == NULL)
+        return 1;
+    size_t len = 0;
+    char *body = og_answer_page_body(r, q.limit, "logs", &len);
+    PQclear(r);
+    json_t *page = body != NULL ? json_loadb(body, len, 0, NULL) : NULL;
+    free(body);
+    if (page == NULL) {
+        fprintf(stderr, "omnigate: logs: out of memory\n");
+        return 1;
+    }
+    print_json(json_incref(json_object_get(page, "data")));
+    json_decref(page);
+    return 0;
+}
+
 /* ---- tenant webhooks (API.md section 12), the twins of the admin routes (webhook_api.c) ---- */
 
 /* The tenant id of argv[1] in lower case (the seal's associated data), or false after saying why. */
@@ -543,6 +663,8 @@ typedef struct admin_verb {
 } admin_verb_t;
 
 static const admin_verb_t admin_verbs[] = {
+    {"list-tenants", 0, 3, "[limit=N] [cursor=ID] [name=TEXT]",
+     "a page of tenants, newest first (name: part of it, any case)", admin_list_tenants},
     {"create-tenant", 1, 2, "NAME [unified]", "create a tenant (locked unless \"unified\")",
      admin_create_tenant},
     {"get-tenant", 1, 1, "TENANT_ID", NULL, admin_get_tenant},
@@ -553,6 +675,8 @@ static const admin_verb_t admin_verbs[] = {
     {"create-token", 1, 2, "TENANT_ID [NAME]", "create a token with every scope; printed once",
      admin_create_token},
     {"revoke-token", 2, 2, "TENANT_ID TOKEN_ID", NULL, admin_revoke_token},
+    {"logs", 2, 11, "TENANT_ID omni|sms|otp [FILTER=VALUE...]",
+     "a page of a log; filters as the API's (to, status, ...)", admin_logs},
     {"set-webhook", 2, 3, "TENANT_ID URL [EVENTS]",
      "create or change the tenant's webhook (EVENTS: comma-separated, default all); a new secret is printed "
      "once",
@@ -581,7 +705,9 @@ void og_cli_admin_usage(FILE *out)
     for (size_t i = 0; i < NVERBS; i++) {
         const admin_verb_t *v = &admin_verbs[i];
         snprintf(words, sizeof(words), "%s %s", v->name, v->synopsis);
-        if (v->desc != NULL)
+        if (v->desc != NULL && strlen(words) >= 32) /* a long synopsis: the description below it */
+            fprintf(out, "  admin %s\n  %-38s%s\n", words, "", v->desc);
+        else if (v->desc != NULL)
             fprintf(out, "  admin %-32s%s\n", words, v->desc);
         else
             fprintf(out, "  admin %s\n", words);

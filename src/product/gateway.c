@@ -16,6 +16,7 @@
 #include "omnigate/nowa.h"
 #include "omnigate/ops.h"
 #include "omnigate/otp.h"
+#include "omnigate/pages.h"
 #include "omnigate/send.h"
 #include "omnigate/store.h"
 #include "omnigate/sweep.h"
@@ -29,16 +30,25 @@
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
-    OG_TESTHOOK_ROUTES{"POST", "/admin/tenants", og_admin_tenant_create},
+    OG_TESTHOOK_ROUTES{"GET", "/admin/tenants", og_admin_tenant_list},
+    {"POST", "/admin/tenants", og_admin_tenant_create},
     {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
     {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
     {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
     {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
     {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+    {"GET", "/admin/tenants/{id}/omni/logs", og_admin_logs_omni},
+    {"GET", "/admin/tenants/{id}/sms/logs", og_admin_logs_sms},
+    {"GET", "/admin/tenants/{id}/otp/logs", og_admin_logs_otp},
     {"PUT", "/admin/tenants/{id}/webhook", og_wh_admin_put},
     {"GET", "/admin/tenants/{id}/webhook", og_wh_admin_get},
     {"DELETE", "/admin/tenants/{id}/webhook", og_wh_admin_delete},
     {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
+    {"GET", "/admin/tenants/{id}/webhook/deliveries", og_wh_admin_deliveries},
+    {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
+    {"GET", "/console", og_pages_serve},
+    {"GET", "/console/app.js", og_pages_serve},
+    {"GET", "/console/app.css", og_pages_serve},
     {"POST", "/api/omni/send", og_send_omni},
     {"POST", "/api/sms/send", og_sms_send},
     {"POST", "/api/sms/otp/send", og_otp_send},
@@ -52,6 +62,7 @@ static const og_route_t routes[] = {
     {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
+    {"GET", "/openapi.json", og_pages_serve},
 };
 
 /* ---- the status sweep (worker 0 of each instance) ------------------------------------------

@@ -11,11 +11,18 @@
  * replica, with OMNIGATE_LOG_QUERY_TIMEOUT_MS as statement_timeout), never the write path's, so
  * a slow page delays no send (API.md §16, docs/persistence.md). Authentication still reads
  * through the write path: a revoked token must not pass on a lagging replica.
+ *
+ * The admin mirrors (GET /admin/tenants/{id}/omni/logs and the others, API.md §17) are the same
+ * pages for any tenant behind the admin token: the same parsing, statements and answer, with the
+ * tenant's existence read in the same round trip (404 for an unknown one). The unified log's
+ * mirror answers while the tenant's plan locks the unified API: the lock is the tenant's, not
+ * the admin's. `omnigate admin logs` (cli.c) runs the same pages synchronously.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/admin.h"
 #include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
@@ -27,13 +34,10 @@
 #include "omnigate/router.h"
 #include "omnigate/store.h"
 
-#define LOGS_DEFAULT_LIMIT 50
-#define LOGS_MAX_LIMIT     500
-
 /* The filters that pick an index, in the order they rank (logs_page). */
 enum { F_REFERENCE, F_TO, F_STATUS, F_4, F__COUNT };
 
-typedef struct logs_kind {
+struct logs_kind {
     /* The statement reading a page by each filter (F_*), and by time when none is given. */
     int by[F__COUNT];
     int by_time;
@@ -42,7 +46,8 @@ typedef struct logs_kind {
     const char *filter4;               /* name of the 4th filter: "channel" or "source" */
     const char *const *filter4_values; /* allowed values */
     const char *const *status_values;  /* allowed status values */
-} logs_kind_t;
+};
+typedef struct logs_kind logs_kind_t;
 
 static const char *const channels[] = {"whatsapp_qr", "whatsapp_meta", "sms", NULL};
 static const char *const sources[] = {"sms", "omni", "otp", NULL};
@@ -80,11 +85,9 @@ typedef struct logs_op {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_db_op_t op;
     og_gw_t *gw;
-    const logs_kind_t *kind;
-    int limit;
-    char limit_s[8];
-    char to[20], status[16], filter4[16], reference[32], since[40], until[40], cursor[32];
-    char lo[OG_IDS_REFERENCE_SIZE], hi[OG_IDS_REFERENCE_SIZE]; /* the page's range: lo <= reference < hi */
+    og_http_req_t *req;
+    char tenant_id[37]; /* admin mirrors: the tenant in the path */
+    og_logs_query_t q;
 } logs_op_t;
 
 static bool one_of(const char *v, const char *const *set)
@@ -95,14 +98,10 @@ static bool one_of(const char *v, const char *const *set)
     return false;
 }
 
-/* Reads every query parameter; false with `err` set on the first bad one. */
-static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
+bool og_page_check_params(const char *q, size_t len, const char *const *known, og_err_t *err)
 {
-    static const char *const known[] = {"limit",  "cursor",    "to",    "status", "channel",
-                                        "source", "reference", "since", "until",  NULL};
     /* Unknown parameters are refused like unknown body fields: a typo must not widen a query. */
-    const char *q = req->query;
-    size_t left = q ? req->query_len : 0;
+    size_t left = q ? len : 0;
     while (left > 0) {
         size_t n = 0;
         while (n < left && q[n] != '&')
@@ -114,10 +113,7 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
             bool ok = false;
             for (const char *const *name = known; *name && !ok; name++)
                 ok = strlen(*name) == k && memcmp(*name, q, k) == 0;
-            bool own4 = l->kind->filter4 != NULL && strlen(l->kind->filter4) == k &&
-                        memcmp(l->kind->filter4, q, k) == 0;
-            bool other4 = (k == 7 && memcmp(q, "channel", 7) == 0) || (k == 6 && memcmp(q, "source", 6) == 0);
-            if (!ok || (other4 && !own4)) {
+            if (!ok) {
                 char name[64];
                 snprintf(name, sizeof(name), "%.*s", (int)(k < 60 ? k : 60), q);
                 return og_err_fail(err, "validation_failed", name, "unknown query parameter %s", name);
@@ -130,18 +126,37 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
             left--;
         }
     }
+    return true;
+}
 
+bool og_page_limit(const char *query, size_t len, int *limit, og_err_t *err)
+{
     char buf[64];
-    int n = og_query_param(req->query, req->query_len, "limit", buf, sizeof(buf));
-    l->limit = LOGS_DEFAULT_LIMIT;
-    if (n != -1) {
-        char *end = NULL;
-        long v = n > 0 ? strtol(buf, &end, 10) : 0;
-        if (n <= 0 || *end != '\0' || buf[0] == '+' || buf[0] == '-' || v < 1 || v > LOGS_MAX_LIMIT)
-            return og_err_fail(err, "validation_failed", "limit", "limit must be an integer from 1 to %d",
-                               LOGS_MAX_LIMIT);
-        l->limit = (int)v;
-    }
+    int n = og_query_param(query, len, "limit", buf, sizeof(buf));
+    *limit = OG_PAGE_DEFAULT_LIMIT;
+    if (n == -1)
+        return true;
+    char *end = NULL;
+    long v = n > 0 ? strtol(buf, &end, 10) : 0;
+    if (n <= 0 || *end != '\0' || buf[0] == '+' || buf[0] == '-' || v < 1 || v > OG_PAGE_MAX_LIMIT)
+        return og_err_fail(err, "validation_failed", "limit", "limit must be an integer from 1 to %d",
+                           OG_PAGE_MAX_LIMIT);
+    *limit = (int)v;
+    return true;
+}
+
+/* Reads every query parameter; false with `err` set on the first bad one. */
+bool og_logs_query_parse(og_logs_query_t *l, og_logs_kind_t kind, const char *query, size_t query_len,
+                         og_err_t *err)
+{
+    memset(l, 0, sizeof(*l));
+    l->kind = &kinds[kind];
+    /* The other log's 4th filter is unknown here: channel on the SMS log is a typo of source. */
+    const char *known[] = {"limit", "cursor",         "to", "status", "reference", "since",
+                           "until", l->kind->filter4, NULL};
+    if (!og_page_check_params(query, query_len, known, err) ||
+        !og_page_limit(query, query_len, &l->limit, err))
+        return false;
     snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
 
     struct {
@@ -158,7 +173,7 @@ static bool parse_query(const og_http_req_t *req, logs_op_t *l, og_err_t *err)
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         if (fields[i].name == NULL)
             continue;
-        n = og_query_param(req->query, req->query_len, fields[i].name, fields[i].dst, fields[i].cap);
+        int n = og_query_param(query, query_len, fields[i].name, fields[i].dst, fields[i].cap);
         if (n == -1) {
             fields[i].dst[0] = '\0';
             continue;
@@ -200,7 +215,7 @@ static const char *opt(const char *s)
  * with recovery (class 40: worth retrying), else 500. */
 static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
 {
-    og_http_req_t *req = l->auth.req;
+    og_http_req_t *req = l->req;
     og_worker_t *w = l->gw->w;
     if (st == OG_DB_ERROR && og_db_cancelled(op)) {
         if (w->m != NULL)
@@ -223,43 +238,64 @@ static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
  * how few rows a filter leaves: one reference, one number's records, one status, one channel
  * or source. Status with channel is the exception: neither bounds the other, so its statement
  * reads both indexes in order and merges them. */
-static void logs_page(logs_op_t *l, const char *tenant_id, og_db_op_t *op)
+int og_logs_query_stmt(const og_logs_query_t *l, const char *tenant_id, const char **v)
 {
     const logs_kind_t *k = l->kind;
     const char *f[F__COUNT] = {opt(l->reference), opt(l->to), opt(l->status), opt(l->filter4)};
     int lead = 0;
     while (lead < F__COUNT && f[lead] == NULL)
         lead++;
-    op->nstmts = 1;
-    op->stmts[0].stmt = lead == F__COUNT ? k->by_time : k->by[lead];
+    int stmt = lead == F__COUNT ? k->by_time : k->by[lead];
     if (lead == F_STATUS && f[F_4] != NULL && k->by_status_and_4 >= 0)
-        op->stmts[0].stmt = k->by_status_and_4;
-    const char **v = op->stmts[0].values;
+        stmt = k->by_status_and_4;
     v[0] = tenant_id;
     v[1] = l->lo;
     v[2] = l->hi;
     v[3] = l->limit_s;
     /* The filters from the leading one down, as many as the statement takes: the status
      * statement of the unified log takes no channel, which has a statement of its own. */
-    for (int n = 4, i = lead; n < og_store_stmts[op->stmts[0].stmt].nparams; n++, i++)
+    for (int n = 4, i = lead; n < og_store_stmts[stmt].nparams; n++, i++)
         v[n] = f[i];
+    return stmt;
 }
 
 static void page_done(og_db_op_t *op, og_db_status_t st)
 {
     logs_op_t *l = op->arg;
-    og_http_req_t *req = l->auth.req;
+    og_http_req_t *req = l->req;
     if (st != OG_DB_OK) {
         page_failed(l, op, st);
         goto out;
     }
+    /* An admin mirror reads the tenant's existence after the page (logs_tenant). */
+    if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        goto out;
+    }
     /* The rows are JSON already (built by the query), spliced into the envelope as they are;
      * the cursor is a reference (kf_ + Crockford base32): no character needs escaping. */
-    og_answer_page(req, op->res[0], l->limit, "logs");
+    og_answer_page(req, op->res[0], l->q.limit, "logs");
 out:
     og_db_op_clear(op);
     og_tenant_release(l->auth.tenant);
     free(l);
+}
+
+/* Sends the page of l->q for `tenant_id` (which must live as long as l) to the read pool, with
+ * the tenant's existence when `check_tenant`. */
+static void submit_page(logs_op_t *l, const char *tenant_id, bool check_tenant)
+{
+    og_db_op_t *op = &l->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = og_logs_query_stmt(&l->q, tenant_id, op->stmts[0].values);
+    if (check_tenant) {
+        op->nstmts = 2;
+        op->stmts[1].stmt = OG_Q_LOGS_TENANT;
+        op->stmts[1].values[0] = tenant_id;
+    }
+    op->done = page_done;
+    op->arg = l;
+    og_db_submit(l->gw->rdb, op);
 }
 
 static void authed(og_auth_req_t *a)
@@ -269,47 +305,86 @@ static void authed(og_auth_req_t *a)
         free(l);
         return;
     }
-    og_db_op_t *op = &l->op;
-    logs_page(l, a->tenant->id, op);
-    op->done = page_done;
-    op->arg = l;
-    og_db_submit(l->gw->rdb, op);
+    submit_page(l, a->tenant->id, false);
 }
 
-static void logs(og_http_req_t *req, void *ctx, const logs_kind_t *kind)
+/* A page request: its parameters checked (else answered 422 and NULL). */
+static logs_op_t *logs_op_new(og_http_req_t *req, og_gw_t *gw, og_logs_kind_t kind)
 {
-    og_gw_t *gw = og_gw(ctx);
     logs_op_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         og_api_error(req, "unavailable", NULL, "out of memory");
-        return;
+        return NULL;
     }
     l->gw = gw;
-    l->kind = kind;
+    l->req = req;
     og_err_t err = {0};
-    if (!parse_query(req, l, &err)) {
+    if (!og_logs_query_parse(&l->q, kind, req->query, req->query ? req->query_len : 0, &err)) {
         free(l);
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return;
+        return NULL;
     }
+    return l;
+}
+
+static void logs(og_http_req_t *req, void *ctx, og_logs_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    logs_op_t *l = logs_op_new(req, gw, kind);
+    if (l == NULL)
+        return;
     l->auth.req = req;
     l->auth.scope = OG_SCOPE_LOGS;
-    l->auth.unified = kind->unified;
+    l->auth.unified = l->q.kind->unified;
     l->auth.done = authed;
     og_auth_tenant(gw->auth, &l->auth);
 }
 
+/* The admin mirror: the admin token, then the tenant of the path (a malformed id is a tenant
+ * that does not exist: 404), then the query parameters. */
+static void admin_logs(og_http_req_t *req, const og_route_match_t *m, void *ctx, og_logs_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!og_admin_route_tenant(req, m, gw->w->cfg->admin_token, id))
+        return;
+    if (gw->rdb == NULL) {
+        og_api_error(req, "unavailable", NULL, "no database configured");
+        return;
+    }
+    logs_op_t *l = logs_op_new(req, gw, kind);
+    if (l == NULL)
+        return;
+    memcpy(l->tenant_id, id, sizeof(id));
+    submit_page(l, l->tenant_id, true);
+}
+
 void og_logs_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    logs(req, ctx, &kinds[0]);
+    logs(req, ctx, OG_LOGS_OMNI);
 }
 
 void og_logs_sms(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    logs(req, ctx, &kinds[1]);
+    logs(req, ctx, OG_LOGS_SMS);
 }
 
 void og_logs_otp(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    logs(req, ctx, &kinds[2]);
+    logs(req, ctx, OG_LOGS_OTP);
+}
+
+void og_admin_logs_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_logs(req, m, ctx, OG_LOGS_OMNI);
+}
+
+void og_admin_logs_sms(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_logs(req, m, ctx, OG_LOGS_SMS);
+}
+
+void og_admin_logs_otp(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_logs(req, m, ctx, OG_LOGS_OTP);
 }

@@ -4,6 +4,10 @@
  * The secret is generated here (webhooks.h), sealed with the tenant's id as associated data
  * before it reaches the database, and opened only to be shown once (creation, rotation) or
  * masked. It never reaches a log line: the admin routes log nothing of their bodies.
+ *
+ * The admin mirrors of the tenant's delivery routes (GET /admin/tenants/{id}/webhook/deliveries,
+ * POST /admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry; API.md §17) run the tenant
+ * routes' code with the admin token and the tenant of the path instead of a tenant token.
  */
 #include "omnigate/webhook_api.h"
 
@@ -13,16 +17,15 @@
 
 #include <openssl/crypto.h>
 
+#include "omnigate/admin.h"
 #include "omnigate/answer.h"
 #include "omnigate/api.h"
 #include "omnigate/auth.h"
 #include "omnigate/gateway.h"
 #include "omnigate/json.h"
+#include "omnigate/logs_api.h"
 #include "omnigate/store.h"
 #include "omnigate/webhooks.h"
-
-#define LIST_DEFAULT_LIMIT 50
-#define LIST_MAX_LIMIT     500
 
 json_t *og_wh_row_json(const PGresult *r, int row, const og_seal_key_t *key, const char *tenant_id,
                        bool reveal)
@@ -216,55 +219,23 @@ typedef struct wh_list {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_db_op_t op;
     og_gw_t *gw;
+    og_http_req_t *req;
+    char tenant_id[37]; /* admin mirror: the tenant of the path */
     int limit;
     char limit_s[8];
     char status[16];
     char cursor[24];
 } wh_list_t;
 
-/* True when the query string has only parameters named in `known`. */
-static bool only_known(const og_http_req_t *req, const char *const *known, og_err_t *err)
-{
-    const char *q = req->query;
-    size_t left = q ? req->query_len : 0;
-    while (left > 0) {
-        size_t n = 0, k = 0;
-        while (n < left && q[n] != '&')
-            n++;
-        while (k < n && q[k] != '=')
-            k++;
-        bool ok = k == 0;
-        for (const char *const *name = known; *name && !ok; name++)
-            ok = strlen(*name) == k && memcmp(*name, q, k) == 0;
-        if (!ok) {
-            char name[64];
-            snprintf(name, sizeof(name), "%.*s", (int)(k < 60 ? k : 60), q);
-            return og_err_fail(err, "validation_failed", name, "unknown query parameter %s", name);
-        }
-        q += n < left ? n + 1 : n;
-        left -= n < left ? n + 1 : n;
-    }
-    return true;
-}
-
 static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *err)
 {
+    /* Paged like the logs (logs_api.h): the same limit and unknown-parameter rules. */
     static const char *const known[] = {"limit", "cursor", "status", NULL};
-    if (!only_known(req, known, err))
+    size_t len = req->query ? req->query_len : 0;
+    if (!og_page_check_params(req->query, len, known, err) || !og_page_limit(req->query, len, &l->limit, err))
         return false;
-    char buf[64];
-    int n = og_query_param(req->query, req->query_len, "limit", buf, sizeof(buf));
-    l->limit = LIST_DEFAULT_LIMIT;
-    if (n != -1) {
-        char *end = NULL;
-        long v = n > 0 ? strtol(buf, &end, 10) : 0;
-        if (n <= 0 || *end != '\0' || buf[0] == '+' || buf[0] == '-' || v < 1 || v > LIST_MAX_LIMIT)
-            return og_err_fail(err, "validation_failed", "limit", "limit must be an integer from 1 to %d",
-                               LIST_MAX_LIMIT);
-        l->limit = (int)v;
-    }
     snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
-    n = og_query_param(req->query, req->query_len, "status", l->status, sizeof(l->status));
+    int n = og_query_param(req->query, req->query_len, "status", l->status, sizeof(l->status));
     if (n == 0 || n < -1)
         return og_err_fail(err, "validation_failed", "status", "status is empty or malformed");
     if (n == -1) {
@@ -289,10 +260,15 @@ static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *e
 static void list_done(og_db_op_t *op, og_db_status_t st)
 {
     wh_list_t *l = op->arg;
-    og_http_req_t *req = l->auth.req;
+    og_http_req_t *req = l->req;
     if (st != OG_DB_OK) {
         og_answer_db_failure(req, &l->gw->w->log, op, st, "webhook deliveries query failed",
                              "database unavailable");
+        goto out;
+    }
+    /* The admin mirror reads the tenant after the page: none is a 404, not an empty page. */
+    if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
         goto out;
     }
     /* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
@@ -303,6 +279,27 @@ out:
     free(l);
 }
 
+/* Sends the page for `tenant_id` (living as long as l), with the tenant's existence when
+ * `check_tenant`. */
+static void list_submit(wh_list_t *l, const char *tenant_id, bool check_tenant)
+{
+    og_db_op_t *op = &l->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_WH_DELIVERIES;
+    op->stmts[0].values[0] = tenant_id;
+    op->stmts[0].values[1] = l->status[0] ? l->status : NULL;
+    op->stmts[0].values[2] = l->cursor[0] ? l->cursor : NULL;
+    op->stmts[0].values[3] = l->limit_s;
+    if (check_tenant) {
+        op->nstmts = 2;
+        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
+        op->stmts[1].values[0] = tenant_id;
+    }
+    op->done = list_done;
+    op->arg = l;
+    og_db_submit(l->gw->db, op);
+}
+
 static void list_authed(og_auth_req_t *a)
 {
     wh_list_t *l = (wh_list_t *)a;
@@ -310,50 +307,78 @@ static void list_authed(og_auth_req_t *a)
         free(l);
         return;
     }
-    og_db_op_t *op = &l->op;
-    op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_WH_DELIVERIES;
-    op->stmts[0].values[0] = a->tenant->id;
-    op->stmts[0].values[1] = l->status[0] ? l->status : NULL;
-    op->stmts[0].values[2] = l->cursor[0] ? l->cursor : NULL;
-    op->stmts[0].values[3] = l->limit_s;
-    op->done = list_done;
-    op->arg = l;
-    og_db_submit(l->gw->db, op);
+    list_submit(l, a->tenant->id, false);
 }
 
-void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* A page request with its parameters checked; NULL when answered already (422, 503). */
+static wh_list_t *list_new(og_http_req_t *req, og_gw_t *gw)
 {
-    og_gw_t *gw = og_gw(ctx);
     wh_list_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         og_api_error(req, "unavailable", NULL, "out of memory");
-        return;
+        return NULL;
     }
     og_err_t err = {0};
     if (!parse_list_query(req, l, &err)) {
         free(l);
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return;
+        return NULL;
     }
     l->gw = gw;
+    l->req = req;
+    return l;
+}
+
+void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    wh_list_t *l = list_new(req, gw);
+    if (l == NULL)
+        return;
     l->auth.req = req;
     l->auth.scope = OG_SCOPE_LOGS;
     l->auth.done = list_authed;
     og_auth_tenant(gw->auth, &l->auth);
 }
 
+/* The tenant id of an admin mirror's path into `id`; false after answering (401, 404, 503). */
+static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37])
+{
+    if (!og_admin_route_tenant(req, m, gw->w->cfg->admin_token, id))
+        return false;
+    if (gw->db == NULL) {
+        og_api_error(req, "unavailable", NULL, "no database configured");
+        return false;
+    }
+    return true;
+}
+
+void og_wh_admin_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!admin_tenant(req, m, gw, id))
+        return;
+    wh_list_t *l = list_new(req, gw);
+    if (l == NULL)
+        return;
+    memcpy(l->tenant_id, id, sizeof(id));
+    list_submit(l, l->tenant_id, true);
+}
+
 typedef struct wh_retry_op {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_db_op_t op;
     og_gw_t *gw;
+    og_http_req_t *req;
     char id[40];
+    char tenant_id[37]; /* admin mirror: the tenant of the path */
 } wh_retry_op_t;
 
 static void retry_done(og_db_op_t *op, og_db_status_t st)
 {
     wh_retry_op_t *t = op->arg;
-    og_http_req_t *req = t->auth.req;
+    og_http_req_t *req = t->req;
     if (st != OG_DB_OK) {
         og_answer_db_failure(req, &t->gw->w->log, op, st, "webhook retry failed", "database unavailable");
     } else {
@@ -374,6 +399,19 @@ static void retry_done(og_db_op_t *op, og_db_status_t st)
     free(t);
 }
 
+static void retry_submit(wh_retry_op_t *t, const char *tenant_id)
+{
+    og_db_op_t *op = &t->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_WH_RETRY;
+    op->stmts[0].values[0] = tenant_id;
+    op->stmts[0].values[1] = t->id;
+    op->write = true;
+    op->done = retry_done;
+    op->arg = t;
+    og_db_submit(t->gw->db, op);
+}
+
 static void retry_authed(og_auth_req_t *a)
 {
     wh_retry_op_t *t = (wh_retry_op_t *)a;
@@ -381,15 +419,7 @@ static void retry_authed(og_auth_req_t *a)
         free(t);
         return;
     }
-    og_db_op_t *op = &t->op;
-    op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_WH_RETRY;
-    op->stmts[0].values[0] = a->tenant->id;
-    op->stmts[0].values[1] = t->id;
-    op->write = true;
-    op->done = retry_done;
-    op->arg = t;
-    og_db_submit(t->gw->db, op);
+    retry_submit(t, a->tenant->id);
 }
 
 /* A delivery id: "msg_" + 32 lower-case hex digits. */
@@ -398,20 +428,44 @@ static bool delivery_id_valid(const char *s)
     return strncmp(s, "msg_", 4) == 0 && strlen(s) == 36 && strspn(s + 4, "0123456789abcdef") == 32;
 }
 
-void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* A retry with the delivery id of the path (param `name`); a malformed id is some other
+ * tenant's as much as a missing one: 404 from the statement, after the token. */
+static wh_retry_op_t *retry_new(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, const char *name)
 {
-    og_gw_t *gw = og_gw(ctx);
     wh_retry_op_t *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         og_api_error(req, "unavailable", NULL, "out of memory");
-        return;
+        return NULL;
     }
-    /* A malformed id is some other tenant's as much as a missing one: 404, after the token. */
-    if (!og_route_param(m, "id", t->id, sizeof(t->id)) || !delivery_id_valid(t->id))
+    if (!og_route_param(m, name, t->id, sizeof(t->id)) || !delivery_id_valid(t->id))
         t->id[0] = '\0';
     t->gw = gw;
+    t->req = req;
+    return t;
+}
+
+void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    wh_retry_op_t *t = retry_new(req, m, gw, "id");
+    if (t == NULL)
+        return;
     t->auth.req = req;
     t->auth.scope = OG_SCOPE_LOGS;
     t->auth.done = retry_authed;
     og_auth_tenant(gw->auth, &t->auth);
+}
+
+/* An unknown tenant has no such delivery: 404 not_found from the same statement. */
+void og_wh_admin_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!admin_tenant(req, m, gw, id))
+        return;
+    wh_retry_op_t *t = retry_new(req, m, gw, "deliveryId");
+    if (t == NULL)
+        return;
+    memcpy(t->tenant_id, id, sizeof(id));
+    retry_submit(t, t->tenant_id);
 }

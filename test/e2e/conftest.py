@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+import oacheck
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -126,6 +128,11 @@ class Conn:
         self.sock.settimeout(timeout)
         self.buf = b""
         self.eof = False
+        # Responses from a gateway are checked against the OpenAPI document (oacheck.py): the
+        # requests written on the socket are followed to know what each response answers.
+        self.tracker = oacheck.RequestTracker() if oacheck.is_gateway(port) else None
+        if self.tracker is not None:
+            self.sock = oacheck.TrackedSocket(self.sock, self.tracker)
 
     def close(self):
         try:
@@ -166,7 +173,16 @@ class Conn:
         self.buf += chunk
 
     def read_response(self, timeout=IO_TIMEOUT, head=False):
-        """Reads exactly one response (an interim 1xx counts as one) and returns a Response."""
+        """Reads exactly one response (an interim 1xx counts as one) and returns a Response. A
+        gateway's response is checked against the OpenAPI document (oacheck.py)."""
+        resp = self._read_response(timeout, head)
+        if self.tracker is not None and resp.status >= 200:
+            req = self.tracker.next_request()
+            method, target = req if req else (None, None)
+            oacheck.note_response(method, target, resp, head=head or method == "HEAD")
+        return resp
+
+    def _read_response(self, timeout, head):
         deadline = time.monotonic() + timeout
         while b"\r\n\r\n" not in self.buf:
             self._fill(deadline)
@@ -293,6 +309,7 @@ class Server:
 
     def __init__(self, args=(), env=None, workers=1, tmpdir=None):
         self.port = free_port()
+        oacheck.register_gateway(self.port)
         self.workers = workers
         self.args = ["serve", "--listen", "127.0.0.1:%d" % self.port, "--workers", str(workers)] + list(args)
         self.env = base_env(env)
@@ -540,6 +557,32 @@ def server(tmp_path_factory):
     rc = srv.stop()
     srv.close_log()
     assert_clean_exit(srv, rc)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test (or its teardown) that received a response the OpenAPI document does not allow
+    fails, with what did not match (oacheck.py)."""
+    outcome = yield
+    if call.when not in ("call", "teardown"):
+        return
+    problems = oacheck.take()
+    if not problems:
+        return
+    rep = outcome.get_result()
+    text = "responses that do not match src/product/openapi.json:\n  " + "\n  ".join(problems[:20])
+    if len(problems) > 20:
+        text += "\n  ... and %d more" % (len(problems) - 20)
+    if rep.passed:
+        rep.outcome = "failed"
+        rep.longrepr = text
+    else:
+        rep.sections.append(("OpenAPI", text))
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("OMNIGATE_OPENAPI_COVERAGE") and oacheck.seen:
+        oacheck.write_coverage(os.environ["OMNIGATE_OPENAPI_COVERAGE"])
 
 
 needs_test_routes = pytest.mark.skipif(not have_test_routes(),

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+import oacheck
 from conftest import assert_ok, base_env, omnigate_bin, wait_for
 
 SECRET = "e2e-secret-0123456789abcdef"
@@ -125,6 +126,7 @@ class Sim:
 
     def __init__(self, tmpdir, env=None):
         self.port = free_port()
+        oacheck.forget_port(self.port)  # its answers are not the gateway's API
         self.url = "http://127.0.0.1:%d" % self.port
         self.log_path = os.path.join(tmpdir, "sim-%d.stderr" % self.port)
         env = base_env(dict({"OMNIGATE_QR_API_KEY": SIM_QR_KEY, "OMNIGATE_SMS_ACCOUNT_SID": SIM_SMS_SID,

@@ -185,6 +185,21 @@ SCENARIOS = [
     Scenario("webhook_retry",
              lambda gw, t, wid: post(gw, t, "/api/webhooks/deliveries/%s/retry" % wid, None),
              ok_status=409, prepare=disabled_delivery),
+    # The admin routes of the console (API.md §17).
+    Scenario("admin_tenant_list", lambda gw, t, _: admin(gw, "GET", "/admin/tenants?limit=5&name=a"), tenant=False),
+    Scenario("admin_logs_omni",
+             lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/omni/logs?limit=5" % gw.tenant["id"]), tenant=False),
+    Scenario("admin_logs_sms",
+             lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/sms/logs?limit=5" % gw.tenant["id"]), tenant=False),
+    Scenario("admin_logs_otp",
+             lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/otp/logs?limit=5" % gw.tenant["id"]), tenant=False),
+    Scenario("admin_webhook_deliveries",
+             lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/webhook/deliveries?limit=5" % gw.tenant["id"]),
+             tenant=False),
+    Scenario("admin_webhook_retry",
+             lambda gw, t, wid: admin(gw, "POST", "/admin/tenants/%s/webhook/deliveries/%s/retry" %
+                                      (gw.tenant["id"], wid)),
+             ok_status=409, prepare=disabled_delivery, tenant=False),
 ]
 
 

@@ -212,8 +212,9 @@ def test_plan_lock_blocks_unified_routes_only(gw):
     tok = new_token(gw, t["id"])["token"]
     assert_ok(call(gw, "GET", "/api/omni/logs", token=tok))
     set_unified(gw, t["id"], False)
-    # Within the auth cache's TTL every worker sees the lock; then all must agree.
-    assert wait_for(lambda: all(call(gw, "GET", "/api/omni/logs", token=tok).status == 403 for _ in range(8)), 5)
+    # Within the auth cache's TTL every worker sees the lock; then all must agree. 32 answers in a
+    # row, so that the wait cannot end while one worker (whose cache is still warm) got none of them.
+    assert wait_for(lambda: all(call(gw, "GET", "/api/omni/logs", token=tok).status == 403 for _ in range(32)), 5)
     for _ in range(4):
         assert_error(call(gw, "GET", "/api/omni/logs", token=tok), 403, "unified_api_locked")
     assert_ok(call(gw, "GET", "/api/sms/logs", token=tok))

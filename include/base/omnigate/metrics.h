@@ -18,7 +18,7 @@
 
 #include "omnigate/channel.h"
 
-#define OG_M_ROUTES      40 /* route table entries that get their own label; then "-" */
+#define OG_M_ROUTES      64 /* route table entries that get their own label; then "-" */
 #define OG_M_STATUSES    20
 #define OG_M_BUCKETS     15 /* histogram buckets, +Inf included */
 #define OG_M_CHANNELS    OG_CH__COUNT

@@ -27,6 +27,7 @@ enum og_store_stmt {
     OG_Q_TENANT_UNIFIED,
     OG_Q_TENANTS_UNSEALED,
     OG_Q_TENANT_SEAL,
+    OG_Q_TENANTS_LIST,
     /* sql/queries/logs.sql */
     OG_Q_LOGS_OMNI,
     OG_Q_LOGS_OMNI_REFERENCE,
@@ -43,6 +44,7 @@ enum og_store_stmt {
     OG_Q_LOGS_OTP_REFERENCE,
     OG_Q_LOGS_OTP_TO,
     OG_Q_LOGS_OTP_STATUS,
+    OG_Q_LOGS_TENANT,
     /* sql/queries/messages.sql */
     OG_Q_MSG_INSERT,
     OG_Q_MSG_COMPLETE,

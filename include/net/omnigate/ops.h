@@ -21,12 +21,14 @@ void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_ops_test_echo(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_ops_test_block(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_ops_test_routes(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 #define OG_OPS_ROUTES                              \
     {"GET", "/healthz", og_ops_healthz},           \
     {"GET", "/readyz", og_ops_readyz},             \
     {"GET", "/metrics", og_ops_metrics},           \
     {"GET", "/__test/sleep", og_ops_test_sleep},   \
     {"GET", "/__test/block", og_ops_test_block},   \
+    {"GET", "/__test/routes", og_ops_test_routes}, \
     {"POST", "/__test/echo", og_ops_test_echo}
 #else
 #define OG_OPS_ROUTES                              \

@@ -8,9 +8,31 @@
 #define OMNIGATE_ADMIN_H
 
 #include "omnigate/http.h"
+#include "omnigate/error.h"
 #include "omnigate/router.h"
 
+#define OG_ADMIN_MAX_NAME_CHARS 200
+
+/* A page of the tenant list asked for (GET /admin/tenants, `omnigate admin list-tenants`). */
+typedef struct og_admin_list {
+    int limit;
+    char limit_s[8];                            /* limit + 1, the statement's parameter */
+    char cursor[37];                            /* the last tenant id of the previous page, or "" */
+    char name[4 * OG_ADMIN_MAX_NAME_CHARS + 1]; /* part of the name to look for, or "" */
+} og_admin_list_t;
+
+/* Reads the query string of a tenant list: limit and cursor as the logs have them
+ * (logs_api.h), and name; false with `err` (422) on the first bad one. */
+bool og_admin_list_query(const char *query, size_t len, og_admin_list_t *out, og_err_t *err);
+
+/* For an admin route about the tenant of the path ({id}): checks the admin token and reads the id,
+ * a UUID, into `id`; false after answering 401, or 404 not_found for an id that is no UUID (no
+ * such tenant). Used by the admin mirrors (logs_api.h, webhook_api.h). */
+bool og_admin_route_tenant(og_http_req_t *req, const og_route_match_t *m, const char *admin_token,
+                           char id[37]);
+
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (gateway.h). */
+void og_admin_tenant_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *ctx);

@@ -26,4 +26,8 @@ void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *o
  * escaping (a reference, a number), else null. Answers 503 when out of memory. */
 void og_answer_page(og_http_req_t *req, const PGresult *r, int limit, const char *message);
 
+/* That answer's body alone (malloc'd, *len its length; NULL when out of memory), for the
+ * command line's pages (cli.c). */
+char *og_answer_page_body(const PGresult *r, int limit, const char *message, size_t *len);
+
 #endif

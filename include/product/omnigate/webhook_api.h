@@ -23,6 +23,10 @@ void og_wh_admin_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx
 void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+/* Their admin mirrors for any tenant (API.md §17): GET /admin/tenants/{id}/webhook/deliveries,
+ * POST /admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry. */
+void og_wh_admin_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_wh_admin_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 /* The answer's data for row `row` of a webhook result (OG_WH_* columns of store.h) of tenant
  * `tenant_id`: {"url", "events", "secret", "enabled", "disabledAt", "disabledReason",

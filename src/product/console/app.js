@@ -1,0 +1,719 @@
+/*
+ * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
+ * gateway's own admin API (API.md §5, §12, §17) with fetch. Served with a strict CSP: no inline
+ * script or style, no eval; the DOM is built with createElement and textContent only, so no
+ * value from the API is ever parsed as HTML.
+ *
+ * The admin token lives in sessionStorage only (gone when the tab closes): never in a URL, a
+ * cookie, localStorage or a log line. Requests carry it in the Authorization header.
+ */
+(function () {
+  "use strict";
+
+  var STORE_KEY = "omnigate.adminToken";
+  var CHANNELS = ["whatsapp_qr", "whatsapp_meta", "sms"];
+  var EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read",
+    "message.undelivered", "otp.verified", "otp.locked"];
+  var STATUSES = {
+    omni: ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered"],
+    sms: ["sent", "failed", "delivered", "read", "undelivered"],
+    otp: ["pending", "verified", "expired", "locked", "failed", "superseded"],
+    deliveries: ["pending", "delivered", "failed", "exhausted"]
+  };
+
+  var state = {
+    tenantsCursor: null,
+    tenantsName: "",
+    tenant: null,      // the tenant open, as the API answered it
+    logKind: "omni",
+    logQuery: "",
+    logCursor: null
+  };
+
+  function $(id) { return document.getElementById(id); }
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        if (k === "text") e.textContent = attrs[k];
+        else if (k === "className") e.className = attrs[k];
+        else e.setAttribute(k, attrs[k]);
+      });
+    }
+    (children || []).forEach(function (c) {
+      if (c !== null && c !== undefined) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c);
+    });
+    return e;
+  }
+
+  function show(node, on) { node.hidden = !on; }
+
+  function token() { return sessionStorage.getItem(STORE_KEY); }
+
+  function status(msg) { $("status").textContent = msg || ""; }
+
+  // ---- the API ------------------------------------------------------------------------------
+
+  // Resolves to {status, body}; a 401 signs out (the token is wrong or was changed).
+  function api(method, path, body, tok) {
+    var headers = { "Accept": "application/json", "Authorization": "Bearer " + (tok || token() || "") };
+    var init = { method: method, headers: headers, credentials: "omit", cache: "no-store",
+      referrerPolicy: "no-referrer", redirect: "error" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return fetch(path, init).then(function (r) {
+      return r.text().then(function (t) {
+        var j = null;
+        try { j = t ? JSON.parse(t) : null; } catch (e) { j = null; }
+        if (r.status === 401 && !tok) signOut("Your session ended: the admin token was refused.");
+        return { status: r.status, body: j };
+      });
+    }, function () {
+      return { status: 0, body: { message: "the gateway could not be reached" } };
+    });
+  }
+
+  function messageOf(res) {
+    return (res.body && res.body.message) || ("request failed (HTTP " + res.status + ")");
+  }
+
+  function q(params) {
+    var parts = [];
+    Object.keys(params).forEach(function (k) {
+      var v = params[k];
+      if (v !== "" && v !== null && v !== undefined) parts.push(encodeURIComponent(k) + "=" + encodeURIComponent(v));
+    });
+    return parts.join("&");
+  }
+
+  // ---- errors next to their field --------------------------------------------------------------
+
+  function clearErrors(form) {
+    form.querySelectorAll(".field-error, .error").forEach(function (p) { p.textContent = ""; p.hidden = true; });
+    form.querySelectorAll("[aria-invalid]").forEach(function (i) { i.removeAttribute("aria-invalid"); });
+  }
+
+  // Shows an API failure: next to the field error.field names (the longest data-field that is a
+  // prefix of it, as in "settings.channels.sms.senders[1]"), else under the form.
+  function showError(form, res) {
+    var err = res.body && res.body.error;
+    var field = err && err.field;
+    var best = null;
+    if (field) {
+      form.querySelectorAll("[data-field]").forEach(function (f) {
+        var name = f.getAttribute("data-field");
+        var next = field.charAt(name.length);
+        if (field.indexOf(name) === 0 && (next === "" || next === "." || next === "[") && !f.hidden &&
+            (!best || name.length > best.getAttribute("data-field").length)) best = f;
+      });
+    }
+    var text = messageOf(res) + (err && err.code ? " (" + err.code + ")" : "");
+    if (best) {
+      var p = best.querySelector(".field-error");
+      p.textContent = text;
+      p.hidden = false;
+      var input = best.querySelector("input, select, textarea");
+      if (input) {
+        input.setAttribute("aria-invalid", "true");
+        if (p.id === "") p.id = "err-" + Math.random().toString(36).slice(2);
+        input.setAttribute("aria-describedby", p.id);
+        input.focus();
+      }
+      return;
+    }
+    var general = form.querySelector(".error");
+    general.textContent = text;
+    general.hidden = false;
+  }
+
+  // ---- sign in / out ------------------------------------------------------------------------------
+
+  function signOut(why) {
+    sessionStorage.removeItem(STORE_KEY);
+    show($("app"), false);
+    show($("signout"), false);
+    show($("signin"), true);
+    var e = $("signin-error");
+    e.textContent = why || "";
+    e.hidden = !why;
+    $("signin-token").value = "";
+    $("signin-token").focus();
+  }
+
+  function signedIn() {
+    show($("signin"), false);
+    show($("app"), true);
+    show($("signout"), true);
+    openTenants();
+  }
+
+  function onSignIn(ev) {
+    ev.preventDefault();
+    var tok = $("signin-token").value.trim();
+    var e = $("signin-error");
+    e.hidden = true;
+    if (!tok) {
+      e.textContent = "Enter the admin token.";
+      e.hidden = false;
+      return;
+    }
+    // Checked with a harmless read before it is kept.
+    api("GET", "/admin/tenants?limit=1", undefined, tok).then(function (res) {
+      if (res.status === 200) {
+        sessionStorage.setItem(STORE_KEY, tok);
+        $("signin-token").value = "";
+        signedIn();
+      } else {
+        e.textContent = res.status === 401 ? "Wrong admin token." : messageOf(res);
+        e.hidden = false;
+        $("signin-token").focus();
+      }
+    });
+  }
+
+  // ---- tenants ------------------------------------------------------------------------------------
+
+  function openTenants() {
+    show($("tenant"), false);
+    show($("tenants"), true);
+    state.tenant = null;
+    loadTenants(false);
+  }
+
+  function loadTenants(more) {
+    var params = { limit: 20, name: state.tenantsName, cursor: more ? state.tenantsCursor : "" };
+    api("GET", "/admin/tenants?" + q(params)).then(function (res) {
+      var body = $("tenant-table").tBodies[0];
+      if (!more) body.textContent = "";
+      if (res.status !== 200) {
+        status(messageOf(res));
+        return;
+      }
+      res.body.data.items.forEach(function (t) {
+        var open = el("button", { type: "button", text: "Open" });
+        open.setAttribute("aria-label", "Open tenant " + t.name);
+        open.addEventListener("click", function () { openTenant(t.id); });
+        body.appendChild(el("tr", null, [
+          el("td", { "data-label": "Name", text: t.name }),
+          el("td", { "data-label": "Unified API", text: t.unifiedApiEnabled ? "enabled" : "locked" }),
+          el("td", { "data-label": "Created", text: t.createdAt }),
+          el("td", { "data-label": "Id" }, [el("code", { text: t.id })]),
+          el("td", null, [open])
+        ]));
+      });
+      state.tenantsCursor = res.body.data.nextCursor;
+      show($("tenant-more"), !!state.tenantsCursor);
+      show($("tenant-empty"), body.rows.length === 0);
+    });
+  }
+
+  function onSearch(ev) {
+    ev.preventDefault();
+    state.tenantsName = $("search-name").value.trim();
+    loadTenants(false);
+  }
+
+  function onCreate(ev) {
+    ev.preventDefault();
+    var form = $("create-form");
+    clearErrors(form);
+    var body = { name: $("create-name").value, unifiedApiEnabled: $("create-unified").checked };
+    api("POST", "/admin/tenants", body).then(function (res) {
+      if (res.status !== 201) return showError(form, res);
+      form.reset();
+      $("create-tenant").open = false;
+      status("Tenant " + res.body.data.name + " created.");
+      openTenant(res.body.data.id);
+    });
+  }
+
+  // ---- one tenant -----------------------------------------------------------------------------------
+
+  function openTenant(id) {
+    api("GET", "/admin/tenants/" + encodeURIComponent(id)).then(function (res) {
+      if (res.status !== 200) return status(messageOf(res));
+      show($("tenants"), false);
+      show($("tenant"), true);
+      setTenant(res.body.data);
+      selectTab("settings");
+      $("tenant-h").focus();
+    });
+  }
+
+  function setTenant(t) {
+    state.tenant = t;
+    $("tenant-h").textContent = t.name;
+    $("tenant-id").textContent = t.id;
+    fillSettings(t);
+  }
+
+  function selectTab(name) {
+    status("");
+    document.querySelectorAll(".tab").forEach(function (b) {
+      var on = b.getAttribute("data-tab") === name;
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+      show($("panel-" + b.getAttribute("data-tab")), on);
+    });
+    if (name === "tokens") loadTokens();
+    if (name === "webhook") loadWebhook();
+    if (name === "logs") setLogKind($("log-kind").value);
+  }
+
+  // -- settings
+
+  function channel(s, name) { return (s.channels && s.channels[name]) || {}; }
+
+  function fillSettings(t) {
+    var s = t.settings || {};
+    $("set-name").value = t.name;
+    $("set-unified").checked = !!t.unifiedApiEnabled;
+    $("set-default-channels").value = (s.defaultChannels || []).join(", ");
+    $("set-default-from").value = s.defaultWhatsappFrom || "";
+    $("set-rate").value = s.rateLimitPerSecond === undefined ? "" : s.rateLimitPerSecond;
+    var qr = channel(s, "whatsapp_qr"), meta = channel(s, "whatsapp_meta"), sms = channel(s, "sms");
+    $("set-qr-enabled").checked = !!qr.enabled;
+    $("set-meta-enabled").checked = !!meta.enabled;
+    $("set-sms-enabled").checked = !!sms.enabled;
+    $("set-qr-numbers").value = Object.keys(qr.numbers || {}).map(function (n) {
+      return n + " " + (qr.numbers[n].session || "");
+    }).join("\n");
+    $("set-meta-numbers").value = Object.keys(meta.numbers || {}).map(function (n) {
+      var v = meta.numbers[n];
+      return n + " " + (v.phoneNumberId || "") + " " + (v.accessToken || "");
+    }).join("\n");
+    $("set-sms-senders").value = (sms.senders || []).join(", ");
+    $("set-sms-default").value = sms.defaultSender || "";
+  }
+
+  function list(text) {
+    return text.split(",").map(function (x) { return x.trim(); }).filter(function (x) { return x !== ""; });
+  }
+
+  // number -> object from "number field field" lines; `keys` names the fields.
+  function numbers(text, keys) {
+    var out = {};
+    text.split("\n").forEach(function (line) {
+      var w = line.trim().split(/\s+/);
+      if (w[0] === "") return;
+      var o = {};
+      keys.forEach(function (k, i) { if (w[i + 1] !== undefined) o[k] = w[i + 1]; });
+      out[w[0]] = o;
+    });
+    return out;
+  }
+
+  // A JSON merge patch (RFC 7396) turning the stored numbers into `want`: removed ones are null.
+  function numbersPatch(stored, want) {
+    var p = {};
+    Object.keys(stored || {}).forEach(function (n) { if (!(n in want)) p[n] = null; });
+    Object.keys(want).forEach(function (n) { p[n] = want[n]; });
+    return p;
+  }
+
+  function onSaveSettings(ev) {
+    ev.preventDefault();
+    var form = $("settings-form");
+    clearErrors(form);
+    var s = state.tenant.settings || {};
+    var rate = $("set-rate").value.trim();
+    var from = $("set-default-from").value.trim();
+    var dflt = $("set-sms-default").value.trim();
+    var settings = {
+      defaultChannels: list($("set-default-channels").value),
+      defaultWhatsappFrom: from === "" ? null : from,
+      rateLimitPerSecond: rate === "" ? null : Number(rate),
+      channels: {
+        whatsapp_qr: { enabled: $("set-qr-enabled").checked,
+          numbers: numbersPatch(channel(s, "whatsapp_qr").numbers, numbers($("set-qr-numbers").value, ["session"])) },
+        whatsapp_meta: { enabled: $("set-meta-enabled").checked,
+          numbers: numbersPatch(channel(s, "whatsapp_meta").numbers,
+            numbers($("set-meta-numbers").value, ["phoneNumberId", "accessToken"])) },
+        sms: { enabled: $("set-sms-enabled").checked, senders: list($("set-sms-senders").value),
+          defaultSender: dflt === "" ? null : dflt }
+      }
+    };
+    var body = { name: $("set-name").value, unifiedApiEnabled: $("set-unified").checked, settings: settings };
+    api("PATCH", "/admin/tenants/" + state.tenant.id, body).then(function (res) {
+      if (res.status !== 200) return showError(form, res);
+      setTenant(res.body.data);
+      status("Settings saved.");
+    });
+  }
+
+  // -- tokens
+
+  function loadTokens() {
+    api("GET", "/admin/tenants/" + state.tenant.id + "/tokens").then(function (res) {
+      var body = $("token-table").tBodies[0];
+      body.textContent = "";
+      if (res.status !== 200) return status(messageOf(res));
+      res.body.data.items.forEach(function (t) {
+        var revoke = null;
+        if (!t.revokedAt) {
+          revoke = el("button", { type: "button", className: "danger", text: "Revoke" });
+          revoke.setAttribute("aria-label", "Revoke token " + (t.name || t.prefix));
+          revoke.addEventListener("click", function () { revokeToken(t); });
+        }
+        body.appendChild(el("tr", null, [
+          el("td", { "data-label": "Name", text: t.name || "(no name)" }),
+          el("td", { "data-label": "Prefix" }, [el("code", { text: t.prefix })]),
+          el("td", { "data-label": "Scopes", text: t.scopes.join(", ") }),
+          el("td", { "data-label": "Created", text: t.createdAt }),
+          el("td", { "data-label": "Last used", text: t.lastUsedAt || "never" }),
+          el("td", { "data-label": "Revoked", text: t.revokedAt || "no" }),
+          el("td", null, [revoke])
+        ]));
+      });
+    });
+  }
+
+  function onCreateToken(ev) {
+    ev.preventDefault();
+    var form = $("token-form");
+    clearErrors(form);
+    var scopes = [];
+    form.querySelectorAll("input[type=checkbox]").forEach(function (c) { if (c.checked) scopes.push(c.value); });
+    var body = { scopes: scopes };
+    var name = $("token-name").value.trim();
+    if (name) body.name = name;
+    api("POST", "/admin/tenants/" + state.tenant.id + "/tokens", body).then(function (res) {
+      if (res.status !== 201) return showError(form, res);
+      form.reset();
+      $("token-value").value = res.body.data.token;
+      show($("token-once"), true);
+      $("token-value").focus();
+      $("token-value").select();
+      loadTokens();
+    });
+  }
+
+  function revokeToken(t) {
+    if (!window.confirm("Revoke token " + (t.name || t.prefix) + "? Requests with it will be refused.")) return;
+    api("DELETE", "/admin/tenants/" + state.tenant.id + "/tokens/" + t.id).then(function (res) {
+      status(res.status === 200 ? "Token " + t.prefix + " revoked." : messageOf(res));
+      loadTokens();
+    });
+  }
+
+  function forget(boxId, inputId) {
+    $(inputId).value = "";
+    show($(boxId), false);
+  }
+
+  function copyFrom(inputId, button) {
+    var input = $(inputId);
+    var done = function () { button.textContent = "Copied"; };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(input.value).then(done, function () { input.select(); });
+    } else {
+      input.select();
+      if (document.execCommand("copy")) done();
+    }
+  }
+
+  // -- webhook
+
+  function buildEventBoxes() {
+    var fs = $("webhook-events");
+    EVENTS.forEach(function (name) {
+      var id = "event-" + name.replace(".", "-");
+      fs.insertBefore(el("span", { className: "check" }, [
+        el("input", { id: id, type: "checkbox", value: name }),
+        el("label", { "for": id, text: name })
+      ]), fs.querySelector(".field-error"));
+    });
+  }
+
+  // The secret as GET shows it: a full one (just created or rotated) is shown in its own box only.
+  function masked(secret) {
+    return !secret || secret.indexOf("****") >= 0 ? secret : "whsec_****" + secret.slice(-4);
+  }
+
+  function fillWebhook(w) {
+    var form = $("webhook-form");
+    $("webhook-url").value = w ? w.url : "";
+    form.querySelectorAll("#webhook-events input").forEach(function (c) {
+      c.checked = !!w && w.events.length < EVENTS.length && w.events.indexOf(c.value) >= 0;
+    });
+    var st = "No webhook yet.";
+    if (w) {
+      st = (w.enabled === false ? "Disabled" + (w.disabledReason ? " (" + w.disabledReason + ")" : "") : "Enabled") +
+        ". Secret " + masked(w.secret) + ". Updated " + (w.updatedAt || w.createdAt) + ".";
+    }
+    $("webhook-state").textContent = st;
+    show($("webhook-rotate"), !!w);
+    show($("webhook-delete"), !!w);
+  }
+
+  function showSecret(w) {
+    if (w && w.secret && w.secret.indexOf("****") < 0) {
+      $("secret-value").value = w.secret;
+      show($("secret-once"), true);
+      $("secret-value").focus();
+      $("secret-value").select();
+    }
+  }
+
+  function webhookPath() { return "/admin/tenants/" + state.tenant.id + "/webhook"; }
+
+  function loadWebhook() {
+    api("GET", webhookPath()).then(function (res) {
+      if (res.status === 200) fillWebhook(res.body.data);
+      else if (res.status === 404) fillWebhook(null);
+      else status(messageOf(res));
+    });
+  }
+
+  function onSaveWebhook(ev) {
+    ev.preventDefault();
+    var form = $("webhook-form");
+    clearErrors(form);
+    var events = [];
+    form.querySelectorAll("#webhook-events input").forEach(function (c) { if (c.checked) events.push(c.value); });
+    var body = { url: $("webhook-url").value.trim() };
+    if (events.length) body.events = events;
+    api("PUT", webhookPath(), body).then(function (res) {
+      if (res.status !== 200) return showError(form, res);
+      fillWebhook(res.body.data);
+      showSecret(res.body.data);
+      status("Webhook saved.");
+    });
+  }
+
+  function onRotate() {
+    if (!window.confirm("Rotate the signing secret? The old one stops signing at once.")) return;
+    api("POST", webhookPath() + "/rotate-secret").then(function (res) {
+      if (res.status !== 200) return showError($("webhook-form"), res);
+      fillWebhook(res.body.data);
+      showSecret(res.body.data);
+      status("Secret rotated.");
+    });
+  }
+
+  function onDeleteWebhook() {
+    if (!window.confirm("Delete the webhook?")) return;
+    api("DELETE", webhookPath()).then(function (res) {
+      if (res.status !== 200) return showError($("webhook-form"), res);
+      fillWebhook(null);
+      status("Webhook deleted.");
+    });
+  }
+
+  // -- logs
+
+  var COLUMNS = {
+    omni: [["Reference", "reference"], ["To", "to"], ["Status", "status"], ["Channel", "winningChannel"],
+      ["Mode", "deliveryMode"], ["Created", "createdAt"]],
+    sms: [["Reference", "reference"], ["Source", "source"], ["To", "to"], ["Sender", "sender"],
+      ["Status", "status"], ["Delivery", "deliveryStatus"], ["Created", "createdAt"]],
+    otp: [["Reference", "reference"], ["To", "to"], ["Status", "status"], ["Failed tries", "failedAttempts"],
+      ["Expires", "expiresAt"], ["Created", "createdAt"]],
+    deliveries: [["Id", "id"], ["Type", "type"], ["Reference", "reference"], ["Status", "status"],
+      ["Tries", function (d) { return String((d.tries || []).length); }], ["Created", "createdAt"]]
+  };
+
+  function setLogKind(kind) {
+    state.logKind = kind;
+    var form = $("logs-form");
+    form.querySelectorAll("[data-kinds]").forEach(function (f) {
+      show(f, f.getAttribute("data-kinds").split(" ").indexOf(kind) >= 0);
+    });
+    var sel = $("log-status");
+    sel.textContent = "";
+    sel.appendChild(el("option", { value: "", text: "any" }));
+    STATUSES[kind].forEach(function (s) { sel.appendChild(el("option", { value: s, text: s })); });
+    var head = $("log-table").tHead;
+    head.textContent = "";
+    head.appendChild(el("tr", null, COLUMNS[kind].map(function (c) {
+      return el("th", { scope: "col", text: c[0] });
+    }).concat([el("th", { scope: "col" }, [el("span", { className: "sr-only", text: "Actions" })])])));
+    $("log-table").tBodies[0].textContent = "";
+    show($("log-more"), false);
+    show($("log-empty"), false);
+    clearErrors(form);
+  }
+
+  function logPath(kind) {
+    var base = "/admin/tenants/" + state.tenant.id;
+    return kind === "deliveries" ? base + "/webhook/deliveries" : base + "/" + kind + "/logs";
+  }
+
+  function onLogs(ev) {
+    if (ev) ev.preventDefault();
+    var kind = state.logKind;
+    var visible = function (id) { return !$(id).closest(".field").hidden; };
+    var params = { limit: $("log-limit").value.trim(), status: $("log-status").value };
+    [["to", "log-to"], ["channel", "log-channel"], ["source", "log-source"], ["reference", "log-reference"],
+      ["since", "log-since"], ["until", "log-until"]].forEach(function (p) {
+      if (visible(p[1])) params[p[0]] = $(p[1]).value.trim();
+    });
+    state.logQuery = q(params);
+    loadLogs(false);
+  }
+
+  // Loads a page (the next one when `more`); `note` replaces the count in the status line.
+  function loadLogs(more, note) {
+    var form = $("logs-form");
+    clearErrors(form);
+    var kind = state.logKind;
+    var query = state.logQuery + (more && state.logCursor ? "&cursor=" + encodeURIComponent(state.logCursor) : "");
+    api("GET", logPath(kind) + "?" + query).then(function (res) {
+      var body = $("log-table").tBodies[0];
+      if (!more) body.textContent = "";
+      if (res.status !== 200) return showError(form, res);
+      res.body.data.items.forEach(function (item) { body.appendChild(logRow(kind, item)); });
+      state.logCursor = res.body.data.nextCursor;
+      show($("log-more"), !!state.logCursor);
+      show($("log-empty"), body.rows.length === 0);
+      status(note || (body.rows.length + " shown" + (state.logCursor ? "; more on the next page." : ".")));
+    });
+  }
+
+  function logRow(kind, item) {
+    var cells = COLUMNS[kind].map(function (c) {
+      var v = typeof c[1] === "function" ? c[1](item) : item[c[1]];
+      var td = el("td", { "data-label": c[0] });
+      if (c[1] === "reference" || c[1] === "id") td.appendChild(el("code", { text: v === null || v === undefined ? "" : String(v) }));
+      else td.textContent = v === null || v === undefined ? "" : String(v);
+      return td;
+    });
+    var open = el("button", { type: "button", text: kind === "deliveries" ? "Tries" : "Timeline" });
+    open.setAttribute("aria-label", (kind === "deliveries" ? "Tries of " : "Timeline of ") + (item.reference || item.id));
+    open.addEventListener("click", function () { openTimeline(kind, item); });
+    var actions = [open];
+    if (kind === "deliveries") {
+      var retry = el("button", { type: "button", text: "Retry" });
+      retry.setAttribute("aria-label", "Retry delivery " + item.id);
+      retry.addEventListener("click", function () { retryDelivery(item); });
+      actions.push(retry);
+    }
+    cells.push(el("td", { className: "actions" }, actions));
+    return el("tr", null, cells);
+  }
+
+  function retryDelivery(item) {
+    api("POST", logPath("deliveries") + "/" + encodeURIComponent(item.id) + "/retry").then(function (res) {
+      if (res.status !== 200) return showError($("logs-form"), res);
+      loadLogs(false, "Delivery " + item.id + " queued for one more try.");
+    });
+  }
+
+  // -- the timeline of one entry
+
+  function dl(pairs) {
+    var d = el("dl");
+    pairs.forEach(function (p) {
+      if (p[1] === null || p[1] === undefined || p[1] === "") return;
+      d.appendChild(el("dt", { text: p[0] }));
+      d.appendChild(el("dd", { text: String(p[1]) }));
+    });
+    return d;
+  }
+
+  function errorText(e) {
+    if (!e) return null;
+    var parts = [e.code];
+    if (e.message) parts.push(e.message);
+    if (e.providerCode !== undefined && e.providerCode !== null) parts.push("provider code " + e.providerCode);
+    if (e.httpStatus) parts.push("HTTP " + e.httpStatus);
+    return parts.join(" · ");
+  }
+
+  function history(list, label, fmt) {
+    if (!list || !list.length) return null;
+    return el("div", null, [el("h4", { text: label }),
+      el("ol", { className: "history" }, list.map(function (h) { return el("li", { text: fmt(h) }); }))]);
+  }
+
+  function attemptStep(a, i) {
+    return el("li", { className: "step " + (a.status === "failed" ? "bad" : "good") }, [
+      el("h3", { text: (i + 1) + ". " + a.channel + ": " + a.status }),
+      dl([["Attempted at", a.attemptedAt], ["Latency", a.latencyMs === undefined ? null : a.latencyMs + " ms"],
+        ["Provider message id", a.providerMessageId], ["Error", errorText(a.error)],
+        ["Why this channel", a.fallbackReason], ["Delivery status", a.deliveryStatus],
+        ["Delivered at", a.deliveredAt], ["Read at", a.readAt], ["Delivery error", errorText(a.deliveryError) || a.deliveryError]]),
+      history(a.statusHistory, "Delivery statuses", function (h) {
+        return h.at + "  " + h.status + (h.providerCode ? " (provider code " + h.providerCode + ")" : "");
+      })
+    ]);
+  }
+
+  function openTimeline(kind, item) {
+    var body = $("timeline-body");
+    body.textContent = "";
+    var title = kind === "deliveries" ? "Delivery " + item.id : item.reference + " to " + item.to;
+    $("timeline-h").textContent = title;
+    if (kind === "omni") {
+      body.appendChild(dl([["Status", item.status], ["Mode", item.deliveryMode], ["Winning channel", item.winningChannel],
+        ["Created", item.createdAt], ["Completed", item.completedAt], ["Text", item.text]]));
+      body.appendChild(el("ol", { className: "timeline" }, (item.attempts || []).map(attemptStep)));
+      if (!(item.attempts || []).length) body.appendChild(el("p", { text: "No attempt yet." }));
+      if ((item.skipped || []).length) {
+        body.appendChild(el("h4", { text: "Skipped" }));
+        body.appendChild(el("ul", null, item.skipped.map(function (s) {
+          return el("li", { text: s.channel + ": " + s.reason });
+        })));
+      }
+    } else if (kind === "sms") {
+      body.appendChild(dl([["Source", item.source], ["Status", item.status], ["Sender", item.sender],
+        ["Segments", item.segments], ["Encoding", item.encoding], ["Provider message id", item.providerMessageId],
+        ["Error", errorText(item.error)], ["Delivery status", item.deliveryStatus], ["Delivered at", item.deliveredAt],
+        ["Created", item.createdAt], ["Text", item.text]]));
+    } else if (kind === "otp") {
+      body.appendChild(dl([["Status", item.status], ["Length", item.length], ["Expires", item.expiresAt],
+        ["Verified", item.verifiedAt], ["Failed tries", item.failedAttempts], ["Created", item.createdAt]]));
+      body.appendChild(history(item.history, "History", function (h) { return h.at + "  " + h.event; }) ||
+        el("p", { text: "No event yet." }));
+    } else {
+      body.appendChild(dl([["Type", item.type], ["Reference", item.reference], ["Status", item.status],
+        ["Created", item.createdAt], ["Delivered", item.deliveredAt], ["Next try", item.nextTryAt],
+        ["Last error", item.lastError]]));
+      body.appendChild(el("ol", { className: "timeline" }, (item.tries || []).map(function (t, i) {
+        return el("li", { className: "step " + (t.httpStatus >= 200 && t.httpStatus < 300 ? "good" : "bad") }, [
+          el("h3", { text: (i + 1) + ". " + (t.httpStatus ? "HTTP " + t.httpStatus : "no answer") }),
+          dl([["At", t.at], ["Latency", t.latencyMs === null || t.latencyMs === undefined ? null : t.latencyMs + " ms"],
+            ["Error", errorText(t.error)]])
+        ]);
+      })));
+    }
+    var d = $("timeline");
+    d.showModal();
+    $("timeline-close").focus();
+  }
+
+  // ---- wiring -----------------------------------------------------------------------------------------
+
+  function init() {
+    buildEventBoxes();
+    $("signin-form").addEventListener("submit", onSignIn);
+    $("signout").addEventListener("click", function () { signOut(""); });
+    $("search-form").addEventListener("submit", onSearch);
+    $("tenant-more").addEventListener("click", function () { loadTenants(true); });
+    $("create-form").addEventListener("submit", onCreate);
+    $("tenant-back").addEventListener("click", openTenants);
+    document.querySelectorAll(".tab").forEach(function (b) {
+      b.addEventListener("click", function () { selectTab(b.getAttribute("data-tab")); });
+    });
+    $("settings-form").addEventListener("submit", onSaveSettings);
+    $("token-form").addEventListener("submit", onCreateToken);
+    $("token-done").addEventListener("click", function () { forget("token-once", "token-value"); });
+    $("secret-done").addEventListener("click", function () { forget("secret-once", "secret-value"); });
+    document.querySelectorAll(".copy").forEach(function (b) {
+      b.addEventListener("click", function () { copyFrom(b.getAttribute("data-copy"), b); });
+    });
+    $("webhook-form").addEventListener("submit", onSaveWebhook);
+    $("webhook-rotate").addEventListener("click", onRotate);
+    $("webhook-delete").addEventListener("click", onDeleteWebhook);
+    $("log-kind").addEventListener("change", function () { setLogKind($("log-kind").value); });
+    $("logs-form").addEventListener("submit", onLogs);
+    $("log-more").addEventListener("click", function () { loadLogs(true); });
+    $("timeline-close").addEventListener("click", function () { $("timeline").close(); });
+    if (token()) signedIn();
+    else signOut("");
+  }
+
+  document.addEventListener("DOMContentLoaded", init);
+})();
