@@ -460,10 +460,67 @@ def send_script(b, name, to, mode="fallback", text="Your order has shipped"):
     return b.lua(name, "POST", "/api/omni/send", [body], b.tokens)
 
 
+def wal_lsn(b):
+    return b.psql_super("SELECT pg_current_wal_lsn()")
+
+
+def wal_since(b, lsn):
+    """Bytes of WAL written since `lsn` (every process of the cluster)."""
+    return int(b.psql_super("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '%s')" % lsn))
+
+
+class Profile:
+    """`perf record` of one process (the gateway's worker) while a scenario runs: cpu-clock
+    samples (a software event: this machine's VM has no hardware counters) at 999 Hz, no call
+    graphs (cheap enough not to move the scenario's own figures much). None of this runs when
+    perf is missing or refuses: the benchmark goes on without a profile."""
+
+    def __init__(self, b, pid, seconds, name):
+        self.path = os.path.join(b.tmp, name + ".perf.data")
+        self.p = None
+        if shutil.which("perf") is None:
+            log("perf not found: no profile")
+            return
+        self.p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", str(pid), "-o",
+                                   self.path, "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+
+    def finish(self, top=30):
+        """{"symbols": [(pct, dso, symbol)], "dsos": [(pct, dso)], "samples": n} or None."""
+        if self.p is None:
+            return None
+        _, err = self.p.communicate()
+        if self.p.returncode != 0 or not os.path.exists(self.path):
+            log("perf record failed: %s" % err.decode(errors="replace").strip()[-300:])
+            return None
+        out = {}
+        for key, sort in (("symbols", "dso,symbol"), ("dsos", "dso")):
+            r = subprocess.run(["perf", "report", "-i", self.path, "--stdio", "--no-children", "--sort", sort,
+                                "--percent-limit", "0.3"], capture_output=True, text=True)
+            rows = []
+            for line in r.stdout.splitlines():
+                m = re.match(r"\s*([\d.]+)%\s+(\S+)\s*(?:\[.\]\s+(.*))?$", line)
+                if m and not line.lstrip().startswith("#"):
+                    # perf 6 appends IPC columns ("-  -") where the CPU has no branch records.
+                    sym = re.sub(r"(\s+-)+\s*$", "", m.group(3) or "").strip()
+                    rows.append((float(m.group(1)), m.group(2), sym))
+                m = re.match(r"# Samples: ([\d.]+)([KM]?)", line)
+                if m:
+                    out["samples"] = int(float(m.group(1)) * {"": 1, "K": 1000, "M": 1000000}[m.group(2)])
+            out[key] = rows[:top]
+        return out
+
+
 def sc_fallback_first(b):
-    # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called.
-    b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
-              note="fallback, first channel succeeds")
+    # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called. WAL bytes per
+    # send from the cluster's insert position; a perf profile of the (first) worker.
+    lsn = wal_lsn(b)
+    prof = Profile(b, children(b.og.pid)[0], b.args.duration, "fallback_first")
+    r = b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
+                  note="fallback, first channel succeeds")
+    r["wal_bytes_per_req"] = wal_since(b, lsn) / max(r["requests"], 1)
+    r["profile"] = prof.finish()
+    log("fallback_first: %.0f WAL bytes per send" % r["wal_bytes_per_req"])
 
 
 def sc_fallback_with_statuses(b):
@@ -669,9 +726,29 @@ def sc_slow2000(b):
     # concurrency / latency = 2000 / 0.2 s = 10,000 sends/s if the loop never blocks. The next
     # two digits (whatsapp_meta, sms: ok) and the fourth (callbacks: none) are zeros, so the
     # per-request digits of {n} script nothing.
+    # RSS per send in flight: on a freshly started gateway (no memory held from the earlier
+    # scenarios), the process tree's RSS sampled every 0.1 s during the run, its peak minus
+    # the RSS before, over the 2,000 sends in flight.
+    b.stop_gateway()
+    b.start_gateway()
+    time.sleep(0.5)
+    base = rss_kib(b.og.pid)
+    peak, stop = [base], threading.Event()
+
+    def sample():
+        while not stop.wait(0.1):
+            peak[0] = max(peak[0], rss_kib(b.og.pid))
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
     r = b.measure("slow2000", b.og_url("/api/omni/send"), conns=2000, script=send_script(b, "slow", "+19998000{n}"),
                   note="2,000 concurrent sends, provider latency 200 ms", timeout="5s")
+    stop.set()
+    th.join()
     r["ideal_rps"] = 2000 / 0.2
+    r["rss_base_kib"], r["rss_peak_kib"] = base, peak[0]
+    r["rss_kib_per_inflight"] = (peak[0] - base) / 2000
+    log("slow2000: RSS %.1f MiB before, peak %.1f MiB: %.1f KiB per send in flight" % (
+        base / 1024, peak[0] / 1024, r["rss_kib_per_inflight"]))
 
 
 def sc_meta_down(b):
@@ -938,6 +1015,22 @@ def targets(b):
                     f["p99_ms"] <= 25))
         out.append(("gateway CPU per fallback send", "%.1f us" % f["cpu_us_per_req"], "<= 30 us",
                     f["cpu_us_per_req"] <= 30))
+        # Issue 20's targets.
+        if ng:
+            v = f["rps"] / ng
+            out.append(("fallback first-success sends/s / nginx req/s (issue 20)", "%.3f" % v, ">= 0.12", v >= 0.12))
+        out.append(("fallback first-success p99 at %d connections (issue 20)" % f["conns"], "%.1f ms" % f["p99_ms"],
+                    "<= 20 ms", f["p99_ms"] <= 20))
+        out.append(("PostgreSQL CPU per fallback send", "%.1f us" % f["pg_cpu_us_per_req"], "<= 50 us",
+                    f["pg_cpu_us_per_req"] <= 50))
+        if "wal_bytes_per_req" in f:
+            out.append(("WAL bytes per fallback send (whole cluster, LSN difference)", "%.0f" % f["wal_bytes_per_req"],
+                        "(reported)", True))
+    if "slow2000" in by and "rss_kib_per_inflight" in by["slow2000"]:
+        r = by["slow2000"]
+        out.append(("RSS per send in flight at 2,000 concurrent (peak - before) / 2,000", "%.1f KiB (%.1f -> %.1f MiB)" % (
+            r["rss_kib_per_inflight"], r["rss_base_kib"] / 1024, r["rss_peak_kib"] / 1024), "<= 16 KiB",
+            r["rss_kib_per_inflight"] <= 16))
     if "statuses" in by:
         s = by["statuses"]["stream"]
         out.append(("statuses applied/s through POST /webhooks/meta, %d per POST" % statuses.PER_POST,
@@ -1027,6 +1120,22 @@ unset multiplot
         log("gnuplot failed: " + r.stderr.strip())
         return None
     return path
+
+
+def profile_report(b):
+    """The worker's perf profile during fallback_first: the shares by library and the top symbols."""
+    r = next((r for r in b.results if r.get("profile")), None)
+    if r is None:
+        return []
+    p = r["profile"]
+    lines = ["", "## Profile of the worker during %s" % r["scenario"], "",
+             "`perf record -e cpu-clock -F 999 -p WORKER` for the scenario's duration (%d samples), "
+             "`perf report --no-children`: self time." % p.get("samples", 0), "",
+             "| % | library |", "|---:|---|"]
+    lines += ["| %.2f | %s |" % (pct, dso) for pct, dso, _ in p["dsos"]]
+    lines += ["", "| % | library | symbol |", "|---:|---|---|"]
+    lines += ["| %.2f | %s | `%s` |" % row for row in p["symbols"]]
+    return lines
 
 
 def status_report(b):
@@ -1165,6 +1274,7 @@ def report(b, dur, path, png):
     if t:
         lines += ["", "## Targets", "", "| target | measured | wanted | met |", "|---|---:|---:|---|"]
         lines += ["| %s | %s | %s | %s |" % (w, v, tg, "yes" if ok else "**no**") for w, v, tg, ok in t]
+    lines += profile_report(b)
     lines += status_report(b)
     lines += readers_report(b)
     lines += steps_report(b)
