@@ -86,6 +86,20 @@ bool og_token_hash(const char *secret, const char *token, size_t len, char out_h
     return hmac_hex(secret, parts, lens, 1, out_hex);
 }
 
+bool og_token_hash_with(og_hmac_key_t *key, const char *token, size_t len, char out_hex[OG_HASH_HEX_SIZE])
+{
+    unsigned char md[OG_HMAC_MAX];
+    const void *parts[1] = {token};
+    size_t lens[1] = {len};
+    size_t mdlen = og_hmac_key_sum(key, parts, lens, 1, md);
+    if (mdlen != 32)
+        out_hex[0] = '\0';
+    else
+        og_hex_lower(md, mdlen, out_hex);
+    OPENSSL_cleanse(md, sizeof(md));
+    return mdlen == 32;
+}
+
 void og_token_prefix(const char *token, char out[OG_TOKEN_DISPLAY_SIZE])
 {
     size_t n = strnlen(token, OG_TOKEN_DISPLAY_LEN);

@@ -42,6 +42,15 @@ typedef enum og_hc_result {
     OG_HC_CANCELLED,   /* og_hc_close ran while the request was in flight */
 } og_hc_result_t;
 
+/* Private: what a prepared easy handle was last set up for, beside the options every request
+ * has (http_client.c). A request of the same kind reuses it without setting these again. */
+typedef struct og_hc_kind {
+    long timeout_ms;
+    size_t cap;
+    const char *method; /* the request's (static) method string */
+    bool body, auth;
+} og_hc_kind_t;
+
 struct og_hc_req {
     /* Request, filled by the caller. Strings are owned by the req (malloc'd) and freed by
      * og_hc_req_clear; body and password are wiped first since they may hold secrets. */
@@ -72,6 +81,7 @@ struct og_hc_req {
     og_hc_req_t *prev, *next; /* in flight: hc's in-flight list; deferred: hc's defer queue */
     uint64_t start_ns;
     size_t resp_cap;
+    og_hc_kind_t kind; /* what its easy handle is set up for */
     int state;
     bool over_cap;
 };
