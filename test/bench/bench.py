@@ -294,10 +294,10 @@ class Bench:
         return e
 
     # -- gateway
-    def start_gateway(self, extra=None):
-        self.og = self.spawn([self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
-                              "--workers", str(self.args.workers)], self.env(extra), "omnigate")
-        wait_http(self.og_url("/readyz"))
+    def start_gateway(self, extra=None, prefix=(), timeout=20):
+        self.og = self.spawn(list(prefix) + [self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
+                                             "--workers", str(self.args.workers)], self.env(extra), "omnigate")
+        wait_http(self.og_url("/readyz"), timeout)
 
     def stop_gateway(self):
         self.stop(self.og)
@@ -690,6 +690,46 @@ def readers_report(b):
                 r["rps"] / max(base["rps"], 1e-9), r["p99_ms"], base["p99_ms"], r["p99_ms"] / max(base["p99_ms"], 1e-9))]
 
 
+def sc_callgrind(b):
+    """Instructions per fallback send in the worker, counted by valgrind's callgrind: a
+    repeatable complement of the CPU time per send, which the other processes on this machine
+    make noisy. The gateway is restarted under callgrind (one worker); after 3 s of sends to
+    warm it up the worker's counters are zeroed (callgrind_control -z), fallback_first's script
+    runs for --duration seconds at 16 connections, and the counters are dumped (-d): their total
+    over the requests wrk counted. The gateway is then restarted as before."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        log("callgrind: valgrind not found: skipped")
+        return
+    out = os.path.join(b.tmp, "callgrind.out")
+    b.stop_gateway()
+    b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--callgrind-out-file=%s.%%p" % out), timeout=120)
+    try:
+        worker = children(b.og.pid)[0]
+        script = send_script(b, "cg", "+6284{n}")
+        b.wrk(b.og_url("/api/omni/send"), 16, 3, script)
+        subprocess.run(["callgrind_control", "-z", str(worker)], capture_output=True, timeout=60)
+        w = b.wrk(b.og_url("/api/omni/send"), 16, b.args.duration, script)
+        subprocess.run(["callgrind_control", "-d", str(worker)], capture_output=True, timeout=60)
+        total = 0
+        for f in os.listdir(b.tmp):
+            if f.startswith("callgrind.out.%d." % worker):
+                with open(os.path.join(b.tmp, f)) as fh:
+                    for line in fh:
+                        if line.startswith("summary:") or line.startswith("totals:"):
+                            total = max(total, int(line.split()[1]))
+        n = max(w["requests"] - w["non2xx"], 1)
+        r = {"scenario": "callgrind", "note": "fallback_first under callgrind, 16 connections: instructions per "
+             "send in the worker", "conns": 16, "rps": 0, "requests": w["requests"], "errors": w["errors"],
+             "non2xx": w["non2xx"], "expect_errors": False, "p50_ms": float("nan"), "p90_ms": float("nan"),
+             "p99_ms": float("nan"), "cpu_us_per_req": float("nan"), "pg_cpu_us_per_req": float("nan"),
+             "rss_kib": 0, "instr_per_req": total / n}
+        log("callgrind: %d sends, %.0f instructions per send in the worker" % (n, total / n))
+        b.results.append(r)
+    finally:
+        b.stop_gateway()
+        b.start_gateway()
+
+
 def sc_fallback_third(b):
     # +1999 1 1 0 ...: both WhatsApp channels reject (4xx), SMS succeeds: three attempts.
     b.measure("fallback_third", b.og_url("/api/omni/send"), script=send_script(b, "ft", "+19991100{n}"),
@@ -962,6 +1002,7 @@ SCENARIOS = {
     # Its own comparison: without, with and without log readers, back to back.
     "fallback_readers": sc_fallback_readers,
     "fallback_third": sc_fallback_third,
+    "callgrind": sc_callgrind,
     "all3": sc_all3,
     "logs": sc_logs,
     "otp": sc_otp,
@@ -977,7 +1018,7 @@ SCENARIOS = {
     "logs_scale": sc_logs_scale,
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes.
-OPT_IN = ("logs_scale",)
+OPT_IN = ("logs_scale", "callgrind")
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2")
 
@@ -1026,6 +1067,9 @@ def targets(b):
         if "wal_bytes_per_req" in f:
             out.append(("WAL bytes per fallback send (whole cluster, LSN difference)", "%.0f" % f["wal_bytes_per_req"],
                         "(reported)", True))
+    if "callgrind" in by:
+        out.append(("worker instructions per fallback send (callgrind; reported)",
+                    "%.0f" % by["callgrind"]["instr_per_req"], "(reported)", True))
     if "slow2000" in by and "rss_kib_per_inflight" in by["slow2000"]:
         r = by["slow2000"]
         out.append(("RSS per send in flight at 2,000 concurrent (peak - before) / 2,000", "%.1f KiB (%.1f -> %.1f MiB)" % (
