@@ -111,7 +111,8 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
             return 0;
         cp = cp << 6 | (s[i] & 0x3F);
     }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
         return 0;
     return len;
 }
@@ -142,6 +143,7 @@ static void put_string(og_jw_t *w, const char *str, size_t n)
             size_t len = utf8_seq(s + i, n - i);
             if (len == 0) {
                 memcpy(o, "\xEF\xBF\xBD", 3); /* U+FFFD for a byte that is not UTF-8 (3 <= 6) */
+                w->replaced = true;
                 o += 3;
                 i++;
             } else {

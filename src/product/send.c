@@ -18,6 +18,7 @@
 #include "omnigate/nowa.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
+#include "omnigate/jw.h"
 #include "omnigate/phone.h"
 #include "omnigate/provider.h"
 #include "omnigate/settings.h"
@@ -41,7 +42,12 @@ typedef struct send_ctx {
     long long fallback_after;
     og_channel_t ch[OG_ENGINE_MAX];
     int nch;
-    json_t *skipped;
+    /* Channels asked for but not tried, in order, with why (API.md §2 "skipped"). */
+    struct {
+        og_channel_t ch;
+        const char *reason; /* static: channel_disabled, not_on_whatsapp */
+    } skip[OG_CH__COUNT];
+    int nskip;
     char wa_from[20];
     char sender[20];
     og_sms_info_t sms;
@@ -75,7 +81,6 @@ static void ctx_free(send_ctx_t *c)
     og_db_op_clear(&c->op);
     og_tenant_release(c->auth.tenant);
     free(c->text);
-    json_decref(c->skipped);
     free(c->skipped_text);
     free(c->attempts_text);
     free(c->response_text);
@@ -144,6 +149,25 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
     return true;
 }
 
+static void skip(send_ctx_t *c, og_channel_t ch, const char *reason)
+{
+    c->skip[c->nskip].ch = ch;
+    c->skip[c->nskip++].reason = reason;
+}
+
+/* The "skipped" array of the answer and the message row. */
+static void write_skipped(const send_ctx_t *c, og_jw_t *w)
+{
+    og_jw_array(w);
+    for (int i = 0; i < c->nskip; i++) {
+        og_jw_object(w);
+        og_jw_kstring(w, "channel", og_channel_name(c->skip[i].ch));
+        og_jw_kstring(w, "reason", c->skip[i].reason);
+        og_jw_object_end(w);
+    }
+    og_jw_array_end(w);
+}
+
 /* Chooses the channels to try: the requested ones (else the tenant's defaults) that the tenant
  * has enabled, in order, into c->ch; the others into c->skipped. */
 static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
@@ -177,13 +201,11 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
             wanted[nwanted++] = ch;
         }
     }
-    c->skipped = json_array();
     for (int i = 0; i < nwanted; i++) {
         if (og_settings_channel_enabled(settings, og_channel_name(wanted[i])))
             c->ch[c->nch++] = wanted[i];
         else
-            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(wanted[i]),
-                                                        "reason", "channel_disabled"));
+            skip(c, wanted[i], "channel_disabled");
     }
     if (c->nch == 0)
         return og_err_fail(err, "no_channel_available", "channels",
@@ -240,32 +262,44 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-static json_t *attempt_json(const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
-                            uint64_t at_ms)
+/* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
+ * (msg_complete in sql/queries/messages.sql reads these names). */
+static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
+                          uint64_t at_ms)
 {
-    json_t *a =
-        json_pack("{s:s,s:s,s:I}", "channel", og_channel_name(ch), "status", r->sent ? "sent" : "failed",
-                  for_db ? "latency_ms" : "latencyMs", (json_int_t)(r->latency_us / 1000));
+    og_jw_object(w);
+    og_jw_kstring(w, "channel", og_channel_name(ch));
+    og_jw_kstring(w, "status", r->sent ? "sent" : "failed");
+    og_jw_kint(w, for_db ? "latency_ms" : "latencyMs", (long long)(r->latency_us / 1000));
     if (for_db) {
-        json_object_set_new(a, "seq", json_integer(seq));
-        json_object_set_new(a, "attempted_at_ms", json_integer((json_int_t)at_ms));
+        og_jw_kint(w, "seq", seq);
+        og_jw_kint(w, "attempted_at_ms", (long long)at_ms);
         if (r->sent) {
-            json_object_set_new(a, "provider_message_id", json_string(r->provider_message_id));
+            og_jw_kstring(w, "provider_message_id", r->provider_message_id);
         } else {
-            json_object_set_new(a, "error_code", json_string(r->error_code));
-            json_object_set_new(a, "error_message", json_string(r->error_message));
+            og_jw_kstring(w, "error_code", r->error_code);
+            og_jw_kstring(w, "error_message", r->error_message);
             if (r->provider_code[0])
-                json_object_set_new(a, "provider_code", json_string(r->provider_code));
+                og_jw_kstring(w, "provider_code", r->provider_code);
             if (r->http_status)
-                json_object_set_new(a, "http_status", json_integer(r->http_status));
+                og_jw_kint(w, "http_status", r->http_status);
         }
-        return a;
+    } else if (r->sent) {
+        og_jw_kstring(w, "providerMessageId", r->provider_message_id);
+    } else {
+        og_jw_key(w, "error");
+        og_provider_write_error(w, r);
     }
-    if (r->sent)
-        json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
-    else
-        json_object_set_new(a, "error", og_attempt_error_json(r));
-    return a;
+    og_jw_object_end(w);
+}
+
+/* The attempts started so far, in channel order (in `all` mode they ran at once). */
+static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool for_db)
+{
+    og_jw_array(w);
+    for (int k = 0; k < started; k++)
+        write_attempt(w, &c->att[k].result, c->ch[k], for_db, k, c->att_at_ms[k]);
+    og_jw_array_end(w);
 }
 
 static void complete_done(og_db_op_t *op, og_db_status_t st)
@@ -279,10 +313,12 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
         og_log(&c->gw->w->log, OG_LOG_ERROR, "recording a send failed; its outcome is unknown",
                "\"requestId\":\"%s\",\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
                c->req->request_id, c->reference, op->sqlstate, op->error);
-        json_t *attempts = json_array();
-        for (int k = 0; k < c->engine.started; k++)
-            json_array_append_new(attempts,
-                                  attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_attempts(&w, c, c->engine.started, false);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *attempts = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
         og_idem_answer_unknown(c->req, c->reference, attempts,
                                "the providers were called but the outcome could not be recorded; do not "
                                "send again before checking the logs for the reference");
@@ -309,14 +345,6 @@ static const char *winner_name(const send_ctx_t *c, const og_engine_t *e)
 static bool build_answer(send_ctx_t *c, const og_engine_t *e)
 {
     const char *winner = winner_name(c, e);
-    json_t *attempts = json_array();
-    /* Attempts are listed in channel order; in `all` mode they ran at once. */
-    for (int k = 0; k < e->started; k++)
-        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
-    json_t *data =
-        json_pack("{s:s,s:s,s:o,s:o,s:O}", "reference", c->reference, "deliveryMode",
-                  c->all ? "all" : "fallback", "winningChannel", winner ? json_string(winner) : json_null(),
-                  "attempts", attempts, "skipped", c->skipped);
     char message[64];
     og_err_t err = {0};
     if (winner != NULL)
@@ -325,8 +353,20 @@ static bool build_answer(send_ctx_t *c, const og_engine_t *e)
         og_err_fail(&err, "delivery_failed", NULL, "every attempted channel failed");
     c->response_status = winner != NULL ? 200 : og_api_status(err.code);
     snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
-    c->response_text = og_api_envelope(c->response_status, winner != NULL ? message : err.message, data,
-                                       winner != NULL ? NULL : &err, NULL, &c->response_len);
+    og_jw_t w;
+    og_jw_init(&w, 384 + 256 * (size_t)e->started);
+    og_api_envelope_open(&w, c->response_status, winner != NULL ? message : err.message);
+    og_jw_object(&w);
+    og_jw_kstring(&w, "reference", c->reference);
+    og_jw_kstring(&w, "deliveryMode", c->all ? "all" : "fallback");
+    og_jw_kstring(&w, "winningChannel", winner);
+    og_jw_key(&w, "attempts");
+    write_attempts(&w, c, e->started, false);
+    og_jw_key(&w, "skipped");
+    write_skipped(c, &w);
+    og_jw_object_end(&w);
+    og_api_envelope_close(&w, winner != NULL ? NULL : &err);
+    c->response_text = og_jw_finish(&w, &c->response_len);
     return c->response_text != NULL;
 }
 
@@ -337,9 +377,10 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
     c->sms_status = r->sent ? "sent" : "failed";
     c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
     if (!r->sent) {
-        json_t *err_json = og_attempt_error_json(r);
-        c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
-        json_decref(err_json);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        og_provider_write_error(&w, r);
+        c->sms_error_text = og_jw_finish(&w, NULL);
     }
     op->stmts[n].stmt = OG_Q_SMS_RECORD;
     const char **v = op->stmts[n].values;
@@ -364,15 +405,14 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
 static bool build_completion(send_ctx_t *c, const og_engine_t *e)
 {
     const char *winner = winner_name(c, e);
-    json_t *attempts = json_array();
     int sms_idx = -1;
-    for (int k = 0; k < e->started; k++) {
-        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], true, k, c->att_at_ms[k]));
+    for (int k = 0; k < e->started; k++)
         if (c->ch[k] == OG_CH_SMS)
             sms_idx = k;
-    }
-    c->attempts_text = json_dumps(attempts, JSON_COMPACT);
-    json_decref(attempts);
+    og_jw_t w;
+    og_jw_init(&w, 256 * (size_t)e->started + 16);
+    write_attempts(&w, c, e->started, true);
+    c->attempts_text = og_jw_finish(&w, NULL);
     if (c->attempts_text == NULL)
         return false;
     snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
@@ -475,7 +515,10 @@ static void claimed(og_idem_t *i)
     for (int k = 0; k < c->nch; k++)
         p += sprintf(p, "%s%s", k ? "," : "", og_channel_name(c->ch[k]));
     strcpy(p, "}");
-    c->skipped_text = json_dumps(c->skipped, JSON_COMPACT);
+    og_jw_t w;
+    og_jw_init(&w, 0);
+    write_skipped(c, &w);
+    c->skipped_text = og_jw_finish(&w, NULL);
     if (c->skipped_text == NULL) {
         og_api_error(c->req, "unavailable", NULL, "out of memory");
         ctx_free(c);
@@ -526,8 +569,7 @@ static void nowa_checked(void *arg, bool remembered)
             c->params[kept] = c->params[i];
             c->token_sealed[kept++] = c->token_sealed[i];
         } else {
-            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(c->ch[i]),
-                                                        "reason", "not_on_whatsapp"));
+            skip(c, c->ch[i], "not_on_whatsapp");
         }
     }
     c->nch = kept;
@@ -537,7 +579,13 @@ static void nowa_checked(void *arg, bool remembered)
         og_err_t err = {0};
         og_err_fail(&err, "no_channel_available", "channels",
                     "the number has no WhatsApp (a provider said so) and no other channel was requested");
-        og_api_send_error(c->req, &err, json_pack("{s:O}", "skipped", c->skipped), NULL, NULL, 0);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_skipped(c, &w);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *skipped = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        og_api_send_error(c->req, &err, json_pack("{s:o*}", "skipped", skipped), NULL, NULL, 0);
         ctx_free(c);
         return;
     }

@@ -37,7 +37,10 @@ static void test_escapes_match_jansson(void **state)
     size_t n = 0;
     for (int c = 1; c < 0x20; c++)
         s[n++] = (char)c;
-    memcpy(s + n, "\"\\/\x7f" "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80z", 16);
+    memcpy(s + n,
+           "\"\\/\x7f"
+           "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80z",
+           16);
     n += 16;
     og_jw_t w;
     og_jw_init(&w, 0);
@@ -100,14 +103,14 @@ static void test_document_matches_jansson(void **state)
 
     json_t *attempts = json_array();
     for (int i = 0; i < 3; i++)
-        json_array_append_new(attempts,
-                              json_pack("{s:s,s:I,s:b}", "channel", "sms", "latencyMs",
-                                        (json_int_t)(i == 2 ? -9223372036854775807LL - 1 : 1000000000000LL * i),
-                                        "ok", i == 1));
-    json_t *tree = json_pack("{s:b,s:s,s:{s:s,s:n,s:o,s:[],s:{},s:n,s:[[i],[],s],s:{s:[i,i]}}}", "success", 1,
-                             "message", "Message sent via whatsapp_qr", "data", "reference", "msg_01HXYZ",
-                             "winningChannel", "attempts", attempts, "skipped", "empty", "k\"e\\y\n", "nested",
-                             1, "x", "raw", "a", 1, 2);
+        json_array_append_new(
+            attempts,
+            json_pack("{s:s,s:I,s:b}", "channel", "sms", "latencyMs",
+                      (json_int_t)(i == 2 ? -9223372036854775807LL - 1 : 1000000000000LL * i), "ok", i == 1));
+    json_t *tree =
+        json_pack("{s:b,s:s,s:{s:s,s:n,s:o,s:[],s:{},s:n,s:[[i],[],s],s:{s:[i,i]}}}", "success", 1, "message",
+                  "Message sent via whatsapp_qr", "data", "reference", "msg_01HXYZ", "winningChannel",
+                  "attempts", attempts, "skipped", "empty", "k\"e\\y\n", "nested", 1, "x", "raw", "a", 1, 2);
     assert_non_null(tree);
     assert_same_as_jansson(&w, tree);
 }
@@ -116,8 +119,14 @@ static void test_document_matches_jansson(void **state)
  * overlong form, a surrogate, a code point over U+10FFFF) are each one U+FFFD; the text parses. */
 static void test_invalid_utf8_replaced(void **state)
 {
-    static const char in[] = "a\x80" "b\xc3" "c\xc0\xaf" "d\xed\xa0\x80" "e\xf4\x90\x80\x80";
-    static const char want[] = "\"a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd"
+    static const char in[] = "a\x80"
+                             "b\xc3"
+                             "c\xc0\xaf"
+                             "d\xed\xa0\x80"
+                             "e\xf4\x90\x80\x80";
+    static const char want[] = "\"a\xef\xbf\xbd"
+                               "b\xef\xbf\xbd"
+                               "c\xef\xbf\xbd\xef\xbf\xbd"
                                "d\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
                                "e\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"";
     og_jw_t w;

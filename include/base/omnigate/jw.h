@@ -15,8 +15,9 @@
 typedef struct og_jw {
     char *buf; /* malloc'd, NUL-terminated after each call; NULL until the first write */
     size_t len, cap;
-    bool failed; /* out of memory: later calls do nothing and og_jw_finish gives NULL */
-    bool comma;  /* something was written at this level: the next key or element needs a ',' */
+    bool failed;   /* out of memory: later calls do nothing and og_jw_finish gives NULL */
+    bool comma;    /* something was written at this level: the next key or element needs a ',' */
+    bool replaced; /* a string had bytes that are not UTF-8 (written as U+FFFD) */
 } og_jw_t;
 
 /* An empty writer whose buffer will start at `hint` bytes (0: a default). */
