@@ -363,6 +363,8 @@ static void log_time(og_log_t *l, char out[32])
 
 /* Formats one line into line[OG_LOG_LINE], newline included; returns its length. */
 static size_t format(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
+                     va_list ap) __attribute__((format(printf, 5, 0)));
+static size_t format(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
                      va_list ap)
 {
     const size_t size = OG_LOG_LINE;
