@@ -226,13 +226,15 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
         decide(auth, a, s);
         return;
     }
-    memset(&a->op, 0, sizeof(a->op));
-    a->op.nstmts = 1;
-    a->op.stmts[0].stmt = OG_Q_AUTH_LOOKUP;
-    a->op.stmts[0].values[0] = a->hash;
-    a->op.done = lookup_done;
-    a->op.arg = a;
-    og_db_submit(auth->db, &a->op);
+    og_db_op_t *op = a->op;
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_AUTH_LOOKUP;
+    op->stmts[0].values[0] = a->hash;
+    op->write = false;
+    op->done = lookup_done;
+    op->arg = a;
+    og_db_submit(auth->db, op);
 }
 
 bool og_auth_admin(og_http_req_t *req, const char *admin_token)

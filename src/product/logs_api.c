@@ -325,6 +325,7 @@ static void logs(og_http_req_t *req, void *ctx, const logs_kind_t *kind)
     l->auth.scope = OG_SCOPE_LOGS;
     l->auth.unified = kind->unified;
     l->auth.done = authed;
+    l->auth.op = &l->op;
     og_auth_tenant(gw->auth, &l->auth);
 }
 

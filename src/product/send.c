@@ -32,7 +32,7 @@ typedef struct send_ctx {
     og_gw_t *gw;
     og_http_req_t *req;
     og_engine_t engine;
-    og_db_op_t op; /* the pending insert, then the completion write */
+    og_db_op_t op; /* each step's in turn: auth lookup, nowa check, idem claim, pending insert, completion */
 
     char reference[32];
     char to[20];
@@ -550,7 +550,8 @@ static void claim(send_ctx_t *c)
 {
     /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
     uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, &c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
+                  c);
 }
 
 /* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are
@@ -641,5 +642,6 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     c->auth.scope = OG_SCOPE_SEND;
     c->auth.unified = true;
     c->auth.done = authed;
+    c->auth.op = &c->op;
     og_auth_tenant(gw->auth, &c->auth);
 }
