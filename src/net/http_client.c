@@ -528,6 +528,10 @@ static bool set_kind(og_hc_t *hc, CURL *e, const hc_kind_t *k)
     ok &= curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_USERAGENT, "omnigate/" OG_VERSION) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK;
+    /* A receive buffer of 1 KiB instead of libcurl's 16: provider answers are a few hundred
+     * bytes, and every request in flight holds one (issue 20: memory per send in flight). A
+     * larger answer only takes more reads. */
+    ok &= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)OG_HC_RECV_BUFFER) == CURLE_OK;
     /* Refuses an announced Content-Length over the cap before reading the body; write_cb
      * enforces the cap on chunked or unannounced bodies. */
     ok &= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)k->cap) == CURLE_OK;

@@ -24,6 +24,7 @@
 
 #define OG_HC_MAX_HEADERS      8
 #define OG_HC_MAX_RESPONSE     (256 * 1024) /* default response cap, bytes */
+#define OG_HC_RECV_BUFFER      1024         /* libcurl's receive buffer per request (its minimum), bytes */
 #define OG_HC_DEFAULT_TIMEOUT  10000        /* ms, when a req leaves timeout_ms at 0 */
 #define OG_HC_CONNECT_TIMEOUT  5000         /* ms, at most; never above the request timeout */
 #define OG_HC_MAX_CACHED_CONNS 2048         /* idle connections kept for reuse (per worker) */
