@@ -53,7 +53,9 @@ typedef struct send_ctx {
     og_sms_info_t sms;
     og_send_params_t params[OG_ENGINE_MAX];
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
-    og_attempt_t att[OG_ENGINE_MAX];
+    /* Allocated as each attempt starts (most sends make one): NULL when never started, or
+     * when out of memory (its result is then oom_result). */
+    og_attempt_t *att[OG_ENGINE_MAX];
     uint64_t att_at_ms[OG_ENGINE_MAX];
 
     og_idem_t idem;
@@ -76,6 +78,18 @@ typedef struct send_ctx {
     const char *sms_provider_id;
 } send_ctx_t;
 
+/* The outcome of an attempt that could not be made for want of memory. */
+static const og_attempt_result_t oom_result = {
+    .error_code = OG_ERR_PROVIDER_ERROR,
+    .error_message = "out of memory: the attempt was not made",
+};
+
+/* Attempt k's result (k < started). */
+static const og_attempt_result_t *result_of(const send_ctx_t *c, int k)
+{
+    return c->att[k] != NULL ? &c->att[k]->result : &oom_result;
+}
+
 static void ctx_free(send_ctx_t *c)
 {
     og_db_op_clear(&c->op);
@@ -83,6 +97,8 @@ static void ctx_free(send_ctx_t *c)
     free(c->text);
     free(c->skipped_text);
     free(c->attempts_text);
+    for (int k = 0; k < OG_ENGINE_MAX; k++)
+        free(c->att[k]);
     free(c->response_text);
     free(c->sms_error_text);
     free(c);
@@ -298,7 +314,7 @@ static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool fo
 {
     og_jw_array(w);
     for (int k = 0; k < started; k++)
-        write_attempt(w, &c->att[k].result, c->ch[k], for_db, k, c->att_at_ms[k]);
+        write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k]);
     og_jw_array_end(w);
 }
 
@@ -437,10 +453,10 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
         op->stmts[n++].values[1] = c->reference;
     }
     if (sms_idx >= 0)
-        n += sms_record_stmt(c, op, n, &c->att[sms_idx].result);
+        n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
     /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
     for (int k = 0; k < e->started; k++) {
-        if (c->att[k].result.not_on_whatsapp && c->gw->nowa != NULL) {
+        if (result_of(c, k)->not_on_whatsapp && c->gw->nowa != NULL) {
             n += og_nowa_mark_stmt(c->gw->nowa, op, n, c->to);
             break;
         }
@@ -469,7 +485,9 @@ static void engine_done(og_engine_t *e)
 static void attempt_done(og_attempt_t *a)
 {
     send_ctx_t *c = a->arg;
-    int i = (int)(a - c->att);
+    int i = 0;
+    while (c->att[i] != a)
+        i++;
     /* The adapter saw no token; the reason it had none is ours to give. */
     if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
         og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
@@ -480,9 +498,14 @@ static void engine_start(og_engine_t *e, int i)
 {
     send_ctx_t *c = e->arg;
     c->att_at_ms[i] = og_ids_now_ms();
-    c->att[i].done = attempt_done;
-    c->att[i].arg = c;
-    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], &c->att[i]);
+    og_attempt_t *a = c->att[i] = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        og_engine_attempt_done(e, i, false); /* result_of gives oom_result */
+        return;
+    }
+    a->done = attempt_done;
+    a->arg = c;
+    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], a);
 }
 
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */
