@@ -92,10 +92,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             v = json_integer(x);
             break;
         }
-        case 2:
-            og_jw_bool(&w, next(&g) & 1);
-            v = json_boolean(g.p[-1] & 1);
+        case 2: {
+            bool b = next(&g) & 1;
+            og_jw_bool(&w, b);
+            v = json_boolean(b);
             break;
+        }
         case 3:
             og_jw_null(&w);
             v = json_null();
@@ -118,8 +120,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             stack[++depth] = v;
         json_decref(v);
     }
-    while (depth > 0)
-        json_is_object(stack[depth--]) ? og_jw_object_end(&w) : og_jw_array_end(&w);
+    for (; depth > 0; depth--) /* json_is_object is a macro: no side effects in its argument */
+        json_is_object(stack[depth]) ? og_jw_object_end(&w) : og_jw_array_end(&w);
     og_jw_array_end(&w);
     FUZZ_CHECK(w.replaced == !all_utf8);
     size_t len;
