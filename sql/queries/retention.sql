@@ -36,3 +36,26 @@ WHERE ctid = ANY (ARRAY(
     FROM idempotency_keys
     WHERE created_at < now() - interval '24 hours'
     LIMIT $1));
+
+-- name: prune_webhooks
+-- Deletes one batch of a tenant's webhook deliveries created before a time and done with
+-- (delivered or exhausted), with their tries.
+-- $1 = tenant id
+-- $2 = before (RFC 3339)
+-- $3 = batch size
+-- Returns the number of deliveries deleted.
+WITH d AS (
+    DELETE FROM webhook_deliveries
+    WHERE id = ANY (ARRAY(
+        SELECT id
+        FROM webhook_deliveries
+        WHERE tenant_id = $1 AND created_at < $2::timestamptz AND next_at IS NULL
+        ORDER BY id
+        LIMIT $3))
+    RETURNING id),
+t AS (
+    DELETE FROM webhook_tries w
+    USING d
+    WHERE w.delivery_id = d.id)
+SELECT count(*)
+FROM d;

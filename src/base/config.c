@@ -147,6 +147,21 @@ static const cfg_entry_t settings[] = {
     {"qr_webhook_secret", "OMNIGATE_QR_WEBHOOK_SECRET", "--qr-webhook-secret", CFG_STRING, NULL, 0, 0, NULL,
      CFG_SECRET, OFF(qr_webhook_secret),
      "HMAC key of WAHA's webhook (X-Webhook-Hmac of POST /webhooks/waha; unset: the route is 404)"},
+    {"webhook_allow_http", "OMNIGATE_WEBHOOK_ALLOW_HTTP", "--webhook-allow-http", CFG_BOOL, "false", 0, 0,
+     NULL, 0, OFF(webhook_allow_http), "tenant webhooks may use http:// URLs (else https:// only)"},
+    {"webhook_allow_private", "OMNIGATE_WEBHOOK_ALLOW_PRIVATE", "--webhook-allow-private", CFG_BOOL, "false",
+     0, 0, NULL, 0, OFF(webhook_allow_private),
+     "tenant webhooks may call loopback, private, link-local, CGNAT and other non-public addresses (else "
+     "such a delivery fails blocked_address)"},
+    {"webhook_timeout_ms", "OMNIGATE_WEBHOOK_TIMEOUT_MS", "--webhook-timeout-ms", CFG_INT, "15000", 100,
+     60000, NULL, 0, OFF(webhook_timeout_ms),
+     "time a tenant webhook has to answer 2xx, in milliseconds (API.md section 12 says 15 s; tests shorten "
+     "it)"},
+    {"webhook_retry_divisor", "OMNIGATE_WEBHOOK_RETRY_DIVISOR", "--webhook-retry-divisor", CFG_INT, "1", 1,
+     10000000, NULL, 0, OFF(webhook_retry_divisor),
+     "tests only: divides every delay of the webhook retry schedule (5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 "
+     "h); "
+     "leave 1 in production"},
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))

@@ -67,6 +67,9 @@ void og_metrics_slot_start(og_metrics_slot_t *s, uint64_t pid)
     og_metrics_gauge(&s->loop_lag_max_us, 0);
     for (int i = 0; i < OG_M_CHANNELS; i++)
         og_metrics_gauge(&s->circuit_state[i], 0);
+    og_metrics_gauge(&s->wh_outbox_depth, 0);
+    og_metrics_gauge(&s->wh_outbox_oldest_us, 0);
+    og_metrics_gauge(&s->wh_disabled, 0);
 }
 
 static inline uint64_t get(const uint64_t *c)
@@ -150,6 +153,15 @@ void og_metrics_loop_lag(og_metrics_slot_t *s, uint64_t lag_us, uint64_t window_
     og_metrics_gauge(&s->loop_lag_max_us, window_max_us);
 }
 
+void og_metrics_webhook_try(og_metrics_slot_t *s, int http_status, og_m_wh_outcome_t outcome)
+{
+    if (s == NULL)
+        return;
+    int cls = http_status >= 200 && http_status < 600 ? http_status / 100 - 2 : OG_M_WH_CLASSES - 1;
+    og_metrics_add(&s->wh_tries[cls], 1);
+    og_metrics_add(&s->wh_deliveries[outcome], 1);
+}
+
 void og_metrics_db_batch(og_metrics_slot_t *s, uint64_t ops, uint64_t commit_us)
 {
     if (s == NULL)
@@ -174,7 +186,9 @@ typedef enum {
     DIM_OUTCOME,
     DIM_PROVIDER,
     DIM_CALLBACK,
-    DIM_STEP_KIND
+    DIM_STEP_KIND,
+    DIM_WH_OUTCOME,
+    DIM_WH_CLASS
 } dim_t;
 
 static const struct dim {
@@ -189,7 +203,13 @@ static const struct dim {
     [DIM_PROVIDER] = {OG_M_CHANNELS, {"provider", NULL}},
     [DIM_CALLBACK] = {OG_M_CB__COUNT, {"outcome", NULL}},
     [DIM_STEP_KIND] = {OG_M_STEP_KINDS, {"kind", NULL}},
+    [DIM_WH_OUTCOME] = {OG_M_WH__COUNT, {"outcome", NULL}},
+    [DIM_WH_CLASS] = {OG_M_WH_CLASSES, {"class", NULL}},
 };
+
+static const char *const wh_outcomes[OG_M_WH__COUNT] = {
+    [OG_M_WH_DELIVERED] = "delivered", [OG_M_WH_RETRYING] = "retrying", [OG_M_WH_EXHAUSTED] = "exhausted"};
+static const char *const wh_classes[OG_M_WH_CLASSES] = {"2xx", "3xx", "4xx", "5xx", "none"};
 
 const char *const og_metrics_step_kinds[OG_M_STEP_KINDS] = {"fallback", "webhook", "sweep"};
 
@@ -269,6 +289,21 @@ static const metric_t metrics[] = {
     SUMMED("omnigate_steps_running", M_GAUGE, steps_running, "Durable steps running now."),
     SUMMED("omnigate_steps_due", M_GAUGE, steps_due,
            "Durable steps due and not running, all instances (sampled every few seconds)."),
+    {"omnigate_webhook_deliveries_total", M_COUNTER, DIM_WH_OUTCOME, DIM_NONE, SLOT(wh_deliveries), FOLD_SUM,
+     NULL, false,
+     "Tenant webhook tries by what they made of their delivery: delivered, retrying (failed, another try "
+     "scheduled) or exhausted (no try left, or the webhook was disabled)."},
+    {"omnigate_webhook_tries_total", M_COUNTER, DIM_WH_CLASS, DIM_NONE, SLOT(wh_tries), FOLD_SUM, NULL, false,
+     "Tenant webhook tries by the class of their HTTP status (none: timeout, connection error or blocked "
+     "address)."},
+    {"omnigate_webhook_outbox_depth", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(wh_outbox_depth), FOLD_MAX, NULL,
+     false,
+     "Webhook events not delivered yet and still to be tried, all instances (sampled every 2 seconds)."},
+    {"omnigate_webhook_outbox_oldest_seconds", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(wh_outbox_oldest_us),
+     FOLD_MAX, &latency_s, false,
+     "Age of the oldest webhook event not delivered yet and still to be tried (sampled)."},
+    {"omnigate_webhooks_disabled", M_GAUGE, DIM_NONE, DIM_NONE, SLOT(wh_disabled), FOLD_MAX, NULL, false,
+     "Tenant webhooks disabled by a 410 or by 5 days of failures (sampled)."},
     SUMMED("omnigate_db_timeouts_total", M_COUNTER, db_timeouts,
            "Database deadlines missed (OMNIGATE_DB_TIMEOUT_MS): a connection with no answer dropped, or an "
            "operation that waited too long for a connection failed."),
@@ -410,6 +445,12 @@ static bool dim_labels(dim_t d, int i, const og_metrics_routes_t *routes, char *
         return true;
     case DIM_STEP_KIND:
         snprintf(buf, n, "kind=\"%s\"", og_metrics_step_kinds[i]);
+        return true;
+    case DIM_WH_OUTCOME:
+        snprintf(buf, n, "outcome=\"%s\"", wh_outcomes[i]);
+        return true;
+    case DIM_WH_CLASS:
+        snprintf(buf, n, "class=\"%s\"", wh_classes[i]);
         return true;
     }
     return false;

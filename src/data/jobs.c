@@ -26,7 +26,9 @@ typedef struct kind {
     uint32_t lease_ms;
     og_step_run_fn fn;
     void *arg;
-    int metric; /* index into og_metrics_step_kinds, -1 when unlabelled */
+    int metric;  /* index into og_metrics_step_kinds, -1 when unlabelled */
+    int max;     /* og_jobs_limit: at most this many running on this worker */
+    int running; /* steps of this kind running now */
 } kind_t;
 
 struct og_jobs {
@@ -39,7 +41,7 @@ struct og_jobs {
 
     kind_t kinds[OG_JOBS_MAX_KINDS];
     int nkinds;
-    char kinds_lit[OG_JOBS_MAX_KINDS * 18 + 3]; /* {a,b}: the claim's $2 */
+    char kinds_lit[OG_JOBS_MAX_KINDS * 18 + 3]; /* {a,b}: the claim's $2, the kinds with room */
     char leases_lit[OG_JOBS_MAX_KINDS * 12 + 3];
 
     uv_timer_t timer;
@@ -54,6 +56,8 @@ struct og_jobs {
     bool counting;
 
     int running;
+    void (*notify_fn)(void *arg, const char *payload); /* og_jobs_on_notify */
+    void *notify_arg;
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -116,6 +120,7 @@ static void start_step(og_jobs_t *j, const PGresult *res, int r)
     s->claims = atoi(PQgetvalue(res, r, 5));
     s->lag_ms = strtoull(PQgetvalue(res, r, 6), NULL, 10);
     j->running++;
+    j->kinds[k].running++;
     gauge_running(j);
     og_metrics_step_lag(j->m, s->lag_ms);
     j->kinds[k].fn(s, j->kinds[k].arg);
@@ -153,6 +158,25 @@ static void claim(og_jobs_t *j)
     }
     int free_slots = OG_JOBS_MAX_RUNNING - j->running;
     if (free_slots <= 0 || !og_db_ready(j->db))
+        return;
+    /* Only the kinds with room, and no more steps than the tightest of them can take. */
+    char *p = j->kinds_lit, *q = j->leases_lit;
+    p += sprintf(p, "{");
+    q += sprintf(q, "{");
+    int nk = 0;
+    for (int i = 0; i < j->nkinds; i++) {
+        int room = j->kinds[i].max - j->kinds[i].running;
+        if (room <= 0)
+            continue;
+        if (room < free_slots)
+            free_slots = room;
+        p += sprintf(p, "%s%s", nk ? "," : "", j->kinds[i].name);
+        q += sprintf(q, "%s%u", nk ? "," : "", j->kinds[i].lease_ms);
+        nk++;
+    }
+    strcpy(p, "}");
+    strcpy(q, "}");
+    if (nk == 0)
         return;
     snprintf(j->limit_s, sizeof(j->limit_s), "%d", free_slots < CLAIM_BATCH ? free_slots : CLAIM_BATCH);
     j->claiming = true;
@@ -201,8 +225,17 @@ static void arm(og_jobs_t *j)
 
 static void on_notify(void *arg, const char *channel, const char *payload)
 {
+    og_jobs_t *j = arg;
     /* payload NULL: (re)connected, notifications may have been missed. Either way: look. */
-    claim(arg);
+    claim(j);
+    if (j->notify_fn != NULL && !j->closing)
+        j->notify_fn(j->notify_arg, payload);
+}
+
+void og_jobs_on_notify(og_jobs_t *j, void (*fn)(void *arg, const char *payload), void *arg)
+{
+    j->notify_fn = fn;
+    j->notify_arg = arg;
 }
 
 og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_slot_t *m, const char *owner,
@@ -222,6 +255,22 @@ og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_s
     return j;
 }
 
+void og_jobs_limit(og_jobs_t *j, int kind, int max)
+{
+    if (kind >= 0 && kind < j->nkinds && max > 0)
+        j->kinds[kind].max = max;
+}
+
+const char *og_jobs_owner(const og_jobs_t *j)
+{
+    return j->owner;
+}
+
+bool og_jobs_closing(const og_jobs_t *j)
+{
+    return j->closing;
+}
+
 int og_jobs_register(og_jobs_t *j, const char *name, uint32_t lease_ms, og_step_run_fn fn, void *arg)
 {
     if (j->nkinds == OG_JOBS_MAX_KINDS || strlen(name) >= sizeof(j->kinds[0].name) ||
@@ -233,17 +282,8 @@ int og_jobs_register(og_jobs_t *j, const char *name, uint32_t lease_ms, og_step_
     k->fn = fn;
     k->arg = arg;
     k->metric = og_metrics_step_kind(name);
+    k->max = OG_JOBS_MAX_RUNNING;
     j->nkinds++;
-    /* The claim's array parameters: {a,b} and {1000,2000}. Names are [a-z_]: no quoting. */
-    char *p = j->kinds_lit, *q = j->leases_lit;
-    p += sprintf(p, "{");
-    q += sprintf(q, "{");
-    for (int i = 0; i < j->nkinds; i++) {
-        p += sprintf(p, "%s%s", i ? "," : "", j->kinds[i].name);
-        q += sprintf(q, "%s%u", i ? "," : "", j->kinds[i].lease_ms);
-    }
-    strcpy(p, "}");
-    strcpy(q, "}");
     return j->nkinds - 1;
 }
 
@@ -283,12 +323,14 @@ void og_jobs_finish(og_step_t *s, bool ok)
     free(s->tenant_id);
     free(s->reference);
     free(s->payload);
+    kind_t *k = &j->kinds[s->kind];
     free(s);
     j->running--;
+    k->running--;
     gauge_running(j);
     if (j->closing)
         maybe_closed(j);
-    else if (j->running == OG_JOBS_MAX_RUNNING - 1)
+    else if (j->running == OG_JOBS_MAX_RUNNING - 1 || k->running == k->max - 1)
         claim(j); /* slots were full: there may be more due */
 }
 

@@ -35,6 +35,7 @@ static const struct {
     {"idempotency_in_progress", 409},
     {"otp_already_verified", 409},
     {"conflict", 409},
+    {"webhook_disabled", 409}, /* a delivery retried while the tenant has no enabled webhook */
     {"otp_expired", 410},
     {"payload_too_large", 413},
     {"unsupported_media_type", 415},

@@ -25,9 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+
 #include <curl/curl.h>
 
 #include "og_build.h"
+#include "omnigate/addrguard.h"
 #include "omnigate/util.h"
 
 _Static_assert(OG_HC_ERRBUF == CURL_ERROR_SIZE, "errbuf must be CURL_ERROR_SIZE bytes");
@@ -93,6 +96,8 @@ const char *og_hc_result_name(og_hc_result_t r)
         return "error";
     case OG_HC_CANCELLED:
         return "cancelled";
+    case OG_HC_BLOCKED:
+        return "blocked";
     }
     return "?";
 }
@@ -224,6 +229,10 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
         r->over_cap = true;
         return 0; /* anything but n aborts the transfer with CURLE_WRITE_ERROR */
     }
+    if (r->drop_body) {
+        r->resp_len += n;
+        return n;
+    }
     if (r->resp_len + n + 1 > r->resp_cap) {
         size_t want = r->resp_cap ? r->resp_cap : 1024;
         while (want < r->resp_len + n + 1)
@@ -243,6 +252,20 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 }
 
 /* ---- sockets ------------------------------------------------------------------------------- */
+
+/* public_only requests: curl asks us for each socket it is about to connect, with the address
+ * its resolver gave, so a name that resolves inside the network is refused like a literal. A
+ * refused address makes curl try the host's next one; when none is left the transfer fails
+ * (CURLE_COULDNT_CONNECT) and complete() reports OG_HC_BLOCKED. */
+static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    og_hc_req_t *r = clientp;
+    if (purpose != CURLSOCKTYPE_IPCXN || og_addr_class(&a->addr) != OG_ADDR_PUBLIC) {
+        r->blocked = true;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype, a->protocol);
+}
 
 /* One uv handle finished closing; the last one, after the teardown, frees hc. */
 static void handle_gone(og_hc_t *hc)
@@ -422,8 +445,14 @@ static void complete(og_hc_t *hc, CURL *easy, CURLcode rc)
     long status = 0;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
     r->http_status = status;
+    curl_off_t retry_after = 0;
+    if (curl_easy_getinfo(easy, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after > 0)
+        r->retry_after_s = retry_after > 86400 * 7 ? 86400 * 7 : (long)retry_after;
     r->result = map_code(r, rc);
-    if (r->result == OG_HC_TOO_LARGE) {
+    if (r->result != OG_HC_OK && r->blocked && status == 0) {
+        r->result = OG_HC_BLOCKED;
+        snprintf(r->errbuf, sizeof(r->errbuf), "every address of the host is a non-public one");
+    } else if (r->result == OG_HC_TOO_LARGE) {
         snprintf(r->errbuf, sizeof(r->errbuf), "response body over %zu bytes",
                  r->max_response ? r->max_response : (size_t)OG_HC_MAX_RESPONSE);
     } else if (r->result == OG_HC_OK) {
@@ -504,13 +533,16 @@ static hc_kind_t kind_of(const og_hc_req_t *r)
                        .cap = r->max_response ? r->max_response : OG_HC_MAX_RESPONSE,
                        .method = method,
                        .body = strcmp(method, "GET") != 0 && (r->body != NULL || strcmp(method, "POST") == 0),
-                       .auth = r->user != NULL};
+                       .auth = r->user != NULL,
+                       .public_only = r->public_only,
+                       .https_only = r->https_only};
 }
 
 static bool same_kind(const hc_kind_t *a, const hc_kind_t *b)
 {
     return a->timeout_ms == b->timeout_ms && a->cap == b->cap && strcmp(a->method, b->method) == 0 &&
-           a->body == b->body && a->auth == b->auth;
+           a->body == b->body && a->auth == b->auth && a->public_only == b->public_only &&
+           a->https_only == b->https_only;
 }
 
 /* The options of a kind of request, on a handle fresh from curl_easy_init or reset. */
@@ -518,7 +550,7 @@ static bool set_kind(og_hc_t *hc, CURL *e, const hc_kind_t *k)
 {
     long connect_timeout = k->timeout_ms < OG_HC_CONNECT_TIMEOUT ? k->timeout_ms : OG_HC_CONNECT_TIMEOUT;
     bool ok = true;
-    ok &= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, k->https_only ? "https" : "http,https") == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, k->timeout_ms) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout) == CURLE_OK;
@@ -537,6 +569,8 @@ static bool set_kind(og_hc_t *hc, CURL *e, const hc_kind_t *k)
     ok &= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)k->cap) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, closesocket_cb) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, hc) == CURLE_OK;
+    if (k->public_only)
+        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb) == CURLE_OK;
     /* TLS peer and host verification stay at libcurl's default: on. */
     if (strcmp(k->method, "GET") == 0)
         ok &= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
@@ -591,6 +625,8 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
         ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len) == CURLE_OK;
         ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "") == CURLE_OK;
     }
+    if (r->kind.public_only)
+        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r) == CURLE_OK;
     if (r->kind.auth) {
         ok &= curl_easy_setopt(e, CURLOPT_USERNAME, r->user) == CURLE_OK;
         ok &= curl_easy_setopt(e, CURLOPT_PASSWORD, r->password ? r->password : "") == CURLE_OK;
@@ -616,6 +652,8 @@ static void reset_results(og_hc_req_t *r)
     r->latency_us = 0;
     r->errbuf[0] = '\0';
     r->over_cap = false;
+    r->blocked = false;
+    r->retry_after_s = 0;
     r->easy = NULL;
     r->slist = NULL;
 }
@@ -743,4 +781,27 @@ void og_hc_close(og_hc_t *hc, void (*closed)(void *arg), void *arg)
     /* The teardown runs from the defer timer, after every cancelled done, so closing from
      * inside a done callback never frees curl under check_done's feet. */
     uv_timer_start(&hc->defer, defer_cb, 0, 0);
+}
+
+bool og_hc_url_parts(const char *url, char *scheme, size_t scheme_cap, char *host, size_t host_cap,
+                     bool *credentials)
+{
+    CURLU *u = curl_url();
+    char *sch = NULL, *h = NULL, *user = NULL, *pass = NULL;
+    bool ok = u != NULL && curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_SCHEME, &sch, 0) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_HOST, &h, 0) == CURLUE_OK && h[0] != '\0' &&
+              strlen(sch) < scheme_cap && strlen(h) < host_cap;
+    if (ok) {
+        snprintf(scheme, scheme_cap, "%s", sch);
+        snprintf(host, host_cap, "%s", h);
+        *credentials = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
+                       curl_url_get(u, CURLUPART_PASSWORD, &pass, 0) == CURLUE_OK;
+    }
+    curl_free(sch);
+    curl_free(h);
+    curl_free(user);
+    curl_free(pass);
+    curl_url_cleanup(u);
+    return ok;
 }

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <openssl/crypto.h>
 
 #include "omnigate/ids.h"
 #include "omnigate/log.h"
@@ -16,6 +17,8 @@
 #include "omnigate/store.h"
 #include "omnigate/settings.h"
 #include "omnigate/token.h"
+#include "omnigate/webhook_api.h"
+#include "omnigate/webhooks.h"
 
 static bool need_db(const og_config_t *cfg, const char *what)
 {
@@ -418,6 +421,117 @@ static int admin_revoke_token(PGconn *pg, const og_config_t *cfg, int argc, char
     return rc;
 }
 
+/* ---- tenant webhooks (API.md section 12), the twins of the admin routes (webhook_api.c) ---- */
+
+/* The tenant id of argv[1] in lower case (the seal's associated data), or false after saying why. */
+static bool webhook_tenant(const char *arg, char id[37])
+{
+    if (!tenant_id_ok(arg))
+        return false;
+    for (size_t i = 0; i < 37; i++)
+        id[i] = (char)tolower((unsigned char)arg[i]);
+    return true;
+}
+
+/* Prints the webhook row of `r` (the secret in full when `reveal`), or says there is none. */
+static int webhook_result(const og_config_t *cfg, PGresult *r, const char *id, bool reveal, const char *none)
+{
+    if (r == NULL)
+        return 1;
+    int rc = 0;
+    if (PQntuples(r) == 0) {
+        fprintf(stderr, "omnigate: %s\n", none);
+        rc = 1;
+    } else {
+        og_seal_key_t key;
+        og_wh_seal_key(&key, cfg->secret);
+        bool created = reveal || PQgetvalue(r, 0, OG_WH_INSERTED)[0] == 't';
+        print_json(og_wh_row_json(r, 0, &key, id, created));
+        og_seal_key_clear(&key);
+    }
+    PQclear(r);
+    return rc;
+}
+
+/* A new secret sealed for tenant `id`; NULL after saying why. */
+static char *webhook_new_secret(const og_config_t *cfg, const char *id)
+{
+    char secret[OG_WH_SECRET_LEN + 1];
+    og_seal_key_t key;
+    og_wh_secret_new(secret);
+    char *sealed = og_wh_seal_key(&key, cfg->secret) ? og_seal(&key, id, secret, strlen(secret)) : NULL;
+    og_seal_key_clear(&key);
+    OPENSSL_cleanse(secret, sizeof(secret));
+    if (sealed == NULL)
+        fprintf(stderr, "omnigate: cannot seal the webhook secret\n");
+    return sealed;
+}
+
+static int admin_set_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    char id[37], events[200];
+    if (!webhook_tenant(argv[1], id))
+        return 2;
+    og_err_t err = {0};
+    json_t *list = NULL;
+    if (argc == 4) { /* a comma-separated list */
+        list = json_array();
+        for (const char *p = argv[3]; *p;) {
+            size_t n = strcspn(p, ",");
+            json_array_append_new(list, json_stringn(p, n));
+            p += n + (p[n] == ',');
+        }
+    }
+    bool ok = og_wh_url_check(argv[2], cfg->webhook_allow_http, cfg->webhook_allow_private, &err) &&
+              og_wh_events_parse(list, events, &err);
+    json_decref(list);
+    if (!ok) {
+        fprintf(stderr, "omnigate: set-webhook: %s: %s\n", err.field, err.message);
+        return 2;
+    }
+    char *sealed = webhook_new_secret(cfg, id);
+    if (sealed == NULL)
+        return 1;
+    const char *v[4] = {id, argv[2], events, sealed};
+    int rc = webhook_result(cfg, run(pg, OG_Q_WH_PUT, 4, v), id, false, "no such tenant");
+    free(sealed);
+    return rc;
+}
+
+/* get-webhook and delete-webhook: one statement on the tenant's id. */
+static int webhook_by_tenant(PGconn *pg, const og_config_t *cfg, const char *arg, int stmt)
+{
+    char id[37];
+    if (!webhook_tenant(arg, id))
+        return 2;
+    const char *v[1] = {id};
+    return webhook_result(cfg, run(pg, stmt, 1, v), id, false, "the tenant has no webhook");
+}
+
+static int admin_get_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_GET);
+}
+
+static int admin_delete_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_DELETE);
+}
+
+static int admin_rotate_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
+{
+    char id[37];
+    if (!webhook_tenant(argv[1], id))
+        return 2;
+    char *sealed = webhook_new_secret(cfg, id);
+    if (sealed == NULL)
+        return 1;
+    const char *v[2] = {id, sealed};
+    int rc = webhook_result(cfg, run(pg, OG_Q_WH_ROTATE, 2, v), id, true, "the tenant has no webhook");
+    free(sealed);
+    return rc;
+}
+
 /* The admin verbs: dispatch and the usage lines both walk this table, so the usage cannot
  * promise what dispatch refuses. */
 typedef struct admin_verb {
@@ -439,6 +553,13 @@ static const admin_verb_t admin_verbs[] = {
     {"create-token", 1, 2, "TENANT_ID [NAME]", "create a token with every scope; printed once",
      admin_create_token},
     {"revoke-token", 2, 2, "TENANT_ID TOKEN_ID", NULL, admin_revoke_token},
+    {"set-webhook", 2, 3, "TENANT_ID URL [EVENTS]",
+     "create or change the tenant's webhook (EVENTS: comma-separated, default all); a new secret is printed "
+     "once",
+     admin_set_webhook},
+    {"get-webhook", 1, 1, "TENANT_ID", "the tenant's webhook, its secret masked", admin_get_webhook},
+    {"delete-webhook", 1, 1, "TENANT_ID", NULL, admin_delete_webhook},
+    {"rotate-webhook-secret", 1, 1, "TENANT_ID", "a new signing secret, printed once", admin_rotate_webhook},
 };
 
 #define NVERBS (sizeof(admin_verbs) / sizeof(admin_verbs[0]))
@@ -525,19 +646,24 @@ static int prune_run(PGconn *pg, const char *before, long batch)
     long long deleted = 0, batches = 0, idem = 0;
     int rc = 0;
     for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
-        const char *bv[3] = {PQgetvalue(tenants, t, 0), before_ref, limit};
-        for (;;) { /* one short transaction per batch: writers never wait on us */
-            PGresult *b = run(pg, OG_Q_PRUNE_BATCH, 3, bv);
-            if (b == NULL) {
-                rc = 1;
-                break;
+        /* One short transaction per batch: writers never wait on us. The log data first (by
+         * reference), then the webhook deliveries that are done with, and their tries (by time). */
+        const char *bv[2][3] = {{PQgetvalue(tenants, t, 0), before_ref, limit},
+                                {PQgetvalue(tenants, t, 0), when, limit}};
+        static const int stmts[2] = {OG_Q_PRUNE_BATCH, OG_Q_PRUNE_WEBHOOKS};
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            long n = batch;
+            while (n > 0) {
+                PGresult *b = run(pg, stmts[k], 3, bv[k]);
+                if (b == NULL) {
+                    rc = 1;
+                    break;
+                }
+                n = atol(PQgetvalue(b, 0, 0));
+                PQclear(b);
+                batches++;
+                deleted += n;
             }
-            long n = atol(PQgetvalue(b, 0, 0));
-            PQclear(b);
-            batches++;
-            deleted += n;
-            if (n == 0)
-                break;
         }
     }
     PQclear(tenants);

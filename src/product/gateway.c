@@ -21,7 +21,9 @@
 #include "omnigate/sweep.h"
 #include "omnigate/testhooks.h"
 #include "omnigate/util.h"
+#include "omnigate/webhook_api.h"
 #include "omnigate/webhooks_in.h"
+#include "omnigate/webhooks_out.h"
 
 #define SWEEP_MS 250
 
@@ -33,6 +35,10 @@ static const og_route_t routes[] = {
     {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
     {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
     {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+    {"PUT", "/admin/tenants/{id}/webhook", og_wh_admin_put},
+    {"GET", "/admin/tenants/{id}/webhook", og_wh_admin_get},
+    {"DELETE", "/admin/tenants/{id}/webhook", og_wh_admin_delete},
+    {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
     {"POST", "/api/omni/send", og_send_omni},
     {"POST", "/api/sms/send", og_sms_send},
     {"POST", "/api/sms/otp/send", og_otp_send},
@@ -40,6 +46,8 @@ static const og_route_t routes[] = {
     {"GET", "/api/omni/logs", og_logs_omni},
     {"GET", "/api/sms/logs", og_logs_sms},
     {"GET", "/api/sms/otp/logs", og_logs_otp},
+    {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
+    {"POST", "/api/webhooks/deliveries/{id}/retry", og_wh_retry},
     {"GET", "/webhooks/meta", og_webhook_meta_verify},
     {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
@@ -115,7 +123,8 @@ static int gw_start(og_worker_t *w)
         if (gw->nowa == NULL)
             return -1;
         gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
-        if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0)
+        if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0 ||
+            (gw->whout = og_whout_start(gw)) == NULL)
             return -1;
         og_jobs_start(gw->jobs);
     }
@@ -190,6 +199,11 @@ static void gw_stop(og_worker_t *w)
 
 static void close_rest(og_gw_t *gw)
 {
+    if (gw->whout != NULL) { /* after the steps: no run uses its HTTP client any more */
+        gw->closing++;
+        og_whout_close(gw->whout, gw_piece_closed, gw);
+        gw->whout = NULL;
+    }
     if (gw->sweep_started) {
         gw->closing++;
         uv_close((uv_handle_t *)&gw->sweep_timer, sweep_closed);

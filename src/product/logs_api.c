@@ -253,38 +253,9 @@ static void page_done(og_db_op_t *op, og_db_status_t st)
         page_failed(l, op, st);
         goto out;
     }
-    /* The rows are JSON already (json_build_object in the query): splice them into the
-     * envelope as they are instead of parsing and re-serialising every item. */
-    PGresult *r = op->res[0];
-    int rows = r ? PQntuples(r) : 0;
-    int shown = rows > l->limit ? l->limit : rows;
-    static const char head[] = "{\"success\":true,\"message\":\"logs\",\"data\":{\"items\":[";
-    static const char mid[] = "],\"nextCursor\":";
-    const char *cursor = rows > l->limit ? PQgetvalue(r, shown - 1, 0) : NULL;
-    size_t len = sizeof(head) + sizeof(mid) + 16 + (cursor ? strlen(cursor) + 2 : 4);
-    for (int i = 0; i < shown; i++)
-        len += (size_t)PQgetlength(r, i, 1) + 1;
-    char *body = malloc(len);
-    if (body == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
-        goto out;
-    }
-    size_t n = 0;
-    memcpy(body, head, sizeof(head) - 1);
-    n += sizeof(head) - 1;
-    for (int i = 0; i < shown; i++) {
-        if (i > 0)
-            body[n++] = ',';
-        size_t k = (size_t)PQgetlength(r, i, 1);
-        memcpy(body + n, PQgetvalue(r, i, 1), k);
-        n += k;
-    }
-    memcpy(body + n, mid, sizeof(mid) - 1);
-    n += sizeof(mid) - 1;
-    /* The cursor is a reference (kf_ + Crockford base32): no character needs escaping. */
-    n += (size_t)(cursor ? sprintf(body + n, "\"%s\"}}", cursor) : sprintf(body + n, "null}}"));
-    og_http_respond(req, 200, NULL, 0, "application/json", body, n);
-    free(body);
+    /* The rows are JSON already (built by the query), spliced into the envelope as they are;
+     * the cursor is a reference (kf_ + Crockford base32): no character needs escaping. */
+    og_answer_page(req, op->res[0], l->limit, "logs");
 out:
     og_db_op_clear(op);
     og_tenant_release(l->auth.tenant);

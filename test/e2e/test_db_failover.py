@@ -127,6 +127,9 @@ def test_prefer_standby_keeps_its_two_passes(make_server, pair):
     url = ("host=127.0.0.1,127.0.0.1 port=%d,%d dbname=%s user=omnigate target_session_attrs=prefer-standby"
            % (primary.port, standby.port, DB))
     migrate(primary.tcp_url)
+    # Synchronous replication waits for the standby's flush, not its replay: the gateway reads
+    # the schema version on the standby, so wait until the migrations are replayed there.
+    standby.wait_replayed(primary)
     srv = make_server(env=gateway_env(url, {"OMNIGATE_DB_LISTEN": "false"}), workers=1)
     assert wait_for(lambda: len([r for r in srv.log_records() if r.get("msg") == "database connected"]) == 2, 15)
     assert connected_ports(srv) == {str(standby.port)}

@@ -21,7 +21,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_envelope, assert_error, assert_ok, have_test_routes
-from gwlib import admin, call, sim, tenant_gateway  # noqa: F401
+from gwlib import admin, call, query_url, sim, tenant_gateway  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not have_test_routes(), reason="needs a build with -Dtest_routes=true")
 
@@ -51,9 +51,10 @@ def trace(gw):
 
 
 # Statements the worker runs on its own, not for a request: the step runner (claims, the due
-# sampler, the sweep step) and the status sweep, and the auth module's batched last-used write.
+# sampler, the sweep step, the webhook deliveries' steps), the status sweep, worker 0's webhook
+# scheduler and outbox sampler, and the auth module's batched last-used write.
 BACKGROUND = {"step_claim", "step_close", "steps_due", "status_sweep", "sweep_pending", "sweep_next",
-              "nowa_prune", "tokens_touch"}
+              "nowa_prune", "tokens_touch", "wh_schedule", "wh_sample", "wh_due", "wh_record", "wh_release"}
 
 
 def arm(gw, **fault):
@@ -94,6 +95,25 @@ def new_tenant_id(gw, sim):
 def new_token_id(gw, sim):
     tid = gw.tenant["id"]
     return tid, assert_ok(admin(gw, "POST", "/admin/tenants/%s/tokens" % tid, {}), 201)["data"]["id"]
+
+
+def tenant_with_webhook(gw, sim):
+    tid = new_tenant_id(gw, sim)
+    assert_ok(admin(gw, "PUT", "/admin/tenants/%s/webhook" % tid, {"url": "https://example.com/hook"}))
+    return tid
+
+
+def disabled_delivery(gw, sim):
+    """A delivery of the test's tenant whose webhook is disabled: a retry answers 409 and wakes no
+    step (a step running in the background would mix its statements into other scenarios)."""
+    tid = gw.tenant["id"]
+    query_url(gw.db_url, "INSERT INTO tenant_webhooks (tenant_id, url, events, secret, disabled_at) "
+                         "VALUES ('%s', 'https://example.com/', '{message.sent}', 'x', now()) "
+                         "ON CONFLICT DO NOTHING" % tid)
+    return query_url(gw.db_url, "WITH n AS (SELECT nextval('webhook_deliveries_id') AS id) "
+                                "INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, status) "
+                                "SELECT id, '%s', og_webhook_id_of(id), 'message.sent', 'kf_x', '{}', 'exhausted' "
+                                "FROM n RETURNING webhook_id" % tid)[0][0]
 
 
 class Scenario:
@@ -151,6 +171,20 @@ SCENARIOS = [
     Scenario("admin_token_revoke",
              lambda gw, t, ids: admin(gw, "DELETE", "/admin/tenants/%s/tokens/%s" % ids),
              prepare=new_token_id, tenant=False),
+    Scenario("admin_webhook_put",
+             lambda gw, t, tid: admin(gw, "PUT", "/admin/tenants/%s/webhook" % tid, {"url": "https://example.com/"}),
+             prepare=new_tenant_id, tenant=False),
+    Scenario("admin_webhook_get", lambda gw, t, tid: admin(gw, "GET", "/admin/tenants/%s/webhook" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("admin_webhook_rotate",
+             lambda gw, t, tid: admin(gw, "POST", "/admin/tenants/%s/webhook/rotate-secret" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("admin_webhook_delete", lambda gw, t, tid: admin(gw, "DELETE", "/admin/tenants/%s/webhook" % tid),
+             prepare=tenant_with_webhook, tenant=False),
+    Scenario("webhook_deliveries", lambda gw, t, _: get(gw, t, "/api/webhooks/deliveries?limit=5")),
+    Scenario("webhook_retry",
+             lambda gw, t, wid: post(gw, t, "/api/webhooks/deliveries/%s/retry" % wid, None),
+             ok_status=409, prepare=disabled_delivery),
 ]
 
 

@@ -313,7 +313,8 @@ bool sim_behaviour_is_transport(sim_behaviour_t b)
 void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t *plan, int stat,
                 sim_answer_t *ans)
 {
-    s->stats[ch][stat]++;
+    if (ch < SIM_CH__COUNT)
+        s->stats[ch][stat]++;
     pend_kind_t kind = stat == SIM_HANG ? PEND_HANG : stat == SIM_RESET ? PEND_RESET : PEND_ANSWER;
     if (kind != PEND_ANSWER) {
         free(ans->body);
@@ -716,9 +717,10 @@ static void stats_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         json_object_set_new(channels, channel_names[ch], o);
     }
     og_api_reply(req, 200, "stats",
-                 json_pack("{s:o, s:I, s:I, s:I, s:o}", "channels", channels, "recorded",
+                 json_pack("{s:o, s:I, s:I, s:I, s:o, s:{s:I,s:I}}", "channels", channels, "recorded",
                            (json_int_t)s->count, "pending", (json_int_t)s->npending, "rules",
-                           (json_int_t)s->nrules, "callbacks", sim_cb_stats(s)),
+                           (json_int_t)s->nrules, "callbacks", sim_cb_stats(s), "hooks", "ok",
+                           (json_int_t)s->hooks[0], "hang", (json_int_t)s->hooks[1]),
                  NULL, 0);
 }
 
@@ -726,8 +728,31 @@ static void stats_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx
 {
     sim_t *s = sim_of(ctx);
     memset(s->stats, 0, sizeof(s->stats));
+    memset(s->hooks, 0, sizeof(s->hooks));
     sim_cb_stats_clear(s);
     og_api_reply(req, 200, "stats cleared", NULL, NULL, 0);
+}
+
+/* POST /__sim/hooks/{mode}: a tenant webhook receiver for the benchmark (API.md §12): `ok`
+ * answers 200 at once, `hang` never answers (like the hang behaviour: dropped once the client
+ * gives up). Requests are counted, not recorded. */
+static void hooks_post(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    char mode[8];
+    bool hang = og_route_param(m, "mode", mode, sizeof(mode)) && strcmp(mode, "hang") == 0;
+    if (!hang && strcmp(mode, "ok") != 0) {
+        og_api_error(req, "not_found", NULL, "hooks are /__sim/hooks/ok and /__sim/hooks/hang");
+        return;
+    }
+    s->hooks[hang]++;
+    if (!hang) {
+        og_http_respond(req, 200, NULL, 0, "text/plain", "ok", 2);
+        return;
+    }
+    sim_plan_t plan = {SIM_HANG, 0, SIM_SCRIPT_NONE, 0};
+    sim_answer_t ans = {0};
+    sim_finish(s, SIM_CH__COUNT, req, &plan, SIM_HANG, &ans);
 }
 
 /* ---- the app ------------------------------------------------------------------------------ */
@@ -743,6 +768,7 @@ static const og_route_t sim_routes[] = {
     {"DELETE", "/__sim/stats", stats_clear},
     {"GET", "/__sim/callbacks", sim_cb_list},
     {"DELETE", "/__sim/callbacks", sim_cb_clear},
+    {"POST", "/__sim/hooks/{mode}", hooks_post},
     {"POST", "/api/sendText", sim_waha_send},
     {"POST", "/2010-04-01/Accounts/{AccountSid}/Messages.json", sim_twilio_send},
     /* Last: three parameter segments would match nothing above anyway, but keep literals first. */

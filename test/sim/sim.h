@@ -117,6 +117,7 @@ typedef struct sim {
     size_t npending;
 
     uint64_t stats[SIM_CH__COUNT][SIM_STAT__COUNT];
+    uint64_t hooks[2]; /* POST /__sim/hooks/{ok,hang}: tenant webhook requests received */
 
     sim_cbs_t *cbs; /* callbacks.c; NULL without --callback-url */
     int closing;    /* pieces still closing in sim_stop (the check, the callbacks) */
@@ -144,7 +145,7 @@ bool sim_behaviour_is_transport(sim_behaviour_t b);
 
 /* Acts on `plan` for `req`: now, or after plan->latency_ms. For SIM_HANG and SIM_RESET the
  * answer is ignored (and may be empty); otherwise it is sent. Counts the outcome `stat`
- * (a sim_behaviour_t or SIM_STAT_*) on `ch`. Takes the answer's body. */
+ * (a sim_behaviour_t or SIM_STAT_*) on `ch` (SIM_CH__COUNT: on none). Takes the answer's body. */
 void sim_finish(sim_t *s, sim_channel_t ch, og_http_req_t *req, const sim_plan_t *plan, int stat,
                 sim_answer_t *ans);
 

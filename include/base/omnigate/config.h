@@ -56,6 +56,11 @@ typedef struct og_config {
     char *database_read_url;  /* OMNIGATE_DATABASE_READ_URL, NULL: database_url */
     int db_read_pool;         /* OMNIGATE_DB_READ_POOL, read connections per worker, default 1 */
     int log_query_timeout_ms; /* OMNIGATE_LOG_QUERY_TIMEOUT_MS, their statement_timeout, default 5000 */
+    /* Tenant webhooks out (API.md §12, §14). */
+    bool webhook_allow_http;    /* OMNIGATE_WEBHOOK_ALLOW_HTTP, default false */
+    bool webhook_allow_private; /* OMNIGATE_WEBHOOK_ALLOW_PRIVATE, default false */
+    int webhook_timeout_ms;     /* OMNIGATE_WEBHOOK_TIMEOUT_MS, default 15000 */
+    int webhook_retry_divisor;  /* OMNIGATE_WEBHOOK_RETRY_DIVISOR, tests only, default 1 */
 } og_config_t;
 
 /* Fills `cfg` with defaults, then the environment (`envp`, NULL-terminated "K=V" strings;

@@ -40,6 +40,16 @@ typedef enum og_m_callback {
     OG_M_CB__COUNT
 } og_m_callback_t;
 
+/* Tenant webhook deliveries (API.md §12): what a try made of its delivery, and the try's HTTP
+ * status class (none: no HTTP answer: timeout, connection error, blocked address). */
+typedef enum og_m_wh_outcome {
+    OG_M_WH_DELIVERED,
+    OG_M_WH_RETRYING, /* failed, another try is scheduled */
+    OG_M_WH_EXHAUSTED,
+    OG_M_WH__COUNT
+} og_m_wh_outcome_t;
+#define OG_M_WH_CLASSES 5 /* 2xx, 3xx, 4xx, 5xx, none */
+
 typedef struct og_m_hist {
     uint64_t bucket[OG_M_BUCKETS]; /* non-cumulative counts; rendered cumulative */
     uint64_t sum;                  /* in the histogram's unit (µs, or operations) */
@@ -68,7 +78,9 @@ typedef struct og_metrics_slot {
     uint64_t circuit_transitions[OG_M_CHANNELS]; /* breaker state changes (breaker.h) */
     uint64_t circuit_refused[OG_M_CHANNELS];     /* attempts failed at once by an open circuit */
     uint64_t not_on_whatsapp_skips;              /* sends that skipped WhatsApp for a remembered number */
-    og_m_hist_t loop_lag_us;                     /* how late the worker's lag timer ran (worker.h) */
+    uint64_t wh_deliveries[OG_M_WH__COUNT];
+    uint64_t wh_tries[OG_M_WH_CLASSES];
+    og_m_hist_t loop_lag_us; /* how late the worker's lag timer ran (worker.h) */
     /* gauges */
     uint64_t statuses_waiting; /* set by the worker that sweeps (gateway.c) */
     uint64_t steps_running;
@@ -83,6 +95,10 @@ typedef struct og_metrics_slot {
     uint64_t accepted;
     uint64_t loop_lag_max_us;              /* the largest loop lag of the worker's recent window (worker.h) */
     uint64_t circuit_state[OG_M_CHANNELS]; /* 0 closed, 1 half-open, 2 open (breaker.h) */
+    /* Set by the worker that samples the outbox (webhooks_out.c). */
+    uint64_t wh_outbox_depth;
+    uint64_t wh_outbox_oldest_us;
+    uint64_t wh_disabled;
 } og_metrics_slot_t;
 
 typedef struct og_metrics {
@@ -113,6 +129,9 @@ void og_metrics_step_lag(og_metrics_slot_t *s, uint64_t lag_ms);
 void og_metrics_loop_lag(og_metrics_slot_t *s, uint64_t lag_us, uint64_t window_max_us);
 /* `n` status callbacks of channel ch's provider ended as `outcome`. */
 void og_metrics_callback(og_metrics_slot_t *s, og_channel_t ch, og_m_callback_t outcome, uint64_t n);
+/* A webhook try ended with HTTP status `http_status` (0: no answer) and left its delivery
+ * `outcome`. */
+void og_metrics_webhook_try(og_metrics_slot_t *s, int http_status, og_m_wh_outcome_t outcome);
 /* A field of the caller's own slot: single writer, so a plain relaxed load and store. */
 static inline void og_metrics_gauge(uint64_t *g, uint64_t v)
 {

@@ -66,6 +66,24 @@ og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_s
  * once on a worker; the rest wait in PostgreSQL for the next claim. */
 int og_jobs_register(og_jobs_t *j, const char *name, uint32_t lease_ms, og_step_run_fn fn, void *arg);
 
+/* At most `max` steps of kind `kind` (an index from og_jobs_register) run at once on this
+ * worker (default: no limit but OG_JOBS_MAX_RUNNING), so that long steps of one kind always
+ * leave slots to the others. */
+void og_jobs_limit(og_jobs_t *j, int kind, int max);
+
+/* The lease owner of this worker's claims, as steps.lease_owner holds it: for a runner whose
+ * closing statement is its own (a function that calls og_step_close). */
+const char *og_jobs_owner(const og_jobs_t *j);
+
+/* True once og_jobs_close was called: a long runner ends what it has started and takes on no
+ * more. */
+bool og_jobs_closing(const og_jobs_t *j);
+
+/* Also calls fn(arg, payload) for every notification on og_steps (payload NULL after a
+ * reconnect of the listener, as og_db_listen says), after claiming: for a runner whose steps are
+ * made by someone listening (webhooks_out.c). fn NULL removes it. */
+void og_jobs_on_notify(og_jobs_t *j, void (*fn)(void *arg, const char *payload), void *arg);
+
 /* Starts the timer and the LISTEN connection. */
 void og_jobs_start(og_jobs_t *j);
 

@@ -93,6 +93,19 @@ enum og_store_stmt {
     OG_Q_PRUNE_TENANTS,
     OG_Q_PRUNE_BATCH,
     OG_Q_PRUNE_IDEM,
+    OG_Q_PRUNE_WEBHOOKS,
+    /* sql/queries/webhooks.sql */
+    OG_Q_WH_PUT,
+    OG_Q_WH_GET,
+    OG_Q_WH_DELETE,
+    OG_Q_WH_ROTATE,
+    OG_Q_WH_DUE,
+    OG_Q_WH_RECORD,
+    OG_Q_WH_RELEASE,
+    OG_Q_WH_SAMPLE,
+    OG_Q_WH_DELIVERIES,
+    OG_Q_WH_RETRY,
+    OG_Q_WH_SCHEDULE,
     OG_Q__COUNT
 };
 
@@ -115,6 +128,18 @@ enum {
     OG_TOKEN_CREATED,
     OG_TOKEN_LAST_USED,
     OG_TOKEN_REVOKED
+};
+
+/* Columns of a webhook row (sql/queries/webhooks.sql: wh_put, wh_get, wh_delete, wh_rotate). */
+enum {
+    OG_WH_URL,
+    OG_WH_EVENTS,
+    OG_WH_SECRET,
+    OG_WH_CREATED,
+    OG_WH_UPDATED,
+    OG_WH_DISABLED,
+    OG_WH_DISABLED_REASON,
+    OG_WH_INSERTED
 };
 
 /* Generated from the files of sql/queries/ at build time (sql/embed_queries.py). */

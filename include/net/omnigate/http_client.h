@@ -41,6 +41,7 @@ typedef enum og_hc_result {
     OG_HC_TOO_LARGE,   /* the answer's body is over the cap */
     OG_HC_ERROR,       /* anything else: a malformed answer, a bad URL, out of memory */
     OG_HC_CANCELLED,   /* og_hc_close ran while the request was in flight */
+    OG_HC_BLOCKED,     /* public_only: every address of the host was refused (addrguard.h) */
 } og_hc_result_t;
 
 /* Private: what a prepared easy handle was last set up for, beside the options every request
@@ -50,6 +51,7 @@ typedef struct og_hc_kind {
     size_t cap;
     const char *method; /* the request's (static) method string */
     bool body, auth;
+    bool public_only, https_only;
 } og_hc_kind_t;
 
 struct og_hc_req {
@@ -64,6 +66,17 @@ struct og_hc_req {
     char *user, *password; /* HTTP Basic auth when user != NULL */
     long timeout_ms;       /* whole request; 0: OG_HC_DEFAULT_TIMEOUT */
     size_t max_response;   /* body cap in bytes; 0: OG_HC_MAX_RESPONSE */
+    /* For URLs a tenant chose (API.md §12). public_only: connect only to public addresses,
+     * judged by addrguard.h on each address curl is about to connect to, after DNS (a request
+     * whose every address is refused completes OG_HC_BLOCKED). Connections are reused within
+     * one og_hc_t: give such requests a client of their own, or a connection opened for a
+     * request without the check could carry them. https_only: refuse http:// (OG_HC_ERROR).
+     * drop_body: the body is read up to max_response and kept nowhere (resp stays NULL,
+     * resp_len counts it); a longer one ends the transfer as OG_HC_TOO_LARGE, http_status
+     * still set. */
+    bool public_only;
+    bool https_only;
+    bool drop_body;
     void (*done)(og_hc_req_t *r);
     void *arg;
 
@@ -73,6 +86,7 @@ struct og_hc_req {
     char *resp;       /* body, NUL-terminated, owned by the req; NULL when empty */
     size_t resp_len;
     uint64_t latency_us;       /* from og_hc_start to completion */
+    long retry_after_s;        /* the answer's Retry-After in seconds (a date is converted), else 0 */
     char errbuf[OG_HC_ERRBUF]; /* what went wrong, for humans; "" on OG_HC_OK */
 
     /* private */
@@ -85,6 +99,7 @@ struct og_hc_req {
     og_hc_kind_t kind; /* what its easy handle is set up for */
     int state;
     bool over_cap;
+    bool blocked; /* public_only refused an address */
 };
 
 /* Creates the client of one worker's loop. `log` may be NULL. NULL on failure, and when
@@ -130,6 +145,12 @@ struct og_metrics_slot *og_hc_metrics(og_hc_t *hc);
  * OG_HC_CANCELLED), closes the cached connections and every handle, then calls
  * closed(arg) from the loop and frees hc. Safe to call from inside a done callback. */
 void og_hc_close(og_hc_t *hc, void (*closed)(void *arg), void *arg);
+
+/* Splits an absolute URL as libcurl reads it: its scheme (lower case) and host (an IPv6
+ * literal keeps its brackets) into the buffers, and whether it carries a user or password.
+ * False when libcurl does not take it as a URL with a host, or a part does not fit. */
+bool og_hc_url_parts(const char *url, char *scheme, size_t scheme_cap, char *host, size_t host_cap,
+                     bool *credentials);
 
 /* A short name for a result ("ok", "timeout", ...), for logs. */
 const char *og_hc_result_name(og_hc_result_t r);

@@ -23,7 +23,8 @@ typedef struct og_gw {
      * OMNIGATE_DATABASE_URL; NULL exactly when db is. Anything that must see its own writes
      * (auth, idempotency, OTP, sends, admin) stays on db. */
     og_db_t *rdb;
-    og_jobs_t *jobs; /* durable steps of this worker, NULL without a database */
+    og_jobs_t *jobs;        /* durable steps of this worker, NULL without a database */
+    struct og_whout *whout; /* tenant webhooks out (webhooks_out.h), NULL without a database */
     og_auth_t *auth;
     struct og_hc *hc;     /* outbound HTTP to the providers */
     og_providers_t prov;  /* what attempts need: hc, the configuration, the circuit breakers */

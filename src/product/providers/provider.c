@@ -268,6 +268,7 @@ static void attempt_req_done(og_hc_req_t *req)
             og_provider_fail(res, OG_ERR_PROVIDER_TIMEOUT, "no answer in %ld ms", a->timeout_ms);
             break;
         case OG_HC_UNREACHABLE:
+        case OG_HC_BLOCKED: /* providers are called without public_only: never */
             og_provider_fail(res, OG_ERR_PROVIDER_UNREACHABLE, "cannot reach %s: %s", label, req->errbuf);
             break;
         case OG_HC_TOO_LARGE:

@@ -1,0 +1,136 @@
+-- Tenant webhooks out (API.md §12; sql/011_webhooks_out.sql has the tables, the events and the
+-- rules): the webhook of a tenant for the admin API and `omnigate admin`
+-- (src/product/webhook_api.c, src/product/cli.c), the delivery step
+-- (src/product/webhooks_out.c) and the tenant's deliveries routes.
+--
+-- A webhook row has the columns OG_WH_* of store.h, in this order: url, events as a JSON array,
+-- the sealed secret, created_at, updated_at and disabled_at (RFC 3339 UTC with milliseconds,
+-- disabled_at NULL while enabled), disabled_reason, and whether the statement created it.
+
+-- name: wh_put
+-- Creates the tenant's webhook with a new secret, or changes its URL and events (keeping its
+-- secret) and enables it again.
+-- $1 = tenant id
+-- $2 = url
+-- $3 = events, a text[] literal
+-- $4 = the sealed secret, used when the webhook is created
+-- Returns the webhook row; no row when there is no such tenant.
+INSERT INTO tenant_webhooks AS w (tenant_id, url, events, secret)
+SELECT t.id, $2, $3::text[], $4
+FROM tenants t
+WHERE t.id = $1
+ON CONFLICT (tenant_id) DO UPDATE
+SET url = excluded.url, events = excluded.events, updated_at = now(), disabled_at = NULL,
+    disabled_reason = NULL, failing_since = NULL
+RETURNING w.url, array_to_json(w.events)::text, w.secret,
+    to_char(w.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(w.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(w.disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), w.disabled_reason,
+    w.xmax = 0;
+
+-- name: wh_get
+-- Reads the tenant's webhook.
+-- $1 = tenant id
+-- Returns the webhook row, or no row.
+SELECT url, array_to_json(events)::text, secret,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), disabled_reason, false
+FROM tenant_webhooks
+WHERE tenant_id = $1;
+
+-- name: wh_delete
+-- Deletes the tenant's webhook; the deliveries still waiting for a try are exhausted.
+-- $1 = tenant id
+-- Returns the webhook row as it was, or no row.
+WITH w AS (
+    DELETE FROM tenant_webhooks
+    WHERE tenant_id = $1
+    RETURNING *),
+x AS (
+    UPDATE webhook_deliveries
+    SET status = 'exhausted', next_at = NULL, last_error = coalesce(last_error, 'webhook_deleted')
+    WHERE tenant_id = $1 AND next_at IS NOT NULL AND EXISTS (SELECT 1 FROM w))
+SELECT url, array_to_json(events)::text, secret,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), disabled_reason, false
+FROM w;
+
+-- name: wh_rotate
+-- Replaces the secret of the tenant's webhook.
+-- $1 = tenant id
+-- $2 = the new secret, sealed
+-- Returns the webhook row, or no row.
+UPDATE tenant_webhooks
+SET secret = $2, updated_at = now()
+WHERE tenant_id = $1
+RETURNING url, array_to_json(events)::text, secret,
+    to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+    to_char(disabled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'), disabled_reason, false;
+
+-- name: wh_due
+-- The deliveries of a tenant due for a try, with the webhook they go to (og_webhook_due).
+-- $1 = tenant id
+-- $2 = ids to leave out (being tried or recorded by the caller), a bigint[] literal
+-- $3 = at most this many
+-- $4 = floor: only deliveries due from a second before it on (the latest next_at this caller
+--      loaded), or NULL for all
+-- Returns url, sealed secret, id, webhook id, tries so far, body, next_at (as text, a floor).
+SELECT url, secret, id, webhook_id, tries, body, next_at
+FROM og_webhook_due($1::uuid, $2::bigint[], $3::integer, $4::timestamptz);
+
+-- name: wh_record
+-- Records tries of a tenant's deliveries (og_webhook_record).
+-- $1 = tenant id
+-- $2 = the tries, a JSON array of {id, at_ms, http, latency_ms, error, message, ok, retry_in_ms}
+-- Returns true when they disabled the webhook.
+SELECT og_webhook_record($1::uuid, $2::jsonb);
+
+-- name: wh_release
+-- Ends a tenant's delivery step and schedules the next when deliveries wait (og_webhook_release).
+-- $1 = step id
+-- $2 = lease owner
+-- $3 = tenant id
+-- Returns true when the next step is due now.
+SELECT og_webhook_release($1::bigint, $2, $3::uuid);
+
+-- name: wh_sample
+-- The outbox gauges: events still to deliver, the age of the oldest in microseconds, and the
+-- webhooks disabled.
+SELECT count(*), coalesce((extract(epoch FROM now() - min(created_at)) * 1e6)::bigint, 0),
+    (SELECT count(*) FROM tenant_webhooks WHERE disabled_at IS NOT NULL)
+FROM webhook_deliveries
+WHERE next_at IS NOT NULL;
+
+-- name: wh_deliveries
+-- One page of a tenant's deliveries, newest first (GET /api/webhooks/deliveries).
+-- $1 = tenant id
+-- $2 = status, or NULL
+-- $3 = cursor: ids below it, or NULL
+-- $4 = limit
+-- Returns id, item JSON text.
+SELECT d.id, i::text
+FROM webhook_deliveries d
+CROSS JOIN LATERAL og_webhook_item(d) AS i
+WHERE d.tenant_id = $1
+    AND ($2::text IS NULL OR d.status = $2)
+    AND ($3::bigint IS NULL OR d.id < $3)
+ORDER BY d.id DESC
+LIMIT $4;
+
+-- name: wh_retry
+-- Queues one more try of a tenant's delivery, now (og_webhook_retry).
+-- $1 = tenant id
+-- $2 = the delivery's id (webhook-id)
+-- Returns the outcome ('ok', 'not_found' or 'disabled') and, when ok, the delivery's item JSON
+-- text.
+SELECT outcome, item::text
+FROM og_webhook_retry($1::uuid, $2);
+
+-- name: wh_schedule
+-- Gives every tenant with a delivery due and no step running or due its step, due now
+-- (og_webhook_schedule; one worker per instance, on NOTIFY og_steps 'webhook' and every second).
+-- Returns how many steps it made due.
+SELECT og_webhook_schedule();
