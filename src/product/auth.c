@@ -214,6 +214,11 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
         a->done(a);
         return;
     }
+    if (a->op == NULL) { /* a route that gave no operation (auth.h): a bug, not the client's */
+        og_api_error(a->req, "internal_error", NULL, "authentication has no database operation");
+        a->done(a);
+        return;
+    }
     if (auth->db == NULL) {
         answer_error(a->req, "unavailable", "no database configured");
         a->done(a);
