@@ -71,8 +71,9 @@ typedef struct send_ctx {
     char status_s[8];
     char segments_s[8];
     char fallback_after_s[24];
-    bool chain_goes_on; /* a fallback step follows the completion write */
-    int schedule_stmt;  /* its statement in the completion write */
+    bool nowa_in_insert; /* the pending insert checks the number (msg_insert_unless_nowa) */
+    bool chain_goes_on;  /* a fallback step follows the completion write */
+    int schedule_stmt;   /* its statement in the completion write */
     char *sms_error_text;
     const char *sms_status;
     const char *sms_provider_id;
@@ -508,6 +509,8 @@ static void engine_start(og_engine_t *e, int i)
     og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], a);
 }
 
+static void nowa_checked(void *arg, bool remembered);
+
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */
 static void inserted(og_db_op_t *op, og_db_status_t st)
 {
@@ -517,6 +520,23 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
                              "database unavailable: nothing was sent");
         ctx_free(c);
         return;
+    }
+    if (c->nowa_in_insert) {
+        /* The insert looked the number up (authed): learn its answer; when it is remembered
+         * nothing was written, and the send goes on without its WhatsApp channels. */
+        const PGresult *r = op->res[0];
+        bool written = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+        bool remembered = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 1);
+        og_nowa_learn(c->gw->nowa, c->to, remembered,
+                      remembered ? strtoull(PQgetvalue(r, 0, 1), NULL, 10) : OG_NOWA_CACHE_MS);
+        c->nowa_in_insert = false;
+        if (!written) {
+            og_db_op_clear(op);
+            free(c->skipped_text);
+            c->skipped_text = NULL;
+            nowa_checked(c, true);
+            return;
+        }
     }
     og_db_op_clear(op);
     c->engine =
@@ -561,7 +581,7 @@ static void claimed(og_idem_t *i)
     v[9] = c->wa_from[0] ? c->wa_from : NULL;
     v[10] = c->sender[0] ? c->sender : NULL;
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
-    op->stmts[0].stmt = OG_Q_MSG_INSERT;
+    op->stmts[0].stmt = c->nowa_in_insert ? OG_Q_MSG_INSERT_UNLESS_NOWA : OG_Q_MSG_INSERT;
     op->write = true;
     op->done = inserted;
     op->arg = c;
@@ -645,7 +665,17 @@ static void authed(og_auth_req_t *a)
     for (int i = 0; i < c->nch; i++)
         whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
     if (whatsapp && c->gw->nowa != NULL) {
-        og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+        bool remembered;
+        if (og_nowa_cached(c->gw->nowa, c->to, &remembered)) {
+            nowa_checked(c, remembered);
+        } else if (!c->idem.has_key) {
+            /* The lookup rides on the pending insert (inserted). With a key it cannot: the
+             * claim comes first, and a send refused for want of a channel must not hold it. */
+            c->nowa_in_insert = true;
+            claim(c);
+        } else {
+            og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+        }
         return;
     }
     claim(c);
