@@ -4,7 +4,6 @@
 #include "omnigate/jw.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +116,18 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+/* 1 for the bytes a string carries as they are: printable ASCII but '"' and '\\'. */
+static const unsigned char plain[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 /* The string body of s[0..n), quotes included. */
 static void put_string(og_jw_t *w, const char *str, size_t n)
 {
@@ -130,9 +141,9 @@ static void put_string(og_jw_t *w, const char *str, size_t n)
     size_t i = 0;
     while (i < n) {
         unsigned char c = s[i];
-        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+        if (plain[c]) {
             size_t j = i + 1;
-            while (j < n && s[j] >= 0x20 && s[j] != '"' && s[j] != '\\' && s[j] < 0x80)
+            while (j < n && plain[s[j]])
                 j++;
             memcpy(o, s + i, j - i);
             o += j - i;
@@ -222,9 +233,16 @@ void og_jw_string(og_jw_t *w, const char *s)
 void og_jw_int(og_jw_t *w, long long v)
 {
     char b[24];
-    int n = snprintf(b, sizeof(b), "%lld", v);
+    char *p = b + sizeof(b);
+    /* Digits from the end; through unsigned so that LLONG_MIN negates without overflow. */
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) > 0);
+    if (v < 0)
+        *--p = '-';
     value(w);
-    put(w, b, (size_t)n);
+    put(w, p, (size_t)(b + sizeof(b) - p));
 }
 
 void og_jw_bool(og_jw_t *w, bool v)
