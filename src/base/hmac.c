@@ -46,6 +46,54 @@ out:
     return mdlen;
 }
 
+bool og_hmac_key_init(og_hmac_key_t *k, og_hmac_alg_t alg, const void *key, size_t keylen)
+{
+    k->ctx = NULL;
+    k->mdlen = 0;
+    if ((unsigned)alg > OG_HMAC_SHA512)
+        return false;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
+    EVP_MAC_free(mac); /* the context holds its own reference */
+    if (ctx == NULL)
+        return false;
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)digest_names[alg], 0),
+        OSSL_PARAM_construct_end(),
+    };
+    static const unsigned char empty_key[1];
+    if (EVP_MAC_init(ctx, keylen > 0 ? key : empty_key, keylen, params) != 1) {
+        EVP_MAC_CTX_free(ctx);
+        return false;
+    }
+    k->ctx = ctx;
+    k->mdlen = EVP_MAC_CTX_get_mac_size(ctx);
+    return true;
+}
+
+size_t og_hmac_key_sum(og_hmac_key_t *k, const void *const *parts, const size_t *lens, size_t n,
+                       unsigned char out[OG_HMAC_MAX])
+{
+    EVP_MAC_CTX *ctx = k->ctx;
+    size_t mdlen = 0;
+    /* A NULL key starts again from the key's hashed pads (OpenSSL 3's HMAC keeps them). */
+    if (ctx == NULL || EVP_MAC_init(ctx, NULL, 0, NULL) != 1)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (lens[i] > 0 && EVP_MAC_update(ctx, parts[i], lens[i]) != 1)
+            return 0;
+    if (EVP_MAC_final(ctx, out, &mdlen, OG_HMAC_MAX) != 1)
+        return 0;
+    return mdlen;
+}
+
+void og_hmac_key_clear(og_hmac_key_t *k)
+{
+    EVP_MAC_CTX_free(k->ctx); /* cleanses the key material */
+    k->ctx = NULL;
+    k->mdlen = 0;
+}
+
 void og_hex_lower(const unsigned char *in, size_t n, char *out)
 {
     static const char hexdigits[] = "0123456789abcdef";

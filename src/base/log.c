@@ -340,13 +340,36 @@ void og_log_forget(og_log_t *l)
     init_unbuffered(l, l->level, l->fd);
 }
 
+/* og_time_rfc3339 with the date and time of day formatted once per second (per logger). */
+static void log_time(og_log_t *l, char out[32])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if ((long long)ts.tv_sec != l->time_sec || l->time_text[0] == '\0') {
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        strftime(l->time_text, sizeof(l->time_text), "%Y-%m-%dT%H:%M:%S", &tm);
+        l->time_sec = (long long)ts.tv_sec;
+    }
+    int ms = (int)(ts.tv_nsec / 1000000);
+    memcpy(out, l->time_text, 19);
+    out[19] = '.';
+    out[20] = (char)('0' + ms / 100);
+    out[21] = (char)('0' + ms / 10 % 10);
+    out[22] = (char)('0' + ms % 10);
+    out[23] = 'Z';
+    out[24] = '\0';
+}
+
 /* Formats one line into line[OG_LOG_LINE], newline included; returns its length. */
-static size_t format(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
-                     const char *fields_fmt, va_list ap)
+static size_t format(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
+                     va_list ap) __attribute__((format(printf, 5, 0)));
+static size_t format(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
+                     va_list ap)
 {
     const size_t size = OG_LOG_LINE;
     char now[32];
-    og_time_rfc3339(now);
+    log_time(l, now);
     int n = snprintf(line, size, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\",\"pid\":%d", now,
                      level_names[level], msg, l->pid);
     if (n < 0)
@@ -366,10 +389,10 @@ static size_t format(const og_log_t *l, char *line, og_log_level_t level, const 
     return (size_t)n;
 }
 
-static size_t format_f(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
-                       const char *fields_fmt, ...) __attribute__((format(printf, 5, 6)));
-static size_t format_f(const og_log_t *l, char *line, og_log_level_t level, const char *msg,
-                       const char *fields_fmt, ...)
+static size_t format_f(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
+                       ...) __attribute__((format(printf, 5, 6)));
+static size_t format_f(og_log_t *l, char *line, og_log_level_t level, const char *msg, const char *fields_fmt,
+                       ...)
 {
     va_list ap;
     va_start(ap, fields_fmt);

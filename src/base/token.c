@@ -65,12 +65,15 @@ bool og_token_format_valid(const char *s, size_t len)
     return ok == 1;
 }
 
-/* HMAC-SHA256 keyed by `secret` over the concatenation of parts[0..n), as lower-case hex. */
-static bool hmac_hex(const char *secret, const void *const *parts, const size_t *lens, size_t n,
-                     char out_hex[OG_HASH_HEX_SIZE])
+/* HMAC-SHA256 over the concatenation of parts[0..n), as lower-case hex: keyed by `key` (made
+ * ready once) when not NULL, else by `secret`. */
+static bool hmac_hex(const char *secret, og_hmac_key_t *key, const void *const *parts, const size_t *lens,
+                     size_t n, char out_hex[OG_HASH_HEX_SIZE])
 {
     unsigned char md[OG_HMAC_MAX];
-    size_t mdlen = og_hmac(OG_HMAC_SHA256, secret, secret != NULL ? strlen(secret) : 0, parts, lens, n, md);
+    size_t mdlen = key != NULL ? og_hmac_key_sum(key, parts, lens, n, md)
+                               : og_hmac(OG_HMAC_SHA256, secret, secret != NULL ? strlen(secret) : 0, parts,
+                                         lens, n, md);
     if (mdlen != 32)
         out_hex[0] = '\0';
     else
@@ -83,7 +86,14 @@ bool og_token_hash(const char *secret, const char *token, size_t len, char out_h
 {
     const void *parts[1] = {token};
     size_t lens[1] = {len};
-    return hmac_hex(secret, parts, lens, 1, out_hex);
+    return hmac_hex(secret, NULL, parts, lens, 1, out_hex);
+}
+
+bool og_token_hash_with(og_hmac_key_t *key, const char *token, size_t len, char out_hex[OG_HASH_HEX_SIZE])
+{
+    const void *parts[1] = {token};
+    size_t lens[1] = {len};
+    return hmac_hex(NULL, key, parts, lens, 1, out_hex);
 }
 
 void og_token_prefix(const char *token, char out[OG_TOKEN_DISPLAY_SIZE])
@@ -134,5 +144,5 @@ bool og_otp_hash(const char *secret, const char *tenant_id, const char *otp_refe
         parts[2 * f + 1] = fields[f];
         lens[2 * f + 1] = l;
     }
-    return hmac_hex(secret, parts, lens, 8, out_hex);
+    return hmac_hex(secret, NULL, parts, lens, 8, out_hex);
 }

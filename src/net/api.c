@@ -6,6 +6,8 @@
  */
 #include "omnigate/api.h"
 
+#include "omnigate/jw.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +132,29 @@ done:
     json_decref(data);
     json_decref(env);
     return out;
+}
+
+void og_api_envelope_open(og_jw_t *w, int status, const char *message)
+{
+    og_jw_object(w);
+    og_jw_key(w, "success");
+    og_jw_bool(w, status < 400);
+    /* message_string's rule for bytes that are not UTF-8 is U+FFFD here: still valid JSON. */
+    og_jw_kstring(w, "message", message != NULL ? message : "");
+    og_jw_key(w, "data");
+}
+
+void og_api_envelope_close(og_jw_t *w, const og_err_t *err)
+{
+    if (err != NULL) {
+        og_jw_key(w, "error");
+        og_jw_object(w);
+        og_jw_kstring(w, "code", err->code != NULL ? err->code : "internal_error");
+        if (err->field[0] != '\0')
+            og_jw_kstring(w, "field", err->field);
+        og_jw_object_end(w);
+    }
+    og_jw_object_end(w);
 }
 
 static bool has_header(const og_http_header_t *h, size_t n, const char *name)

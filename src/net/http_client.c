@@ -46,6 +46,13 @@ typedef struct hc_sock {
     int events; /* what curl asked us to watch */
 } hc_sock_t;
 
+typedef og_hc_kind_t hc_kind_t;
+
+typedef struct hc_easy {
+    CURL *e;
+    hc_kind_t kind;
+} hc_easy_t;
+
 struct og_hc {
     uv_loop_t *loop;
     og_log_t *log;
@@ -59,8 +66,10 @@ struct og_hc {
     /* The live (not closing) poll handle of each curl socket, indexed by fd. */
     hc_sock_t **by_fd;
     size_t nby_fd;
-    og_hc_req_t *inflight;            /* doubly linked through prev/next */
-    CURL *easy_pool[OG_HC_EASY_POOL]; /* reset handles: saves an init/cleanup per request */
+    og_hc_req_t *inflight; /* doubly linked through prev/next */
+    /* Finished easy handles kept with their options (not reset): a request of the same kind
+     * (hc_kind_t: one channel's requests all are) sets only its URL, body and headers. */
+    hc_easy_t easy_pool[OG_HC_EASY_POOL];
     int neasy;
     og_hc_req_t *dq_head, *dq_tail; /* completions waiting for the defer timer */
     int handles;                    /* uv handles not yet through their close_cb */
@@ -201,8 +210,7 @@ static void release_easy(og_hc_t *hc, og_hc_req_t *r)
     if (r->easy != NULL) {
         curl_multi_remove_handle(hc->multi, r->easy);
         if (hc->neasy < OG_HC_EASY_POOL && !hc->closing) {
-            curl_easy_reset(r->easy);
-            hc->easy_pool[hc->neasy++] = r->easy;
+            hc->easy_pool[hc->neasy++] = (hc_easy_t){r->easy, r->kind};
         } else {
             curl_easy_cleanup(r->easy);
         }
@@ -518,14 +526,83 @@ og_hc_t *og_hc_new(uv_loop_t *loop, og_log_t *log)
     return hc;
 }
 
+static hc_kind_t kind_of(const og_hc_req_t *r)
+{
+    const char *method = r->method ? r->method : "GET";
+    return (hc_kind_t){.timeout_ms = r->timeout_ms > 0 ? r->timeout_ms : OG_HC_DEFAULT_TIMEOUT,
+                       .cap = r->max_response ? r->max_response : OG_HC_MAX_RESPONSE,
+                       .method = method,
+                       .body = strcmp(method, "GET") != 0 && (r->body != NULL || strcmp(method, "POST") == 0),
+                       .auth = r->user != NULL,
+                       .public_only = r->public_only,
+                       .https_only = r->https_only};
+}
+
+static bool same_kind(const hc_kind_t *a, const hc_kind_t *b)
+{
+    return a->timeout_ms == b->timeout_ms && a->cap == b->cap && strcmp(a->method, b->method) == 0 &&
+           a->body == b->body && a->auth == b->auth && a->public_only == b->public_only &&
+           a->https_only == b->https_only;
+}
+
+/* The options of a kind of request, on a handle fresh from curl_easy_init or reset. */
+static bool set_kind(og_hc_t *hc, CURL *e, const hc_kind_t *k)
+{
+    long connect_timeout = k->timeout_ms < OG_HC_CONNECT_TIMEOUT ? k->timeout_ms : OG_HC_CONNECT_TIMEOUT;
+    bool ok = true;
+    ok &= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, k->https_only ? "https" : "http,https") == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, k->timeout_ms) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_PROXY, "") == CURLE_OK; /* ignore http_proxy & co. */
+    ok &= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_USERAGENT, "omnigate/" OG_VERSION) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK;
+    /* A receive buffer of 1 KiB instead of libcurl's 16: provider answers are a few hundred
+     * bytes, and every request in flight holds one (issue 20: memory per send in flight). A
+     * larger answer only takes more reads. */
+    ok &= curl_easy_setopt(e, CURLOPT_BUFFERSIZE, (long)OG_HC_RECV_BUFFER) == CURLE_OK;
+    /* Refuses an announced Content-Length over the cap before reading the body; write_cb
+     * enforces the cap on chunked or unannounced bodies. */
+    ok &= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)k->cap) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, closesocket_cb) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, hc) == CURLE_OK;
+    if (k->public_only)
+        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb) == CURLE_OK;
+    /* TLS peer and host verification stay at libcurl's default: on. */
+    if (strcmp(k->method, "GET") == 0)
+        ok &= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
+    else if (strcmp(k->method, "POST") != 0)
+        ok &= curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, k->method) == CURLE_OK;
+    if (k->auth)
+        ok &= curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK;
+    return ok;
+}
+
+/* A handle for `r`: a pooled one prepared for the same kind of request if there is one (only
+ * the URL, body, headers, credentials and r's own pointers are set), else a pooled or new one
+ * set up from scratch. */
 static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
 {
-    CURL *e = hc->neasy > 0 ? hc->easy_pool[--hc->neasy] : curl_easy_init();
-    if (e == NULL)
+    r->kind = kind_of(r);
+    CURL *e = NULL;
+    bool prepared = false;
+    for (int i = hc->neasy - 1; i >= 0 && i >= hc->neasy - 8; i--) { /* the most recent few */
+        if (same_kind(&hc->easy_pool[i].kind, &r->kind)) {
+            e = hc->easy_pool[i].e;
+            hc->easy_pool[i] = hc->easy_pool[--hc->neasy];
+            prepared = true;
+            break;
+        }
+    }
+    if (e == NULL && hc->neasy > 0) {
+        e = hc->easy_pool[--hc->neasy].e;
+        curl_easy_reset(e);
+    }
+    if (e == NULL && (e = curl_easy_init()) == NULL)
         return NULL;
-    long timeout = r->timeout_ms > 0 ? r->timeout_ms : OG_HC_DEFAULT_TIMEOUT;
-    long connect_timeout = timeout < OG_HC_CONNECT_TIMEOUT ? timeout : OG_HC_CONNECT_TIMEOUT;
-    size_t cap = r->max_response ? r->max_response : OG_HC_MAX_RESPONSE;
     struct curl_slist *sl = NULL, *t;
     for (int i = 0; i < r->nheaders; i++) {
         if ((t = curl_slist_append(sl, r->headers[i])) == NULL)
@@ -538,45 +615,19 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
     sl = t;
     r->slist = sl;
 
-    bool ok = true;
+    bool ok = prepared || set_kind(hc, e, &r->kind);
     ok &= curl_easy_setopt(e, CURLOPT_URL, r->url) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, r->https_only ? "https" : "http,https") == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_PRIVATE, r) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_timeout) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_PROXY, "") == CURLE_OK; /* ignore http_proxy & co. */
-    ok &= curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_USERAGENT, "omnigate/" OG_VERSION) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_HTTPHEADER, sl) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_WRITEDATA, r) == CURLE_OK;
-    /* Refuses an announced Content-Length over the cap before reading the body; write_cb
-     * enforces the cap on chunked or unannounced bodies. */
-    ok &= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)cap) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, closesocket_cb) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, hc) == CURLE_OK;
-    if (r->public_only) {
-        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb) == CURLE_OK;
+    if (r->kind.body) {
+        ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len) == CURLE_OK;
+        ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "") == CURLE_OK;
+    }
+    if (r->kind.public_only)
         ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r) == CURLE_OK;
-    }
-    /* TLS peer and host verification stay at libcurl's default: on. */
-    const char *method = r->method ? r->method : "GET";
-    if (strcmp(method, "GET") == 0) {
-        ok &= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
-    } else {
-        if (r->body != NULL || strcmp(method, "POST") == 0) {
-            ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len) == CURLE_OK;
-            ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "") == CURLE_OK;
-        }
-        if (strcmp(method, "POST") != 0)
-            ok &= curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method) == CURLE_OK;
-    }
-    if (r->user != NULL) {
-        ok &= curl_easy_setopt(e, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC) == CURLE_OK;
+    if (r->kind.auth) {
         ok &= curl_easy_setopt(e, CURLOPT_USERNAME, r->user) == CURLE_OK;
         ok &= curl_easy_setopt(e, CURLOPT_PASSWORD, r->password ? r->password : "") == CURLE_OK;
     }
@@ -681,7 +732,7 @@ static void teardown(og_hc_t *hc)
 {
     hc->torn_down = true;
     while (hc->neasy > 0)
-        curl_easy_cleanup(hc->easy_pool[--hc->neasy]);
+        curl_easy_cleanup(hc->easy_pool[--hc->neasy].e);
     curl_multi_cleanup(hc->multi);
     hc->multi = NULL;
     for (size_t fd = 0; fd < hc->nby_fd; fd++)

@@ -452,11 +452,12 @@ static void put_header(out_t *o, const char *name, size_t nlen, const char *valu
     PUTS(o, "\r\n");
 }
 
+/* The response's head, and its body after it unless `body` is NULL (the caller writes it). */
 static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, const og_http_header_t *extra,
                             size_t nextra, const char *ctype, const char *body, size_t body_len, bool close,
                             size_t *out_len)
 {
-    bool no_body = req->method == HTTP_HEAD || status == 204 || status == 304 || status < 200;
+    bool no_body = body == NULL || req->method == HTTP_HEAD || status == 204 || status == 304 || status < 200;
     const char *date = c->shared->date ? c->shared->date(c->shared->ctx) : NULL;
     size_t cap = 256 + (date ? strlen(date) : 0) + (ctype ? strlen(ctype) : 0) + strlen(req->request_id) +
                  (no_body ? 0 : body_len);
@@ -516,10 +517,18 @@ void og_http_respond(og_http_req_t *req, int status, const og_http_header_t *ext
     bool close = !req->keep_alive || c->shared->draining || c->peer_eof;
     req->status = status;
     if (alive) {
+        bool has_body =
+            body_len > 0 && req->method != HTTP_HEAD && status != 204 && status != 304 && status >= 200;
+        /* The head alone when the transport takes the body beside it (no copy of the body). */
+        bool apart = has_body && c->io->write2 != NULL;
         size_t len;
-        char *buf = build_response(c, req, status, extra, nextra, ctype, body, body_len, close, &len);
+        char *buf =
+            build_response(c, req, status, extra, nextra, ctype, apart ? NULL : body, body_len, close, &len);
         if (buf == NULL) {
             close = true;
+        } else if (apart) {
+            req->bytes_out = len + body_len;
+            c->io->write2(c, buf, len, body, body_len);
         } else {
             req->bytes_out = len;
             c->io->write(c, buf, len);

@@ -71,6 +71,23 @@ static void write_failed(og_server_conn_t *sc, char *data)
     close_handles(sc);
 }
 
+/* Queues data[done..len) (data is ours) behind what the socket did not take at once. */
+static void queue_write(og_server_conn_t *sc, char *data, size_t done, size_t len)
+{
+    write_op_t *op = malloc(sizeof(*op));
+    if (op == NULL) {
+        write_failed(sc, data);
+        return;
+    }
+    op->data = data;
+    op->req.data = sc;
+    uv_buf_t buf = uv_buf_init(data + done, (unsigned)(len - done));
+    if (uv_write(&op->req, (uv_stream_t *)&sc->tcp, &buf, 1, on_write) != 0) {
+        free(op);
+        write_failed(sc, data);
+    }
+}
+
 static void io_write(og_http_conn_t *c, char *data, size_t len)
 {
     og_server_conn_t *sc = conn_of_http(c);
@@ -88,19 +105,42 @@ static void io_write(og_http_conn_t *c, char *data, size_t len)
         write_failed(sc, data);
         return;
     }
-    size_t done = n > 0 ? (size_t)n : 0;
-    write_op_t *op = malloc(sizeof(*op));
-    if (op == NULL) {
-        write_failed(sc, data);
+    queue_write(sc, data, n > 0 ? (size_t)n : 0, len);
+}
+
+/* Head and body in one writev; only a rest the socket did not take is copied (into one buffer
+ * with what is left of the head) and queued. */
+static void io_write2(og_http_conn_t *c, char *head, size_t hlen, const char *body, size_t blen)
+{
+    og_server_conn_t *sc = conn_of_http(c);
+    if (sc->closing) {
+        free(head);
         return;
     }
-    op->data = data;
-    op->req.data = sc;
-    buf = uv_buf_init(data + done, (unsigned)(len - done));
-    if (uv_write(&op->req, (uv_stream_t *)&sc->tcp, &buf, 1, on_write) != 0) {
-        free(op);
-        write_failed(sc, data);
+    uv_buf_t bufs[2] = {uv_buf_init(head, (unsigned)hlen), uv_buf_init((char *)body, (unsigned)blen)};
+    int n = uv_try_write((uv_stream_t *)&sc->tcp, bufs, 2);
+    if (n >= 0 && (size_t)n == hlen + blen) {
+        free(head);
+        return;
     }
+    if (n < 0 && n != UV_EAGAIN) {
+        write_failed(sc, head);
+        return;
+    }
+    size_t done = n > 0 ? (size_t)n : 0, rest = hlen + blen - done;
+    char *data = malloc(rest);
+    if (data == NULL) {
+        write_failed(sc, head);
+        return;
+    }
+    if (done < hlen) {
+        memcpy(data, head + done, hlen - done);
+        memcpy(data + hlen - done, body, blen);
+    } else {
+        memcpy(data, body + (done - hlen), rest);
+    }
+    free(head);
+    queue_write(sc, data, 0, rest);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -232,6 +272,7 @@ static const og_http_io_t server_io = {
     .backlog = io_backlog,
     .close = io_close,
     .release = io_release,
+    .write2 = io_write2,
 };
 
 /* ---- listener --------------------------------------------------------------------------- */

@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include "omnigate/hmac.h"
 #include "omnigate/api.h"
 #include "omnigate/store.h"
 #include "omnigate/token.h"
@@ -34,6 +35,7 @@ struct og_auth {
     og_db_t *db;
     og_log_t *log;
     char *secret;
+    og_hmac_key_t token_key;    /* HMAC-SHA256 keyed by the secret, made ready once: token hashes */
     int ttl_ms;                 /* OMNIGATE_AUTH_TTL_MS: how long a cache entry is trusted */
     og_seal_key_t seal_key;     /* opens the sealed secrets of tenant settings (settings.h) */
     og_rl_t *rl;                /* per-tenant rate limit, or NULL */
@@ -212,25 +214,32 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
         a->done(a);
         return;
     }
+    if (a->op == NULL) { /* a route that gave no operation (auth.h): a bug, not the client's */
+        og_api_error(a->req, "internal_error", NULL, "authentication has no database operation");
+        a->done(a);
+        return;
+    }
     if (auth->db == NULL) {
         answer_error(a->req, "unavailable", "no database configured");
         a->done(a);
         return;
     }
-    og_token_hash(auth->secret, tok, tlen, a->hash);
+    og_token_hash_with(&auth->token_key, tok, tlen, a->hash);
     slot_t *s = slot_for(auth, a->hash);
     if (s->hash[0] != '\0' && strcmp(s->hash, a->hash) == 0 &&
         uv_now(auth->loop) - s->fetched_ms < (uint64_t)auth->ttl_ms) {
         decide(auth, a, s);
         return;
     }
-    memset(&a->op, 0, sizeof(a->op));
-    a->op.nstmts = 1;
-    a->op.stmts[0].stmt = OG_Q_AUTH_LOOKUP;
-    a->op.stmts[0].values[0] = a->hash;
-    a->op.done = lookup_done;
-    a->op.arg = a;
-    og_db_submit(auth->db, &a->op);
+    og_db_op_t *op = a->op;
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_AUTH_LOOKUP;
+    op->stmts[0].values[0] = a->hash;
+    op->write = false;
+    op->done = lookup_done;
+    op->arg = a;
+    og_db_submit(auth->db, op);
 }
 
 bool og_auth_admin(og_http_req_t *req, const char *admin_token)
@@ -323,6 +332,8 @@ og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *
     /* Without a usable key every sealed credential stays sealed: its channel fails
      * not_configured, which is what a wrong OMNIGATE_SECRET does too. */
     og_settings_key(&auth->seal_key, secret);
+    /* Not ready (OpenSSL failed): every hash is "" and matches no token, as og_token_hash. */
+    og_hmac_key_init(&auth->token_key, OG_HMAC_SHA256, auth->secret, strlen(auth->secret));
     auth->loop = loop;
     auth->db = db;
     auth->log = log;
@@ -343,6 +354,7 @@ static void on_timer_closed(uv_handle_t *h)
     void *arg = auth->closed_arg;
     OPENSSL_cleanse(auth->secret, strlen(auth->secret));
     og_seal_key_clear(&auth->seal_key);
+    og_hmac_key_clear(&auth->token_key);
     free(auth->secret);
     free(auth);
     if (cb != NULL)

@@ -69,7 +69,7 @@ static void in_progress(og_idem_t *i)
 
 static void finish(og_idem_t *i)
 {
-    og_db_op_clear(&i->op);
+    og_db_op_clear(i->op);
     free(i->stale_body);
     i->stale_body = NULL;
     i->done(i);
@@ -139,7 +139,7 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
 
 static void resolve_stale(og_idem_t *i)
 {
-    og_db_op_t *op = &i->op;
+    og_db_op_t *op = i->op;
     og_db_op_clear(op);
     op->nstmts = 1;
     op->stmts[0].stmt = OG_Q_IDEM_STALE;
@@ -187,9 +187,10 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
     finish(i);
 }
 
-void og_idem_claim(og_idem_t *i, og_db_t *db, og_log_t *log, const char *tenant_id, const char *route,
-                   uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg)
+void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, const char *tenant_id,
+                   const char *route, uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg)
 {
+    i->op = op;
     snprintf(i->lease_s, sizeof(i->lease_s), "%u", lease_ms);
     i->db = db;
     i->log = log;
@@ -202,8 +203,7 @@ void og_idem_claim(og_idem_t *i, og_db_t *db, og_log_t *log, const char *tenant_
         i->done(i);
         return;
     }
-    og_db_op_t *op = &i->op;
-    memset(op, 0, sizeof(*op));
+    og_db_op_clear(op);
     op->nstmts = 2;
     op->stmts[0].stmt = OG_Q_IDEM_CLAIM;
     op->stmts[0].values[0] = i->tenant_id;

@@ -337,6 +337,7 @@ static void logs(og_http_req_t *req, void *ctx, og_logs_kind_t kind)
     l->auth.scope = OG_SCOPE_LOGS;
     l->auth.unified = l->q.kind->unified;
     l->auth.done = authed;
+    l->auth.op = &l->op;
     og_auth_tenant(gw->auth, &l->auth);
 }
 

@@ -81,12 +81,26 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     done(arg, remembered);
 }
 
+bool og_nowa_cached(og_nowa_t *n, const char *number, bool *remembered)
+{
+    slot_t *s = slot_for(n, number);
+    if (strcmp(s->number, number) != 0 || uv_now(n->loop) >= s->until_ms)
+        return false;
+    *remembered = s->remembered;
+    return true;
+}
+
+void og_nowa_learn(og_nowa_t *n, const char *number, bool remembered, uint64_t left_ms)
+{
+    cache(n, number, remembered, remembered ? left_ms : OG_NOWA_CACHE_MS);
+}
+
 void og_nowa_check(og_nowa_t *n, og_db_op_t *op, const char *number, void (*done)(void *arg, bool remembered),
                    void *arg)
 {
-    slot_t *s = slot_for(n, number);
-    if (strcmp(s->number, number) == 0 && uv_now(n->loop) < s->until_ms) {
-        done(arg, s->remembered);
+    bool remembered;
+    if (og_nowa_cached(n, number, &remembered)) {
+        done(arg, remembered);
         return;
     }
     check_t *c = calloc(1, sizeof(*c));

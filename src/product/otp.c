@@ -621,7 +621,8 @@ static void authed(og_auth_req_t *a)
     }
     /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
     uint32_t lease_ms = (uint32_t)(c->kind == K_OTP_VERIFY ? 0 : c->gw->w->cfg->attempt_timeout_ms) + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms, claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, &c->op, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms,
+                  claimed, c);
 }
 
 static void start(og_http_req_t *req, void *ctx, kind_t kind)
@@ -638,6 +639,7 @@ static void start(og_http_req_t *req, void *ctx, kind_t kind)
     c->auth.scope = kind == K_SMS ? OG_SCOPE_SEND : OG_SCOPE_OTP;
     c->auth.unified = false;
     c->auth.done = authed;
+    c->auth.op = &c->op;
     og_auth_tenant(c->gw->auth, &c->auth);
 }
 

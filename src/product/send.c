@@ -18,6 +18,7 @@
 #include "omnigate/nowa.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
+#include "omnigate/jw.h"
 #include "omnigate/phone.h"
 #include "omnigate/provider.h"
 #include "omnigate/settings.h"
@@ -31,7 +32,7 @@ typedef struct send_ctx {
     og_gw_t *gw;
     og_http_req_t *req;
     og_engine_t engine;
-    og_db_op_t op; /* the pending insert, then the completion write */
+    og_db_op_t op; /* each step's in turn: auth lookup, nowa check, idem claim, pending insert, completion */
 
     char reference[32];
     char to[20];
@@ -41,13 +42,20 @@ typedef struct send_ctx {
     long long fallback_after;
     og_channel_t ch[OG_ENGINE_MAX];
     int nch;
-    json_t *skipped;
+    /* Channels asked for but not tried, in order, with why (API.md §2 "skipped"). */
+    struct {
+        og_channel_t ch;
+        const char *reason; /* static: channel_disabled, not_on_whatsapp */
+    } skip[OG_CH__COUNT];
+    int nskip;
     char wa_from[20];
     char sender[20];
     og_sms_info_t sms;
     og_send_params_t params[OG_ENGINE_MAX];
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
-    og_attempt_t att[OG_ENGINE_MAX];
+    /* Allocated as each attempt starts (most sends make one): NULL when never started, or
+     * when out of memory (its result is then oom_result). */
+    og_attempt_t *att[OG_ENGINE_MAX];
     uint64_t att_at_ms[OG_ENGINE_MAX];
 
     og_idem_t idem;
@@ -63,21 +71,35 @@ typedef struct send_ctx {
     char status_s[8];
     char segments_s[8];
     char fallback_after_s[24];
-    bool chain_goes_on; /* a fallback step follows the completion write */
-    int schedule_stmt;  /* its statement in the completion write */
+    bool nowa_in_insert; /* the pending insert checks the number (msg_insert_unless_nowa) */
+    bool chain_goes_on;  /* a fallback step follows the completion write */
+    int schedule_stmt;   /* its statement in the completion write */
     char *sms_error_text;
     const char *sms_status;
     const char *sms_provider_id;
 } send_ctx_t;
+
+/* The outcome of an attempt that could not be made for want of memory. */
+static const og_attempt_result_t oom_result = {
+    .error_code = OG_ERR_PROVIDER_ERROR,
+    .error_message = "out of memory: the attempt was not made",
+};
+
+/* Attempt k's result (k < started). */
+static const og_attempt_result_t *result_of(const send_ctx_t *c, int k)
+{
+    return c->att[k] != NULL ? &c->att[k]->result : &oom_result;
+}
 
 static void ctx_free(send_ctx_t *c)
 {
     og_db_op_clear(&c->op);
     og_tenant_release(c->auth.tenant);
     free(c->text);
-    json_decref(c->skipped);
     free(c->skipped_text);
     free(c->attempts_text);
+    for (int k = 0; k < OG_ENGINE_MAX; k++)
+        free(c->att[k]);
     free(c->response_text);
     free(c->sms_error_text);
     free(c);
@@ -144,6 +166,25 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
     return true;
 }
 
+static void skip(send_ctx_t *c, og_channel_t ch, const char *reason)
+{
+    c->skip[c->nskip].ch = ch;
+    c->skip[c->nskip++].reason = reason;
+}
+
+/* The "skipped" array of the answer and the message row. */
+static void write_skipped(const send_ctx_t *c, og_jw_t *w)
+{
+    og_jw_array(w);
+    for (int i = 0; i < c->nskip; i++) {
+        og_jw_object(w);
+        og_jw_kstring(w, "channel", og_channel_name(c->skip[i].ch));
+        og_jw_kstring(w, "reason", c->skip[i].reason);
+        og_jw_object_end(w);
+    }
+    og_jw_array_end(w);
+}
+
 /* Chooses the channels to try: the requested ones (else the tenant's defaults) that the tenant
  * has enabled, in order, into c->ch; the others into c->skipped. */
 static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
@@ -177,13 +218,11 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
             wanted[nwanted++] = ch;
         }
     }
-    c->skipped = json_array();
     for (int i = 0; i < nwanted; i++) {
         if (og_settings_channel_enabled(settings, og_channel_name(wanted[i])))
             c->ch[c->nch++] = wanted[i];
         else
-            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(wanted[i]),
-                                                        "reason", "channel_disabled"));
+            skip(c, wanted[i], "channel_disabled");
     }
     if (c->nch == 0)
         return og_err_fail(err, "no_channel_available", "channels",
@@ -240,32 +279,44 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-static json_t *attempt_json(const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
-                            uint64_t at_ms)
+/* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
+ * (msg_complete in sql/queries/messages.sql reads these names). */
+static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
+                          uint64_t at_ms)
 {
-    json_t *a =
-        json_pack("{s:s,s:s,s:I}", "channel", og_channel_name(ch), "status", r->sent ? "sent" : "failed",
-                  for_db ? "latency_ms" : "latencyMs", (json_int_t)(r->latency_us / 1000));
+    og_jw_object(w);
+    og_jw_kstring(w, "channel", og_channel_name(ch));
+    og_jw_kstring(w, "status", r->sent ? "sent" : "failed");
+    og_jw_kint(w, for_db ? "latency_ms" : "latencyMs", (long long)(r->latency_us / 1000));
     if (for_db) {
-        json_object_set_new(a, "seq", json_integer(seq));
-        json_object_set_new(a, "attempted_at_ms", json_integer((json_int_t)at_ms));
+        og_jw_kint(w, "seq", seq);
+        og_jw_kint(w, "attempted_at_ms", (long long)at_ms);
         if (r->sent) {
-            json_object_set_new(a, "provider_message_id", json_string(r->provider_message_id));
+            og_jw_kstring(w, "provider_message_id", r->provider_message_id);
         } else {
-            json_object_set_new(a, "error_code", json_string(r->error_code));
-            json_object_set_new(a, "error_message", json_string(r->error_message));
+            og_jw_kstring(w, "error_code", r->error_code);
+            og_jw_kstring(w, "error_message", r->error_message);
             if (r->provider_code[0])
-                json_object_set_new(a, "provider_code", json_string(r->provider_code));
+                og_jw_kstring(w, "provider_code", r->provider_code);
             if (r->http_status)
-                json_object_set_new(a, "http_status", json_integer(r->http_status));
+                og_jw_kint(w, "http_status", r->http_status);
         }
-        return a;
+    } else if (r->sent) {
+        og_jw_kstring(w, "providerMessageId", r->provider_message_id);
+    } else {
+        og_jw_key(w, "error");
+        og_provider_write_error(w, r);
     }
-    if (r->sent)
-        json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
-    else
-        json_object_set_new(a, "error", og_attempt_error_json(r));
-    return a;
+    og_jw_object_end(w);
+}
+
+/* The attempts started so far, in channel order (in `all` mode they ran at once). */
+static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool for_db)
+{
+    og_jw_array(w);
+    for (int k = 0; k < started; k++)
+        write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k]);
+    og_jw_array_end(w);
 }
 
 static void complete_done(og_db_op_t *op, og_db_status_t st)
@@ -279,10 +330,12 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
         og_log(&c->gw->w->log, OG_LOG_ERROR, "recording a send failed; its outcome is unknown",
                "\"requestId\":\"%s\",\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
                c->req->request_id, c->reference, op->sqlstate, op->error);
-        json_t *attempts = json_array();
-        for (int k = 0; k < c->engine.started; k++)
-            json_array_append_new(attempts,
-                                  attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_attempts(&w, c, c->engine.started, false);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *attempts = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
         og_idem_answer_unknown(c->req, c->reference, attempts,
                                "the providers were called but the outcome could not be recorded; do not "
                                "send again before checking the logs for the reference");
@@ -309,14 +362,6 @@ static const char *winner_name(const send_ctx_t *c, const og_engine_t *e)
 static bool build_answer(send_ctx_t *c, const og_engine_t *e)
 {
     const char *winner = winner_name(c, e);
-    json_t *attempts = json_array();
-    /* Attempts are listed in channel order; in `all` mode they ran at once. */
-    for (int k = 0; k < e->started; k++)
-        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], false, k, c->att_at_ms[k]));
-    json_t *data =
-        json_pack("{s:s,s:s,s:o,s:o,s:O}", "reference", c->reference, "deliveryMode",
-                  c->all ? "all" : "fallback", "winningChannel", winner ? json_string(winner) : json_null(),
-                  "attempts", attempts, "skipped", c->skipped);
     char message[64];
     og_err_t err = {0};
     if (winner != NULL)
@@ -325,8 +370,20 @@ static bool build_answer(send_ctx_t *c, const og_engine_t *e)
         og_err_fail(&err, "delivery_failed", NULL, "every attempted channel failed");
     c->response_status = winner != NULL ? 200 : og_api_status(err.code);
     snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
-    c->response_text = og_api_envelope(c->response_status, winner != NULL ? message : err.message, data,
-                                       winner != NULL ? NULL : &err, NULL, &c->response_len);
+    og_jw_t w;
+    og_jw_init(&w, 384 + 256 * (size_t)e->started);
+    og_api_envelope_open(&w, c->response_status, winner != NULL ? message : err.message);
+    og_jw_object(&w);
+    og_jw_kstring(&w, "reference", c->reference);
+    og_jw_kstring(&w, "deliveryMode", c->all ? "all" : "fallback");
+    og_jw_kstring(&w, "winningChannel", winner);
+    og_jw_key(&w, "attempts");
+    write_attempts(&w, c, e->started, false);
+    og_jw_key(&w, "skipped");
+    write_skipped(c, &w);
+    og_jw_object_end(&w);
+    og_api_envelope_close(&w, winner != NULL ? NULL : &err);
+    c->response_text = og_jw_finish(&w, &c->response_len);
     return c->response_text != NULL;
 }
 
@@ -337,9 +394,10 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
     c->sms_status = r->sent ? "sent" : "failed";
     c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
     if (!r->sent) {
-        json_t *err_json = og_attempt_error_json(r);
-        c->sms_error_text = json_dumps(err_json, JSON_COMPACT);
-        json_decref(err_json);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        og_provider_write_error(&w, r);
+        c->sms_error_text = og_jw_finish(&w, NULL);
     }
     op->stmts[n].stmt = OG_Q_SMS_RECORD;
     const char **v = op->stmts[n].values;
@@ -364,15 +422,14 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
 static bool build_completion(send_ctx_t *c, const og_engine_t *e)
 {
     const char *winner = winner_name(c, e);
-    json_t *attempts = json_array();
     int sms_idx = -1;
-    for (int k = 0; k < e->started; k++) {
-        json_array_append_new(attempts, attempt_json(&c->att[k].result, c->ch[k], true, k, c->att_at_ms[k]));
+    for (int k = 0; k < e->started; k++)
         if (c->ch[k] == OG_CH_SMS)
             sms_idx = k;
-    }
-    c->attempts_text = json_dumps(attempts, JSON_COMPACT);
-    json_decref(attempts);
+    og_jw_t w;
+    og_jw_init(&w, 256 * (size_t)e->started + 16);
+    write_attempts(&w, c, e->started, true);
+    c->attempts_text = og_jw_finish(&w, NULL);
     if (c->attempts_text == NULL)
         return false;
     snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
@@ -397,10 +454,10 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
         op->stmts[n++].values[1] = c->reference;
     }
     if (sms_idx >= 0)
-        n += sms_record_stmt(c, op, n, &c->att[sms_idx].result);
+        n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
     /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
     for (int k = 0; k < e->started; k++) {
-        if (c->att[k].result.not_on_whatsapp && c->gw->nowa != NULL) {
+        if (result_of(c, k)->not_on_whatsapp && c->gw->nowa != NULL) {
             n += og_nowa_mark_stmt(c->gw->nowa, op, n, c->to);
             break;
         }
@@ -429,7 +486,9 @@ static void engine_done(og_engine_t *e)
 static void attempt_done(og_attempt_t *a)
 {
     send_ctx_t *c = a->arg;
-    int i = (int)(a - c->att);
+    int i = 0;
+    while (c->att[i] != a)
+        i++;
     /* The adapter saw no token; the reason it had none is ours to give. */
     if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
         og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
@@ -440,10 +499,17 @@ static void engine_start(og_engine_t *e, int i)
 {
     send_ctx_t *c = e->arg;
     c->att_at_ms[i] = og_ids_now_ms();
-    c->att[i].done = attempt_done;
-    c->att[i].arg = c;
-    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], &c->att[i]);
+    og_attempt_t *a = c->att[i] = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        og_engine_attempt_done(e, i, false); /* result_of gives oom_result */
+        return;
+    }
+    a->done = attempt_done;
+    a->arg = c;
+    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], a);
 }
+
+static void nowa_checked(void *arg, bool remembered);
 
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */
 static void inserted(og_db_op_t *op, og_db_status_t st)
@@ -454,6 +520,23 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
                              "database unavailable: nothing was sent");
         ctx_free(c);
         return;
+    }
+    if (c->nowa_in_insert) {
+        /* The insert looked the number up (authed): learn its answer; when it is remembered
+         * nothing was written, and the send goes on without its WhatsApp channels. */
+        const PGresult *r = op->res[0];
+        bool written = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+        bool remembered = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 1);
+        og_nowa_learn(c->gw->nowa, c->to, remembered,
+                      remembered ? strtoull(PQgetvalue(r, 0, 1), NULL, 10) : OG_NOWA_CACHE_MS);
+        c->nowa_in_insert = false;
+        if (!written) {
+            og_db_op_clear(op);
+            free(c->skipped_text);
+            c->skipped_text = NULL;
+            nowa_checked(c, true);
+            return;
+        }
     }
     og_db_op_clear(op);
     c->engine =
@@ -475,7 +558,10 @@ static void claimed(og_idem_t *i)
     for (int k = 0; k < c->nch; k++)
         p += sprintf(p, "%s%s", k ? "," : "", og_channel_name(c->ch[k]));
     strcpy(p, "}");
-    c->skipped_text = json_dumps(c->skipped, JSON_COMPACT);
+    og_jw_t w;
+    og_jw_init(&w, 0);
+    write_skipped(c, &w);
+    c->skipped_text = og_jw_finish(&w, NULL);
     if (c->skipped_text == NULL) {
         og_api_error(c->req, "unavailable", NULL, "out of memory");
         ctx_free(c);
@@ -495,7 +581,7 @@ static void claimed(og_idem_t *i)
     v[9] = c->wa_from[0] ? c->wa_from : NULL;
     v[10] = c->sender[0] ? c->sender : NULL;
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
-    op->stmts[0].stmt = OG_Q_MSG_INSERT;
+    op->stmts[0].stmt = c->nowa_in_insert ? OG_Q_MSG_INSERT_UNLESS_NOWA : OG_Q_MSG_INSERT;
     op->write = true;
     op->done = inserted;
     op->arg = c;
@@ -507,7 +593,8 @@ static void claim(send_ctx_t *c)
 {
     /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
     uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, &c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
+                  c);
 }
 
 /* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are
@@ -526,8 +613,7 @@ static void nowa_checked(void *arg, bool remembered)
             c->params[kept] = c->params[i];
             c->token_sealed[kept++] = c->token_sealed[i];
         } else {
-            json_array_append_new(c->skipped, json_pack("{s:s,s:s}", "channel", og_channel_name(c->ch[i]),
-                                                        "reason", "not_on_whatsapp"));
+            skip(c, c->ch[i], "not_on_whatsapp");
         }
     }
     c->nch = kept;
@@ -537,7 +623,13 @@ static void nowa_checked(void *arg, bool remembered)
         og_err_t err = {0};
         og_err_fail(&err, "no_channel_available", "channels",
                     "the number has no WhatsApp (a provider said so) and no other channel was requested");
-        og_api_send_error(c->req, &err, json_pack("{s:O}", "skipped", c->skipped), NULL, NULL, 0);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_skipped(c, &w);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *skipped = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        og_api_send_error(c->req, &err, json_pack("{s:o*}", "skipped", skipped), NULL, NULL, 0);
         ctx_free(c);
         return;
     }
@@ -573,7 +665,17 @@ static void authed(og_auth_req_t *a)
     for (int i = 0; i < c->nch; i++)
         whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
     if (whatsapp && c->gw->nowa != NULL) {
-        og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+        bool remembered;
+        if (og_nowa_cached(c->gw->nowa, c->to, &remembered)) {
+            nowa_checked(c, remembered);
+        } else if (!c->idem.has_key) {
+            /* The lookup rides on the pending insert (inserted). With a key it cannot: the
+             * claim comes first, and a send refused for want of a channel must not hold it. */
+            c->nowa_in_insert = true;
+            claim(c);
+        } else {
+            og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+        }
         return;
     }
     claim(c);
@@ -593,5 +695,6 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     c->auth.scope = OG_SCOPE_SEND;
     c->auth.unified = true;
     c->auth.done = authed;
+    c->auth.op = &c->op;
     og_auth_tenant(gw->auth, &c->auth);
 }

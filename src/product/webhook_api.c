@@ -338,6 +338,7 @@ void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     l->auth.req = req;
     l->auth.scope = OG_SCOPE_LOGS;
     l->auth.done = list_authed;
+    l->auth.op = &l->op;
     og_auth_tenant(gw->auth, &l->auth);
 }
 
@@ -453,6 +454,7 @@ void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     t->auth.req = req;
     t->auth.scope = OG_SCOPE_LOGS;
     t->auth.done = retry_authed;
+    t->auth.op = &t->op;
     og_auth_tenant(gw->auth, &t->auth);
 }
 

@@ -306,10 +306,10 @@ class Bench:
         return e
 
     # -- gateway
-    def start_gateway(self, extra=None):
-        self.og = self.spawn([self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
-                              "--workers", str(self.args.workers)], self.env(extra), "omnigate")
-        wait_http(self.og_url("/readyz"))
+    def start_gateway(self, extra=None, prefix=(), timeout=20):
+        self.og = self.spawn(list(prefix) + [self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
+                                             "--workers", str(self.args.workers)], self.env(extra), "omnigate")
+        wait_http(self.og_url("/readyz"), timeout)
 
     def stop_gateway(self):
         self.stop(self.og)
@@ -473,10 +473,67 @@ def send_script(b, name, to, mode="fallback", text="Your order has shipped"):
     return b.lua(name, "POST", "/api/omni/send", [body], b.tokens)
 
 
+def wal_lsn(b):
+    return b.psql_super("SELECT pg_current_wal_lsn()")
+
+
+def wal_since(b, lsn):
+    """Bytes of WAL written since `lsn` (every process of the cluster)."""
+    return int(b.psql_super("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '%s')" % lsn))
+
+
+class Profile:
+    """`perf record` of one process (the gateway's worker) while a scenario runs: cpu-clock
+    samples (a software event: this machine's VM has no hardware counters) at 999 Hz, no call
+    graphs (cheap enough not to move the scenario's own figures much). None of this runs when
+    perf is missing or refuses: the benchmark goes on without a profile."""
+
+    def __init__(self, b, pid, seconds, name):
+        self.path = os.path.join(b.tmp, name + ".perf.data")
+        self.p = None
+        if shutil.which("perf") is None:
+            log("perf not found: no profile")
+            return
+        self.p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", str(pid), "-o",
+                                   self.path, "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+
+    def finish(self, top=30):
+        """{"symbols": [(pct, dso, symbol)], "dsos": [(pct, dso)], "samples": n} or None."""
+        if self.p is None:
+            return None
+        _, err = self.p.communicate()
+        if self.p.returncode != 0 or not os.path.exists(self.path):
+            log("perf record failed: %s" % err.decode(errors="replace").strip()[-300:])
+            return None
+        out = {}
+        for key, sort in (("symbols", "dso,symbol"), ("dsos", "dso")):
+            r = subprocess.run(["perf", "report", "-i", self.path, "--stdio", "--no-children", "--sort", sort,
+                                "--percent-limit", "0.3"], capture_output=True, text=True)
+            rows = []
+            for line in r.stdout.splitlines():
+                m = re.match(r"\s*([\d.]+)%\s+(\S+)\s*(?:\[.\]\s+(.*))?$", line)
+                if m and not line.lstrip().startswith("#"):
+                    # perf 6 appends IPC columns ("-  -") where the CPU has no branch records.
+                    sym = re.sub(r"(\s+-)+\s*$", "", m.group(3) or "").strip()
+                    rows.append((float(m.group(1)), m.group(2), sym))
+                m = re.match(r"# Samples: ([\d.]+)([KM]?)", line)
+                if m:
+                    out["samples"] = int(float(m.group(1)) * {"": 1, "K": 1000, "M": 1000000}[m.group(2)])
+            out[key] = rows[:top]
+        return out
+
+
 def sc_fallback_first(b):
-    # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called.
-    b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
-              note="fallback, first channel succeeds")
+    # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called. WAL bytes per
+    # send from the cluster's insert position; a perf profile of the (first) worker.
+    lsn = wal_lsn(b)
+    prof = Profile(b, children(b.og.pid)[0], b.args.duration, "fallback_first")
+    r = b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
+                  note="fallback, first channel succeeds")
+    r["wal_bytes_per_req"] = wal_since(b, lsn) / max(r["requests"], 1)
+    r["profile"] = prof.finish()
+    log("fallback_first: %.0f WAL bytes per send" % r["wal_bytes_per_req"])
 
 
 def sc_fallback_with_statuses(b):
@@ -740,6 +797,48 @@ def readers_report(b):
                 r["rps"] / max(base["rps"], 1e-9), r["p99_ms"], base["p99_ms"], r["p99_ms"] / max(base["p99_ms"], 1e-9))]
 
 
+def sc_callgrind(b):
+    """Instructions per fallback send in the worker, counted by valgrind's callgrind: a
+    repeatable complement of the CPU time per send, which the other processes on this machine
+    make noisy. The gateway is restarted under callgrind (one worker) counting only inside
+    uv_run (the loop: not the process's start, whose cost is fixed), fallback_first's script runs
+    for --duration seconds at 16 connections, the gateway stops (the worker writes its counts as
+    it exits), and the worker's total is divided by the sends wrk counted. The gateway is then
+    restarted as before."""
+    if shutil.which("valgrind") is None:
+        log("callgrind: valgrind not found: skipped")
+        return
+    out = os.path.join(b.tmp, "callgrind.out")
+    b.stop_gateway()
+    b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=uv_run",
+                            "--callgrind-out-file=%s.%%p" % out), timeout=120)
+    try:
+        worker = children(b.og.pid)[0]
+        w = b.wrk(b.og_url("/api/omni/send"), 16, b.args.duration, send_script(b, "cg", "+6284{n}"))
+    finally:
+        b.stop_gateway()
+        b.start_gateway()
+    total = 0
+    path = "%s.%d" % (out, worker)
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith("summary:") or line.startswith("totals:"):
+                    total = max(total, int(line.split()[1]))
+    if os.path.exists(path):
+        # Kept beside the report for callgrind_annotate (functions, calls to malloc).
+        os.makedirs(b.args.out, exist_ok=True)
+        shutil.copy(path, os.path.join(b.args.out, "callgrind.out"))
+    n = max(w["requests"] - w["non2xx"], 1)
+    r = {"scenario": "callgrind", "note": "fallback_first under callgrind, 16 connections: instructions per "
+         "send in the worker's loop", "conns": 16, "rps": 0, "requests": w["requests"], "errors": w["errors"],
+         "non2xx": w["non2xx"], "expect_errors": False, "p50_ms": float("nan"), "p90_ms": float("nan"),
+         "p99_ms": float("nan"), "cpu_us_per_req": float("nan"), "pg_cpu_us_per_req": float("nan"),
+         "rss_kib": 0, "instr_per_req": total / n, "callgrind_file": path}
+    log("callgrind: %d sends, %.0f instructions per send in the worker (%s)" % (n, total / n, path))
+    b.results.append(r)
+
+
 def sc_fallback_third(b):
     # +1999 1 1 0 ...: both WhatsApp channels reject (4xx), SMS succeeds: three attempts.
     b.measure("fallback_third", b.og_url("/api/omni/send"), script=send_script(b, "ft", "+19991100{n}"),
@@ -776,9 +875,29 @@ def sc_slow2000(b):
     # concurrency / latency = 2000 / 0.2 s = 10,000 sends/s if the loop never blocks. The next
     # two digits (whatsapp_meta, sms: ok) and the fourth (callbacks: none) are zeros, so the
     # per-request digits of {n} script nothing.
+    # RSS per send in flight: on a freshly started gateway (no memory held from the earlier
+    # scenarios), the process tree's RSS sampled every 0.1 s during the run, its peak minus
+    # the RSS before, over the 2,000 sends in flight.
+    b.stop_gateway()
+    b.start_gateway()
+    time.sleep(0.5)
+    base = rss_kib(b.og.pid)
+    peak, stop = [base], threading.Event()
+
+    def sample():
+        while not stop.wait(0.1):
+            peak[0] = max(peak[0], rss_kib(b.og.pid))
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
     r = b.measure("slow2000", b.og_url("/api/omni/send"), conns=2000, script=send_script(b, "slow", "+19998000{n}"),
                   note="2,000 concurrent sends, provider latency 200 ms", timeout="5s")
+    stop.set()
+    th.join()
     r["ideal_rps"] = 2000 / 0.2
+    r["rss_base_kib"], r["rss_peak_kib"] = base, peak[0]
+    r["rss_kib_per_inflight"] = (peak[0] - base) / 2000
+    log("slow2000: RSS %.1f MiB before, peak %.1f MiB: %.1f KiB per send in flight" % (
+        base / 1024, peak[0] / 1024, r["rss_kib_per_inflight"]))
 
 
 def sc_meta_down(b):
@@ -995,6 +1114,7 @@ SCENARIOS = {
     "fallback_webhooks": sc_fallback_webhooks,
     "fallback_webhook_hang": sc_fallback_webhook_hang,
     "fallback_third": sc_fallback_third,
+    "callgrind": sc_callgrind,
     "all3": sc_all3,
     "logs": sc_logs,
     "otp": sc_otp,
@@ -1012,7 +1132,7 @@ SCENARIOS = {
     "logs_scale": sc_logs_scale,
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes.
-OPT_IN = ("logs_scale",)
+OPT_IN = ("logs_scale", "callgrind")
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2",
          "fallback_webhooks", "fallback_webhook_hang")
@@ -1051,6 +1171,25 @@ def targets(b):
                     f["p99_ms"] <= 25))
         out.append(("gateway CPU per fallback send", "%.1f us" % f["cpu_us_per_req"], "<= 30 us",
                     f["cpu_us_per_req"] <= 30))
+        # Issue 20's targets.
+        if ng:
+            v = f["rps"] / ng
+            out.append(("fallback first-success sends/s / nginx req/s (issue 20)", "%.3f" % v, ">= 0.12", v >= 0.12))
+        out.append(("fallback first-success p99 at %d connections (issue 20)" % f["conns"], "%.1f ms" % f["p99_ms"],
+                    "<= 20 ms", f["p99_ms"] <= 20))
+        out.append(("PostgreSQL CPU per fallback send", "%.1f us" % f["pg_cpu_us_per_req"], "<= 50 us",
+                    f["pg_cpu_us_per_req"] <= 50))
+        if "wal_bytes_per_req" in f:
+            out.append(("WAL bytes per fallback send (whole cluster, LSN difference)", "%.0f" % f["wal_bytes_per_req"],
+                        "(reported)", True))
+    if "callgrind" in by:
+        out.append(("worker instructions per fallback send (callgrind; reported)",
+                    "%.0f" % by["callgrind"]["instr_per_req"], "(reported)", True))
+    if "slow2000" in by and "rss_kib_per_inflight" in by["slow2000"]:
+        r = by["slow2000"]
+        out.append(("RSS per send in flight at 2,000 concurrent (peak - before) / 2,000", "%.1f KiB (%.1f -> %.1f MiB)" % (
+            r["rss_kib_per_inflight"], r["rss_base_kib"] / 1024, r["rss_peak_kib"] / 1024), "<= 16 KiB",
+            r["rss_kib_per_inflight"] <= 16))
     if "statuses" in by:
         s = by["statuses"]["stream"]
         out.append(("statuses applied/s through POST /webhooks/meta, %d per POST" % statuses.PER_POST,
@@ -1157,6 +1296,22 @@ unset multiplot
         log("gnuplot failed: " + r.stderr.strip())
         return None
     return path
+
+
+def profile_report(b):
+    """The worker's perf profile during fallback_first: the shares by library and the top symbols."""
+    r = next((r for r in b.results if r.get("profile")), None)
+    if r is None:
+        return []
+    p = r["profile"]
+    lines = ["", "## Profile of the worker during %s" % r["scenario"], "",
+             "`perf record -e cpu-clock -F 999 -p WORKER` for the scenario's duration (%d samples), "
+             "`perf report --no-children`: self time." % p.get("samples", 0), "",
+             "| % | library |", "|---:|---|"]
+    lines += ["| %.2f | %s |" % (pct, dso) for pct, dso, _ in p["dsos"]]
+    lines += ["", "| % | library | symbol |", "|---:|---|---|"]
+    lines += ["| %.2f | %s | `%s` |" % row for row in p["symbols"]]
+    return lines
 
 
 def status_report(b):
@@ -1336,6 +1491,7 @@ def report(b, dur, path, png):
     if t:
         lines += ["", "## Targets", "", "| target | measured | wanted | met |", "|---|---:|---:|---|"]
         lines += ["| %s | %s | %s | %s |" % (w, v, tg, "yes" if ok else "**no**") for w, v, tg, ok in t]
+    lines += profile_report(b)
     lines += status_report(b)
     lines += readers_report(b)
     lines += webhooks_report(b)

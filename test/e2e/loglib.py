@@ -106,7 +106,6 @@ CREATE TEMP TABLE idx AS
     FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
     WHERE c.relname IN ('messages', 'attempts', 'sms_records', 'otp_requests', 'otp_events') AND NOT i.indisprimary;
 DO $$ DECLARE r record; BEGIN FOR r IN SELECT name FROM idx LOOP EXECUTE 'DROP INDEX ' || r.name; END LOOP; END $$;
-ALTER TABLE attempts DROP CONSTRAINT attempts_tenant_id_reference_fkey;
 ALTER TABLE otp_events DROP CONSTRAINT otp_events_tenant_id_otp_reference_fkey;
 INSERT INTO tenants (id, name, unified_api_enabled) VALUES ('%(t)s', 'logs-at-scale', true), ('%(o)s', 'other', true);
 CREATE TEMP TABLE g AS
@@ -163,8 +162,6 @@ SELECT tenant_id, reference, 'otp', reference, to_number, 'ACME', 'Your verifica
 FROM otp_requests;
 INSERT INTO otp_events (tenant_id, otp_reference, event, at) SELECT tenant_id, reference, 'sent', created_at FROM otp_requests;
 DO $$ DECLARE r record; BEGIN FOR r IN SELECT def FROM idx LOOP EXECUTE r.def; END LOOP; END $$;
-ALTER TABLE attempts ADD CONSTRAINT attempts_tenant_id_reference_fkey
-    FOREIGN KEY (tenant_id, reference) REFERENCES messages (tenant_id, reference) NOT VALID;
 ALTER TABLE otp_events ADD CONSTRAINT otp_events_tenant_id_otp_reference_fkey
     FOREIGN KEY (tenant_id, otp_reference) REFERENCES otp_requests (tenant_id, reference) NOT VALID;
 ANALYZE messages, attempts, sms_records, otp_requests, otp_events, tenants;

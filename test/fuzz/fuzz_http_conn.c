@@ -161,6 +161,17 @@ static void io_write(og_http_conn_t *c, char *data, size_t len)
     free(data);
 }
 
+/* The transport's writev: the core's head and its lent body, checked as one response. */
+static void io_write2(og_http_conn_t *c, char *head, size_t hlen, const char *body, size_t blen)
+{
+    char *data = malloc(hlen + blen);
+    FUZZ_CHECK(data != NULL);
+    memcpy(data, head, hlen);
+    memcpy(data + hlen, body, blen);
+    free(head);
+    io_write(c, data, hlen + blen);
+}
+
 static void io_read(og_http_conn_t *c, bool on)
 {
     fake_t *f = FAKE(c);
@@ -197,7 +208,8 @@ static void io_release(og_http_conn_t *c)
     f->releases++;
 }
 
-static const og_http_io_t fake_io = {io_write, io_read, io_timer, io_backlog, io_close, io_release};
+static const og_http_io_t fake_io = {io_write, io_read,    io_timer, io_backlog,
+                                     io_close, io_release, io_write2};
 
 /* ---- the worker's side ---------------------------------------------------------------------- */
 

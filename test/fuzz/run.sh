@@ -21,7 +21,7 @@ ROOT=$(pwd)
 BUILD=${OMNIGATE_FUZZ_BUILD_DIR:-build-fuzz}
 MAX_LEN=${OMNIGATE_FUZZ_MAX_LEN:-4096}
 MAX_FILES=${OMNIGATE_FUZZ_MAX_FILES:-600}
-ALL=(http_conn json_body settings smsenc webhook_meta webhook_waha webhook_twilio)
+ALL=(http_conn json_body settings smsenc webhook_meta webhook_waha webhook_twilio jw)
 
 if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ ]]; then
   echo "usage: $0 SECONDS [${ALL[*]}]" >&2

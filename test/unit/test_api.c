@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "omnigate/api.h"
+#include "omnigate/jw.h"
 
 /* ---- the pure builders ------------------------------------------------------------------ */
 
@@ -357,6 +358,40 @@ static void test_send_error_503_caller_retry_after(void **state)
     assert_null(strstr(out, "Retry-After: 1\r\n"));
 }
 
+/* The envelope written with og_api_envelope_open/close around a data object is the text
+ * og_api_envelope gives for the same answer: success, and failure with and without a field. */
+static void test_envelope_writer_matches(void **state)
+{
+    og_err_t with_field = {0}, without = {0};
+    og_err_fail(&with_field, "validation_failed", "to", "to must be E.164");
+    og_err_fail(&without, "delivery_failed", NULL, "every attempted channel failed");
+    const og_err_t *errs[] = {NULL, &with_field, &without};
+    for (int i = 0; i < 3; i++) {
+        const og_err_t *err = errs[i];
+        int status = err != NULL ? og_api_status(err->code) : 200;
+        const char *message = err != NULL ? err->message : "Message sent via \"sms\"";
+        size_t len;
+        char *want = og_api_envelope(
+            status, message, json_pack("{s:s,s:[]}", "reference", "msg_1", "skipped"), err, NULL, &len);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        og_api_envelope_open(&w, status, message);
+        og_jw_object(&w);
+        og_jw_kstring(&w, "reference", "msg_1");
+        og_jw_key(&w, "skipped");
+        og_jw_array(&w);
+        og_jw_array_end(&w);
+        og_jw_object_end(&w);
+        og_api_envelope_close(&w, err);
+        size_t got_len;
+        char *got = og_jw_finish(&w, &got_len);
+        assert_string_equal(got, want);
+        assert_int_equal(got_len, len);
+        free(got);
+        free(want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_envelope_error_with_field),
         cmocka_unit_test(test_envelope_error_without_field),
         cmocka_unit_test(test_envelope_error_details_and_data),
+        cmocka_unit_test(test_envelope_writer_matches),
         cmocka_unit_test(test_envelope_message_utf8),
         cmocka_unit_test(test_envelope_message_invalid_utf8),
         cmocka_unit_test(test_headers_401),

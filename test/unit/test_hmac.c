@@ -36,6 +36,33 @@ static void test_rfc4231_vectors(void **state)
     assert_string_equal(hex, jefe_512);
 }
 
+/* A key made ready once gives the RFC 4231 digests again and again (each sum starts from the
+ * key, not from the previous message), and an empty key equals og_hmac's empty key. */
+static void test_key_reused(void **state)
+{
+    unsigned char md[OG_HMAC_MAX], one[OG_HMAC_MAX];
+    char hex[2 * OG_HMAC_MAX + 1];
+    const void *parts[2] = {jefe_data, jefe_data + 10};
+    size_t lens[2] = {10, strlen(jefe_data) - 10};
+    og_hmac_key_t k;
+    assert_true(og_hmac_key_init(&k, OG_HMAC_SHA256, "Jefe", 4));
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(og_hmac_key_sum(&k, parts, lens, 2, md), 32);
+        og_hex_lower(md, 32, hex);
+        assert_string_equal(hex, jefe_256);
+        size_t short_len[1] = {3}; /* a different message between: no state carried over */
+        assert_int_equal(og_hmac_key_sum(&k, parts, short_len, 1, md), 32);
+    }
+    og_hmac_key_clear(&k);
+    assert_int_equal(og_hmac_key_sum(&k, parts, lens, 2, md), 0);
+    og_hmac_key_clear(&k);
+    assert_true(og_hmac_key_init(&k, OG_HMAC_SHA512, "", 0));
+    assert_int_equal(og_hmac_key_sum(&k, parts, lens, 2, md), 64);
+    assert_int_equal(og_hmac(OG_HMAC_SHA512, "", 0, parts, lens, 2, one), 64);
+    assert_memory_equal(md, one, 64);
+    og_hmac_key_clear(&k);
+}
+
 /* A hex signature is accepted in either case, and refused when one character, the length or
  * the key differs, or when it holds a non-hex character. */
 static void test_check_hex(void **state)
@@ -96,6 +123,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rfc4231_vectors),
+        cmocka_unit_test(test_key_reused),
         cmocka_unit_test(test_check_hex),
         cmocka_unit_test(test_check_twilio_example),
     };

@@ -70,7 +70,16 @@ static void f_release(og_http_conn_t *c)
     FAKE(c)->releases++;
 }
 
-static const og_http_io_t fake_io = {f_write, f_read, f_timer, f_backlog, f_close, f_release};
+/* As the server's transport: head and lent body apart (f_write then copies the body). */
+static void f_write2(og_http_conn_t *c, char *head, size_t hlen, const char *body, size_t blen)
+{
+    f_write(c, head, hlen);
+    char *copy = malloc(blen);
+    memcpy(copy, body, blen);
+    f_write(c, copy, blen);
+}
+
+static const og_http_io_t fake_io = {f_write, f_read, f_timer, f_backlog, f_close, f_release, f_write2};
 
 static uint64_t f_now(void *ctx)
 {

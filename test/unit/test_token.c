@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "omnigate/hmac.h"
 #include "omnigate/token.h"
 
 static const char base62[] = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
@@ -106,6 +107,23 @@ static void test_token_hash_known_answer(void **state)
     assert_string_equal(hex, hex2);
     assert_true(og_token_hash("another-secret", fixed_token, 44, hex2));
     assert_string_not_equal(hex, hex2);
+}
+
+/* og_token_hash_with (the key made ready once, as auth does per worker) gives og_token_hash's
+ * value, every time. */
+static void test_token_hash_with_key(void **state)
+{
+    char hex[OG_HASH_HEX_SIZE], hex2[OG_HASH_HEX_SIZE];
+    og_hmac_key_t k;
+    assert_true(og_hmac_key_init(&k, OG_HMAC_SHA256, secret, strlen(secret)));
+    assert_true(og_token_hash(secret, fixed_token, 44, hex));
+    for (int i = 0; i < 2; i++) {
+        assert_true(og_token_hash_with(&k, fixed_token, 44, hex2));
+        assert_string_equal(hex, hex2);
+    }
+    og_hmac_key_clear(&k);
+    assert_false(og_token_hash_with(&k, fixed_token, 44, hex2));
+    assert_string_equal(hex2, "");
 }
 
 /* The display prefix is the first 12 characters: "kft_" + 8. */
@@ -208,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_token_format_rejects),
         cmocka_unit_test(test_hmac_known_answers),
         cmocka_unit_test(test_token_hash_known_answer),
+        cmocka_unit_test(test_token_hash_with_key),
         cmocka_unit_test(test_token_prefix),
         cmocka_unit_test(test_ct_equal),
         cmocka_unit_test(test_otp_length_and_digits),

@@ -20,6 +20,24 @@ typedef enum og_hmac_alg { OG_HMAC_SHA1, OG_HMAC_SHA256, OG_HMAC_SHA512 } og_hma
 size_t og_hmac(og_hmac_alg_t alg, const void *key, size_t keylen, const void *const *parts,
                const size_t *lens, size_t n, unsigned char out[OG_HMAC_MAX]);
 
+/* A key made ready once (the algorithm fetched, the key's pads hashed) for many HMACs with the
+ * same key and digest: the token hashes of every request. Owned by its user's context (one
+ * per worker), never shared between threads. */
+typedef struct og_hmac_key {
+    void *ctx; /* EVP_MAC_CTX *, keyed; NULL: not ready (every og_hmac_key_sum fails) */
+    size_t mdlen;
+} og_hmac_key_t;
+
+/* Makes `k` ready for `alg` keyed by key[0..keylen). False (k not ready) when OpenSSL fails. */
+bool og_hmac_key_init(og_hmac_key_t *k, og_hmac_alg_t alg, const void *key, size_t keylen);
+
+/* As og_hmac, with the key of `k`. */
+size_t og_hmac_key_sum(og_hmac_key_t *k, const void *const *parts, const size_t *lens, size_t n,
+                       unsigned char out[OG_HMAC_MAX]);
+
+/* Releases the key (its copy inside OpenSSL is wiped). `k` may be zeroed or never made ready. */
+void og_hmac_key_clear(og_hmac_key_t *k);
+
 /* Lower-case hex of in[0..n) into out (room for 2n + 1), NUL-terminated. */
 void og_hex_lower(const unsigned char *in, size_t n, char *out);
 

@@ -58,6 +58,9 @@ typedef struct og_log {
     size_t len;       /* bytes waiting in buf; may start with the rest of a partly written line */
     uint64_t dropped; /* lines dropped since og_log_init (the buffer was full, or the output failed) */
     uint64_t gap;     /* of which not yet announced by a "log lines dropped" line */
+    /* The second of the last line's time, formatted once per second ("YYYY-MM-DDTHH:MM:SS"). */
+    long long time_sec;
+    char time_text[20];
 } og_log_t;
 
 /* Initializes a logger on stderr. `buffered`: see above; needs og_log_close. Returns false when

@@ -32,6 +32,12 @@ bool og_token_format_valid(const char *s, size_t len);
  * fails, which a caller may treat as "matches nothing". */
 bool og_token_hash(const char *secret, const char *token, size_t len, char out_hex[OG_HASH_HEX_SIZE]);
 
+/* As og_token_hash, with `key` made ready once for HMAC-SHA256 with the secret (hmac.h): the
+ * per-request form (no algorithm fetch, no key setup). */
+struct og_hmac_key;
+bool og_token_hash_with(struct og_hmac_key *key, const char *token, size_t len,
+                        char out_hex[OG_HASH_HEX_SIZE]);
+
 /* `out` = the first 12 characters of `token` (or all of a shorter one), NUL-terminated. */
 void og_token_prefix(const char *token, char out[OG_TOKEN_DISPLAY_SIZE]);
 

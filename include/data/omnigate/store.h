@@ -47,6 +47,7 @@ enum og_store_stmt {
     OG_Q_LOGS_TENANT,
     /* sql/queries/messages.sql */
     OG_Q_MSG_INSERT,
+    OG_Q_MSG_INSERT_UNLESS_NOWA,
     OG_Q_MSG_COMPLETE,
     OG_Q_MSG_MARK_UNKNOWN,
 

@@ -42,6 +42,14 @@ void og_api_error(og_http_req_t *req, const char *code, const char *field, const
 char *og_api_envelope(int status, const char *message, json_t *data, const og_err_t *err, json_t *details,
                       size_t *len);
 
+/* The envelope written straight into `w` (jw.h) around a data object the caller writes
+ * between the two calls, for the hot paths that build no tree: og_api_envelope_open writes
+ * {"success","message","data": and og_api_envelope_close the "error" object of `err` (when
+ * not NULL: code and field) and the closing brace. The same text as og_api_envelope. */
+struct og_jw;
+void og_api_envelope_open(struct og_jw *w, int status, const char *message);
+void og_api_envelope_close(struct og_jw *w, const og_err_t *err);
+
 /* Fills `out` (room for `outcap`) with `extra` plus the headers an error `status` needs
  * (401: WWW-Authenticate: Bearer; 503: Retry-After: 1 unless `extra` has a Retry-After, in
  * any case). Returns the number written. */

@@ -53,6 +53,11 @@ typedef struct og_http_io {
     /* The core is finished with the connection: free everything that owns it. Called once,
      * after og_http_conn_io_closed and once no request is in flight. */
     void (*release)(og_http_conn_t *c);
+    /* Optional (NULL: the core joins the two and calls write). A response's head and body
+     * written together (one writev) without joining them: `head` is given up as with write;
+     * `body` is only lent for the call, so the transport copies whatever of it it cannot write
+     * at once. */
+    void (*write2)(og_http_conn_t *c, char *head, size_t head_len, const char *body, size_t body_len);
 } og_http_io_t;
 
 /* Called once per complete request (headers and body). The handler must eventually call

@@ -24,6 +24,7 @@
 
 #define OG_HC_MAX_HEADERS      8
 #define OG_HC_MAX_RESPONSE     (256 * 1024) /* default response cap, bytes */
+#define OG_HC_RECV_BUFFER      1024         /* libcurl's receive buffer per request (its minimum), bytes */
 #define OG_HC_DEFAULT_TIMEOUT  10000        /* ms, when a req leaves timeout_ms at 0 */
 #define OG_HC_CONNECT_TIMEOUT  5000         /* ms, at most; never above the request timeout */
 #define OG_HC_MAX_CACHED_CONNS 2048         /* idle connections kept for reuse (per worker) */
@@ -42,6 +43,16 @@ typedef enum og_hc_result {
     OG_HC_CANCELLED,   /* og_hc_close ran while the request was in flight */
     OG_HC_BLOCKED,     /* public_only: every address of the host was refused (addrguard.h) */
 } og_hc_result_t;
+
+/* Private: what a prepared easy handle was last set up for, beside the options every request
+ * has (http_client.c). A request of the same kind reuses it without setting these again. */
+typedef struct og_hc_kind {
+    long timeout_ms;
+    size_t cap;
+    const char *method; /* the request's (static) method string */
+    bool body, auth;
+    bool public_only, https_only;
+} og_hc_kind_t;
 
 struct og_hc_req {
     /* Request, filled by the caller. Strings are owned by the req (malloc'd) and freed by
@@ -85,6 +96,7 @@ struct og_hc_req {
     og_hc_req_t *prev, *next; /* in flight: hc's in-flight list; deferred: hc's defer queue */
     uint64_t start_ns;
     size_t resp_cap;
+    og_hc_kind_t kind; /* what its easy handle is set up for */
     int state;
     bool over_cap;
     bool blocked; /* public_only refused an address */

@@ -50,12 +50,14 @@ struct og_auth_req {
     unsigned scope; /* OG_SCOPE_* the route needs */
     bool unified;   /* route of the unified API: refused while the plan locks it */
     og_auth_done_fn done;
+    /* The caller's database operation, which the lookup of a token not in the cache uses; free
+     * (cleared) again when done runs. One operation serves a request's every step in turn. */
+    og_db_op_t *op;
     /* out */
     og_tenant_t *tenant;
     char token_id[37];
     /* private */
     og_auth_t *auth;
-    og_db_op_t op;
     char hash[65];
 };
 

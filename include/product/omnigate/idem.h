@@ -35,7 +35,7 @@ struct og_idem {
     char key[256];
     char hash[65]; /* SHA-256 of the body, hex */
     /* private */
-    og_db_op_t op;
+    og_db_op_t *op; /* the caller's (og_idem_claim) */
     char lease_s[16];
     char *stale_body; /* the 502 outcome_unknown answer being stored */
 };
@@ -48,9 +48,10 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err);
  * the request can take; done(i) is called once, possibly before this returns (with `arg` in
  * i->arg). Without a key it completes at once with neither claimed nor answered. A claim
  * found unfinished past its lease (its instance died) is resolved per API.md §15: taken over
- * when nothing was recorded under it (claimed), else answered 502 outcome_unknown. */
-void og_idem_claim(og_idem_t *i, og_db_t *db, og_log_t *log, const char *tenant_id, const char *route,
-                   uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg);
+ * when nothing was recorded under it (claimed), else answered 502 outcome_unknown. The claim
+ * runs on the caller's `op`, which is free (cleared) again when done runs. */
+void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, const char *tenant_id,
+                   const char *route, uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg);
 
 /* Adds to `op` the statement that records `reference` as the record the claimed key is about;
  * it must ride in the write that commits the record's pending row, before any provider call.

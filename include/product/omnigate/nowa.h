@@ -35,6 +35,13 @@ void og_nowa_free(og_nowa_t *n);
 void og_nowa_check(og_nowa_t *n, og_db_op_t *op, const char *number, void (*done)(void *arg, bool remembered),
                    void *arg);
 
+/* The cache's answer for `number`: true (and *remembered) when it has one. */
+bool og_nowa_cached(og_nowa_t *n, const char *number, bool *remembered);
+
+/* Caches what a send's first write found out (msg_insert_unless_nowa in sql/queries/messages.sql):
+ * remembered for `left_ms` more, or not remembered. */
+void og_nowa_learn(og_nowa_t *n, const char *number, bool remembered, uint64_t left_ms);
+
 /* Adds to `op` at `slot` the statement that remembers `number` (which must outlive the op) and
  * puts it in the cache now; returns 1. */
 int og_nowa_mark_stmt(og_nowa_t *n, og_db_op_t *op, int slot, const char *number);

@@ -108,6 +108,10 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
  * providerCode / httpStatus when the provider gave them. NULL for a sent attempt. */
 json_t *og_attempt_error_json(const og_attempt_result_t *r);
 
+/* The same object written into `w` (jw.h), for the answers built without a tree. */
+struct og_jw;
+void og_provider_write_error(struct og_jw *w, const og_attempt_result_t *r);
+
 /* ---- for the adapters (src/product/providers/) -------------------------------------------------- */
 
 /* Marks out as failed with `code` and a printf-style message, truncated on a UTF-8 boundary. */

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "omnigate/jw.h"
 #include "omnigate/provider.h"
 
 #define LABEL "Meta Cloud API"
@@ -54,16 +55,26 @@ static bool meta_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     free(ver);
     free(pnid);
 
-    json_t *body =
-        json_pack("{s:s, s:s, s:s, s:s, s:{s:b, s:s}}", "messaging_product", "whatsapp", "recipient_type",
-                  "individual", "to", digits, "type", "text", "text", "preview_url", 0, "body", p->text);
-    if (body == NULL) {
+    og_jw_t w;
+    og_jw_init(&w, 160 + strlen(p->text));
+    og_jw_object(&w);
+    og_jw_kstring(&w, "messaging_product", "whatsapp");
+    og_jw_kstring(&w, "recipient_type", "individual");
+    og_jw_kstring(&w, "to", digits);
+    og_jw_kstring(&w, "type", "text");
+    og_jw_key(&w, "text");
+    og_jw_object(&w);
+    og_jw_key(&w, "preview_url");
+    og_jw_bool(&w, false);
+    og_jw_kstring(&w, "body", p->text);
+    og_jw_object_end(&w);
+    og_jw_object_end(&w);
+    if (w.replaced) {
+        og_jw_free(&w);
         snprintf(why, whylen, "the text is not valid UTF-8");
         return false;
     }
-    req->body = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    req->body_len = req->body ? strlen(req->body) : 0;
+    req->body = og_jw_finish(&w, &req->body_len);
     req->method = "POST";
     bool ok = req->url != NULL && req->body != NULL &&
               og_hc_req_add_header(req, "Authorization: Bearer %s", p->access_token) &&

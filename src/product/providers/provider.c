@@ -3,6 +3,7 @@
  * See include/product/omnigate/provider.h; the answer-to-error-code table is docs/providers.md.
  */
 #include "omnigate/provider.h"
+#include "omnigate/jw.h"
 #include "omnigate/metrics.h"
 #include "omnigate/util.h"
 
@@ -97,6 +98,18 @@ json_t *og_attempt_error_json(const og_attempt_result_t *r)
     if (e != NULL && r->http_status)
         json_object_set_new(e, "httpStatus", json_integer(r->http_status));
     return e;
+}
+
+void og_provider_write_error(og_jw_t *w, const og_attempt_result_t *r)
+{
+    og_jw_object(w);
+    og_jw_kstring(w, "code", r->error_code ? r->error_code : OG_ERR_PROVIDER_ERROR);
+    og_jw_kstring(w, "message", r->error_message);
+    if (r->provider_code[0])
+        og_jw_kstring(w, "providerCode", r->provider_code);
+    if (r->http_status)
+        og_jw_kint(w, "httpStatus", r->http_status);
+    og_jw_object_end(w);
 }
 
 const char *og_provider_code_suffix(const og_attempt_result_t *out, char buf[48])

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "omnigate/jw.h"
 #include "omnigate/provider.h"
 
 #define LABEL "WAHA"
@@ -39,14 +40,19 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     snprintf(chat_id, sizeof(chat_id), "%s@c.us", p->to[0] == '+' ? p->to + 1 : p->to);
 
     req->url = og_provider_url(cfg->qr_base_url, "/api/sendText");
-    json_t *body = json_pack("{s:s, s:s, s:s}", "session", session, "chatId", chat_id, "text", p->text);
-    if (body == NULL) {
+    og_jw_t w;
+    og_jw_init(&w, 96 + strlen(p->text) + strlen(session));
+    og_jw_object(&w);
+    og_jw_kstring(&w, "session", session);
+    og_jw_kstring(&w, "chatId", chat_id);
+    og_jw_kstring(&w, "text", p->text);
+    og_jw_object_end(&w);
+    if (w.replaced) {
+        og_jw_free(&w);
         snprintf(why, whylen, "the text or session name is not valid UTF-8");
         return false;
     }
-    req->body = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    req->body_len = req->body ? strlen(req->body) : 0;
+    req->body = og_jw_finish(&w, &req->body_len);
     req->method = "POST";
     bool ok = req->url != NULL && req->body != NULL &&
               og_hc_req_add_header(req, "Content-Type: application/json") &&
