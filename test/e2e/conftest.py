@@ -57,11 +57,7 @@ def wait_for(pred, timeout, interval=0.05):
     return pred()
 
 
-def free_port():
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from pgcluster import free_port  # noqa: E402,F401  (one list of handed-out ports)
 
 
 def base_env(extra=None):

@@ -82,10 +82,22 @@ def bindir():
     return max(found)[1]
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on right now and this test process has not handed out
+    before. The second condition matters: the port is free again as soon as this probe closes,
+    so a later call could return it before its first taker binds it, and the gateway and the
+    simulator bind with SO_REUSEPORT, which lets two processes share a port silently (each
+    then gets some of the other's connections)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def server_user():
