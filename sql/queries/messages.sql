@@ -21,6 +21,27 @@ INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, chan
 VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11)
 RETURNING reference;
 
+-- name: msg_insert_many
+-- The set form of msg_insert (sql/013_set_forms.sql): the pending rows of a write batch's
+-- sends in one statement. Each parameter is an array of the sends' values, in order.
+-- $1 = tenant ids
+-- $2 = references
+-- $3 = to (E.164)
+-- $4 = texts
+-- $5 = delivery modes
+-- $6 = channels to try, each a text[] literal
+-- $7 = channels skipped (JSON arrays)
+-- $8 = fallbackOn values, or NULLs
+-- $9 = fallbackAfterSeconds values, or NULLs
+-- $10 = the WhatsApp numbers they send from, or NULLs
+-- $11 = the SMS senders, or NULLs
+-- Returns nothing.
+INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+    fallback_on, fallback_after_s, whatsapp_from, sms_sender)
+SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+    $8::text[], $9::integer[], $10::text[], $11::text[]) AS x(t, r, n, b, d, c, s, o, a, w, e);
+
 -- name: msg_insert_unless_nowa
 -- msg_insert, unless the number is remembered as having no WhatsApp (API.md §13): the send's
 -- not-on-WhatsApp lookup folded into its first write (issue 20: one statement and one round
@@ -51,6 +72,34 @@ ins AS (
     WHERE NOT EXISTS (SELECT FROM nowa)
     RETURNING reference)
 SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
+
+-- name: msg_insert_unless_nowa_many
+-- The set form of msg_insert_unless_nowa (sql/013_set_forms.sql): each parameter is an array
+-- of the sends' values, in order.
+-- $1 = tenant ids
+-- $2 = references
+-- $3 = to (E.164): also the numbers looked up
+-- $4 = texts
+-- $5 = delivery modes
+-- $6 = channels to try, each a text[] literal
+-- $7 = channels skipped (JSON arrays)
+-- $8 = fallbackOn values, or NULLs
+-- $9 = fallbackAfterSeconds values, or NULLs
+-- $10 = the WhatsApp numbers they send from, or NULLs
+-- $11 = the SMS senders, or NULLs
+-- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row.
+WITH x AS (
+    SELECT x.*, (SELECT ceil(extract(epoch FROM w.until - now()) * 1000)::bigint
+                 FROM not_on_whatsapp w WHERE w.number = x.n AND w.until > now()) AS left_ms
+    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+        $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[])
+        WITH ORDINALITY AS x(t, r, n, b, d, c, s, o, a, w, e, ord)),
+ins AS (
+    INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+        fallback_on, fallback_after_s, whatsapp_from, sms_sender)
+    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e
+    FROM x WHERE x.left_ms IS NULL)
+SELECT x.ord, CASE WHEN x.left_ms IS NULL THEN x.r END AS reference, x.left_ms FROM x;
 
 -- name: msg_complete
 -- Completes a unified send: its outcome, and its attempts in one INSERT. An accepted attempt
@@ -92,6 +141,19 @@ SET status = CASE WHEN $3 <> 'sent' THEN $3 ELSE (
         FROM a WHERE status = 'sent') END,
     winning_channel = $4, completed_at = now()
 WHERE tenant_id = $1 AND reference = $2;
+
+-- name: msg_complete_many
+-- The set form of msg_complete: og_msg_complete_many (sql/013_set_forms.sql). Each parameter
+-- is an array of the sends' values, in order.
+-- $1 = tenant ids
+-- $2 = references
+-- $3 = statuses ('sent' or 'failed')
+-- $4 = winning channels, or NULLs
+-- $5 = attempts, each a JSON array as msg_complete's $5
+-- $6 = whether a delivery-based fallback goes on after each
+-- Returns nothing.
+SELECT FROM og_msg_complete_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::json[],
+    $6::boolean[]);
 
 -- name: msg_mark_unknown
 -- Marks 'unknown' the messages a crash left pending: those older than any send could still

@@ -309,6 +309,9 @@ static const metric_t metrics[] = {
            "operation that waited too long for a connection failed."),
     SUMMED("omnigate_db_batch_retries_total", M_COUNTER, db_retries,
            "Write batches that failed and were retried op by op."),
+    SUMMED("omnigate_db_merged_operations_total", M_COUNTER, db_merged,
+           "Write operations whose first statement ran in one statement with others of its batch "
+           "(a set form: one insert for all the batch's pending messages, one completion)."),
     SUMMED("omnigate_db_queue_depth", M_GAUGE, db_queue, "Database operations waiting for a connection."),
     SUMMED("omnigate_db_connections_ready", M_GAUGE, db_connected,
            "Database connections ready, all workers (the write path's pool: sends, OTPs, statuses, admin)."),

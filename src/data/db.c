@@ -105,6 +105,17 @@ typedef struct entry {
 
 typedef struct dbconn dbconn_t;
 
+/* One statement of a write unit that does for several ops what each one's first statement would
+ * do alone: their set form (og_db_stmt_t.many), whose parameters are arrays of the ops' values
+ * (see merge_groups). */
+typedef struct group {
+    int stmt; /* the set form */
+    int nops;
+    og_db_op_t **ops;               /* in the arrays' order: ord 1 is ops[0] */
+    char *values[OG_DB_MAX_PARAMS]; /* the array literals, in `buf` */
+    char *buf;
+} group_t;
+
 typedef struct unit {
     og_db_op_t *head, *tail;
     int nops;
@@ -115,7 +126,10 @@ typedef struct unit {
     bool preamble;  /* the read pool's settings statement comes first: its results are no op's */
     uint64_t sent_us;
     uint64_t deadline_ms; /* sending + the timeout (the attempt's deadline, for the preparing unit) */
-    og_db_op_t *cur;      /* op the next result belongs to */
+    group_t *groups;      /* sent first, before the ops' own statements */
+    int ngroups;
+    int cur_group;   /* group the next result belongs to, while < ngroups */
+    og_db_op_t *cur; /* else the op the next result belongs to */
     int cur_stmt;
     struct unit *next;
 } unit_t;
@@ -487,6 +501,18 @@ static void conn_arm(dbconn_t *c)
     uv_timer_start(&c->timer, on_timer, due > now ? due - now : 0, 0);
 }
 
+static void unit_free(unit_t *u)
+{
+    if (u == NULL)
+        return;
+    for (int g = 0; g < u->ngroups; g++) {
+        free(u->groups[g].ops);
+        free(u->groups[g].buf);
+    }
+    free(u->groups);
+    free(u);
+}
+
 static void fail_units(dbconn_t *c)
 {
     unit_t *u = c->uhead;
@@ -501,7 +527,7 @@ static void fail_units(dbconn_t *c)
             complete(op, OG_DB_UNAVAILABLE);
             op = n;
         }
-        free(u);
+        unit_free(u);
         u = next;
     }
 }
@@ -1022,7 +1048,7 @@ static void send_prepares(dbconn_t *c)
     og_db_t *db = c->db;
     unit_t *u = calloc(1, sizeof(*u));
     if (u == NULL || PQenterPipelineMode(c->pg) != 1) {
-        free(u);
+        unit_free(u);
         conn_broken(c, "cannot enter pipeline mode");
         return;
     }
@@ -1040,7 +1066,7 @@ static void send_prepares(dbconn_t *c)
         if (!db->stmts[i].read_pool)
             sent = PQsendPrepare(c->pg, db->stmts[i].name, db->stmts[i].sql, db->stmts[i].nparams, NULL);
     if (!sent || !PQpipelineSync(c->pg)) {
-        free(u);
+        unit_free(u);
         conn_broken(c, PQerrorMessage(c->pg));
         return;
     }
@@ -1079,7 +1105,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
     og_db_t *db = c->db;
     if (u->prepare) {
         if (u->failed) {
-            free(u);
+            unit_free(u);
             conn_broken(c, "preparing statements failed");
             return;
         }
@@ -1098,7 +1124,7 @@ static void unit_done(dbconn_t *c, unit_t *u)
         og_log(db->log, OG_LOG_INFO, conn_msg(c, MSG_CONNECTED),
                "\"conn\":%d,\"host\":\"%s\",\"port\":\"%s\"", c->idx, host,
                PQport(c->pg) != NULL ? PQport(c->pg) : "");
-        free(u);
+        unit_free(u);
         if (c->listen) {
             /* Notifications sent while it was down are lost: the caller looks for work. */
             db->notify(db->notify_arg, db->channel, NULL);
@@ -1143,13 +1169,13 @@ static void unit_done(dbconn_t *c, unit_t *u)
         for (og_db_op_t *op = u->head; op; op = op->next)
             op->solo = true;
         q_push_front_list(&db->writes, u->head, u->tail, (size_t)u->nops);
-        free(u);
+        unit_free(u);
         schedule(db);
         return;
     }
     og_db_op_t *op = u->head;
     og_db_status_t st = u->failed ? OG_DB_ERROR : OG_DB_OK;
-    free(u);
+    unit_free(u);
     while (op) {
         og_db_op_t *next = op->next;
         op->next = NULL;
@@ -1157,6 +1183,140 @@ static void unit_done(dbconn_t *c, unit_t *u)
         op = next;
     }
     schedule(db);
+}
+
+/* ---- set forms --------------------------------------------------------------------------- */
+
+/* Hands each op of group g the rows of the set form's result r that are its own: those whose
+ * first column (the op's ordinal, from 1) names it, without that column. Every op gets a
+ * result, with no rows when none is its own. False when out of memory. */
+static bool split_result(dbconn_t *c, const group_t *g, const PGresult *r)
+{
+    int nf = PQnfields(r);
+    if (nf < 1)
+        return true;
+    PGresAttDesc attrs[OG_DB_MAX_PARAMS + 8];
+    if (nf - 1 > (int)(sizeof(attrs) / sizeof(attrs[0])))
+        return false;
+    for (int f = 1; f < nf; f++)
+        attrs[f - 1] = (PGresAttDesc){.name = PQfname(r, f),
+                                      .tableid = PQftable(r, f),
+                                      .columnid = PQftablecol(r, f),
+                                      .format = PQfformat(r, f),
+                                      .typid = PQftype(r, f),
+                                      .typlen = PQfsize(r, f),
+                                      .atttypmod = PQfmod(r, f)};
+    for (int i = 0; i < g->nops; i++) {
+        PGresult *own = PQmakeEmptyPGresult(c->pg, PGRES_TUPLES_OK);
+        if (own == NULL || !PQsetResultAttrs(own, nf - 1, attrs)) {
+            PQclear(own);
+            return false;
+        }
+        PQclear(g->ops[i]->res[0]);
+        g->ops[i]->res[0] = own;
+    }
+    for (int row = 0; row < PQntuples(r); row++) {
+        long ord = strtol(PQgetvalue(r, row, 0), NULL, 10);
+        if (ord < 1 || ord > g->nops)
+            continue;
+        PGresult *own = g->ops[ord - 1]->res[0];
+        int at = PQntuples(own);
+        for (int f = 1; f < nf; f++) {
+            bool null = PQgetisnull(r, row, f);
+            if (!PQsetvalue(own, at, f - 1, null ? NULL : PQgetvalue(r, row, f),
+                            null ? -1 : PQgetlength(r, row, f)))
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Appends `v` to `p` as an element of an array literal: NULL, or quoted with \ before every "
+ * and \. */
+static char *array_element(char *p, const char *v)
+{
+    if (v == NULL) {
+        memcpy(p, "NULL", 4);
+        return p + 4;
+    }
+    *p++ = '"';
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\')
+            *p++ = '\\';
+        *p++ = *v;
+    }
+    *p++ = '"';
+    return p;
+}
+
+/* Builds group g's array literals: parameter k is {ops[0]'s k-th value, ops[1]'s, ...}. */
+static bool group_values(const og_db_t *db, group_t *g)
+{
+    int np = db->stmts[g->stmt].nparams;
+    size_t size = 0;
+    for (int i = 0; i < g->nops; i++)
+        for (int k = 0; k < np; k++) {
+            const char *v = g->ops[i]->stmts[0].values[k];
+            size += v != NULL ? 2 * strlen(v) + 3 : 5; /* escaped and quoted, and a comma */
+        }
+    size += (size_t)np * 3;
+    char *p = g->buf = malloc(size);
+    if (p == NULL)
+        return false;
+    for (int k = 0; k < np; k++) {
+        g->values[k] = p;
+        *p++ = '{';
+        for (int i = 0; i < g->nops; i++) {
+            if (i > 0)
+                *p++ = ',';
+            p = array_element(p, g->ops[i]->stmts[0].values[k]);
+        }
+        *p++ = '}';
+        *p++ = '\0';
+    }
+    return true;
+}
+
+/* In a write unit of several ops, gathers the ops whose first statement has a set form, by that
+ * statement, into one group each (two ops or more): the group's one statement does their first
+ * statements' work, before the rest of every op's statements. The ops of a batch are
+ * independent of each other (any may be retried alone), so only each op's own order matters,
+ * and it is kept. Without memory, the ops simply run as they are. */
+static void merge_groups(const og_db_t *db, unit_t *u)
+{
+    for (og_db_op_t *op = u->head; op; op = op->next)
+        op->merged = false;
+    if (!u->write || u->nops < 2)
+        return;
+    for (og_db_op_t *op = u->head; op; op = op->next) {
+        if (op->merged || op->nstmts < 1 || db->stmts[op->stmts[0].stmt].many == 0)
+            continue;
+        int stmt = op->stmts[0].stmt, n = 0;
+        for (og_db_op_t *o = op; o; o = o->next)
+            n += !o->merged && o->nstmts >= 1 && o->stmts[0].stmt == stmt;
+        if (n < 2)
+            continue;
+        group_t *gs = realloc(u->groups, (size_t)(u->ngroups + 1) * sizeof(*gs));
+        if (gs == NULL)
+            return;
+        u->groups = gs;
+        group_t *g = memset(&gs[u->ngroups], 0, sizeof(*g));
+        g->stmt = db->stmts[stmt].many - 1;
+        if ((g->ops = malloc((size_t)n * sizeof(*g->ops))) == NULL)
+            return;
+        for (og_db_op_t *o = op; o; o = o->next)
+            if (!o->merged && o->nstmts >= 1 && o->stmts[0].stmt == stmt)
+                g->ops[g->nops++] = o;
+        if (!group_values(db, g)) {
+            free(g->ops);
+            return;
+        }
+        for (int i = 0; i < g->nops; i++)
+            g->ops[i]->merged = true;
+        u->ngroups++;
+        if (db->metrics != NULL)
+            og_metrics_add(&db->metrics->db_merged, (uint64_t)g->nops);
+    }
 }
 
 static void take_result(dbconn_t *c, PGresult *r)
@@ -1198,11 +1358,34 @@ static void take_result(dbconn_t *c, PGresult *r)
         PQclear(r);
         return;
     }
+    if (u->cur_group < u->ngroups) {
+        if (st == PGRES_TUPLES_OK && !split_result(c, &u->groups[u->cur_group], r))
+            u->failed = true; /* out of memory: the ops are retried alone */
+        PQclear(r);
+        return;
+    }
     if (u->cur != NULL && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) &&
         u->cur->res[u->cur_stmt] == NULL)
         u->cur->res[u->cur_stmt] = r;
     else
         PQclear(r);
+}
+
+/* The first statement of op (or of the ops after it) that was sent as its own, from stmt on:
+ * a merged op's first statement went in a group. Sets u->cur (NULL past the last op). */
+static void cursor_seek(unit_t *u, og_db_op_t *op, int stmt)
+{
+    for (; op != NULL; op = op->next, stmt = 0) {
+        if (stmt == 0 && op->merged)
+            stmt = 1;
+        if (stmt < op->nstmts) {
+            u->cur = op;
+            u->cur_stmt = stmt;
+            return;
+        }
+    }
+    u->cur = NULL;
+    u->cur_stmt = 0;
 }
 
 /* A NULL from PQgetResult ends one statement's results: move the cursor on. */
@@ -1212,12 +1395,14 @@ static void next_statement(unit_t *u)
         u->preamble = false;
         return;
     }
+    if (u->cur_group < u->ngroups) {
+        if (++u->cur_group == u->ngroups)
+            cursor_seek(u, u->head, 0);
+        return;
+    }
     if (u->cur == NULL)
         return;
-    if (++u->cur_stmt >= u->cur->nstmts) {
-        u->cur = u->cur->next;
-        u->cur_stmt = 0;
-    }
+    cursor_seek(u, u->cur, u->cur_stmt + 1);
 }
 
 /* Hands the listener's notifications to the caller, who may close the pool from the callback
@@ -1295,8 +1480,16 @@ static bool send_unit(dbconn_t *c, unit_t *u)
             return false;
         u->preamble = true;
     }
+    merge_groups(db, u);
+    for (int g = 0; g < u->ngroups; g++) {
+        const og_db_stmt_t *s = &db->stmts[u->groups[g].stmt];
+        const char *const *values = (const char *const *)u->groups[g].values;
+        if (c->prepared ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
+                        : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
+            return false;
+    }
     for (og_db_op_t *op = u->head; op; op = op->next) {
-        for (int i = 0; i < op->nstmts; i++) {
+        for (int i = op->merged ? 1 : 0; i < op->nstmts; i++) {
             const og_db_stmt_t *s = &db->stmts[op->stmts[i].stmt];
             const char *const *values = op->stmts[i].values;
             /* Unnamed: Parse, Bind and Execute with the text every time (a transaction pooler
@@ -1315,8 +1508,9 @@ static bool send_unit(dbconn_t *c, unit_t *u)
      * A read pool's server cancels a statement at its statement_timeout: its units get that
      * much more, so the server's answer (57014) comes first unless the server is silent. */
     u->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms + db->unit_grace_ms;
-    u->cur = u->head;
-    u->cur_stmt = 0;
+    u->cur_group = 0;
+    if (u->ngroups == 0)
+        cursor_seek(u, u->head, 0);
     if (c->utail)
         c->utail->next = u;
     else
@@ -1354,7 +1548,7 @@ static bool dispatch(dbconn_t *c, unit_t *u, opq_t *q)
         return true;
     if (c->utail != u) { /* not linked yet: requeue the ops ourselves */
         q_push_front_list(q, u->head, u->tail, (size_t)u->nops);
-        free(u);
+        unit_free(u);
     }
     conn_broken(c, PQerrorMessage(c->pg));
     return false;
@@ -1478,7 +1672,7 @@ static void run_queues(og_db_t *db)
         dbconn_t *c = pick(db, false);
         unit_t *u = unit_new(false);
         if (c == NULL || u == NULL) {
-            free(u);
+            unit_free(u);
             break;
         }
         unit_add(u, q_pop(&db->reads));

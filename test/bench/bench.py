@@ -489,12 +489,14 @@ class Profile:
     perf is missing or refuses: the benchmark goes on without a profile."""
 
     def __init__(self, b, pid, seconds, name):
+        """pid: one process, or a list of them (profiled together)."""
+        pid = ",".join(str(p) for p in pid) if isinstance(pid, list) else str(pid)
         self.path = os.path.join(b.tmp, name + ".perf.data")
         self.p = None
         if shutil.which("perf") is None:
             log("perf not found: no profile")
             return
-        self.p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", str(pid), "-o",
+        self.p = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999", "-p", pid, "-o",
                                    self.path, "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE)
 
@@ -524,16 +526,69 @@ class Profile:
         return out
 
 
+def proc_title(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def pg_roles(pg_pid):
+    """CPU ticks of each PostgreSQL process by its role (the process title without the client's
+    address and state: "walwriter", "omnigate omnigate" for a backend, ...), plus "reaped" for
+    processes that exited (autovacuum workers, mostly)."""
+    out = {}
+    for p in tree(pg_pid):
+        try:
+            st = proc_stat(p)
+            with open("/proc/%d/cmdline" % p, "rb") as f:
+                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if p == pg_pid:
+            out["reaped"] = st["cutime"] + st["cstime"]
+            title = "postmaster"
+        else:
+            title = re.sub(r"^postgres: (\S+: )?", "", title)
+            title = re.sub(r"\s+\S*\(\d+\).*$|\s+\[local\].*$", "", title)
+            title = "%s #%d" % (title, p) if "omnigate" in title or "postgres" in title else title
+        out[title] = out.get(title, 0) + st["utime"] + st["stime"]
+    return out
+
+
+def batch_sums(text):
+    """(write batches, operations in them, seconds waiting for their COMMIT) from /metrics."""
+    def total(name):
+        return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % name, text, re.M))
+    return (total("omnigate_db_batch_operations_count"), total("omnigate_db_batch_operations_sum"),
+            total("omnigate_db_commit_duration_seconds_sum"))
+
+
 def sc_fallback_first(b):
     # An ordinary number: whatsapp_qr (first) succeeds, nothing else is called. WAL bytes per
-    # send from the cluster's insert position; a perf profile of the (first) worker.
+    # send from the cluster's insert position; a perf profile of the (first) worker; where
+    # PostgreSQL's CPU goes (by process) and how many operations a write batch carries.
     lsn = wal_lsn(b)
+    m0, roles0 = batch_sums(b.metrics()), pg_roles(b.pg_pid)
     prof = Profile(b, children(b.og.pid)[0], b.args.duration, "fallback_first")
+    backends = [p for p in children(b.pg_pid) if proc_title(p).startswith("postgres: omnigate")]
+    pg_prof = Profile(b, backends, b.args.duration, "fallback_first_pg") if backends else None
     r = b.measure("fallback_first", b.og_url("/api/omni/send"), script=send_script(b, "ff", "+6281{n}"),
                   note="fallback, first channel succeeds")
     r["wal_bytes_per_req"] = wal_since(b, lsn) / max(r["requests"], 1)
     r["profile"] = prof.finish()
-    log("fallback_first: %.0f WAL bytes per send" % r["wal_bytes_per_req"])
+    r["pg_profile"] = pg_prof.finish() if pg_prof else None
+    m1, roles1 = batch_sums(b.metrics()), pg_roles(b.pg_pid)
+    n = max(r["requests"], 1)
+    r["pg_roles_us_per_req"] = sorted(((k, (v - roles0.get(k, 0)) * 1e6 / CLK_TCK / n) for k, v in roles1.items()
+                                       if v - roles0.get(k, 0) > 0), key=lambda kv: -kv[1])
+    batches = max(m1[0] - m0[0], 1)
+    r["batch_ops"] = (m1[1] - m0[1]) / batches
+    r["batch_ms"] = (m1[2] - m0[2]) * 1000 / batches
+    log("fallback_first: %.0f WAL bytes per send; %.1f ops per write batch, %.2f ms to COMMIT; PostgreSQL by "
+        "process, us/send: %s" % (r["wal_bytes_per_req"], r["batch_ops"], r["batch_ms"],
+                                  ", ".join("%s %.1f" % kv for kv in r["pg_roles_us_per_req"])))
 
 
 def sc_fallback_with_statuses(b):
@@ -1299,14 +1354,26 @@ unset multiplot
 
 
 def profile_report(b):
-    """The worker's perf profile during fallback_first: the shares by library and the top symbols."""
+    """The perf profiles during fallback_first (the worker's, PostgreSQL's backends'): the shares
+    by library and the top symbols."""
     r = next((r for r in b.results if r.get("profile")), None)
     if r is None:
         return []
-    p = r["profile"]
-    lines = ["", "## Profile of the worker during %s" % r["scenario"], "",
-             "`perf record -e cpu-clock -F 999 -p WORKER` for the scenario's duration (%d samples), "
-             "`perf report --no-children`: self time." % p.get("samples", 0), "",
+    lines = profile_lines(r["profile"], "the worker", "WORKER", r["scenario"])
+    if "batch_ops" in r:
+        lines += ["", "Write batches: %.1f operations per group-committed transaction, %.2f ms from sending to "
+                  "COMMIT's answer (means over the scenario, from /metrics). PostgreSQL's CPU by process, us per "
+                  "send: %s." % (r["batch_ops"], r["batch_ms"],
+                                 ", ".join("%s %.1f" % kv for kv in r["pg_roles_us_per_req"]))]
+    if r.get("pg_profile"):
+        lines += profile_lines(r["pg_profile"], "PostgreSQL's backends", "BACKENDS", r["scenario"])
+    return lines
+
+
+def profile_lines(p, whose, arg, scenario):
+    lines = ["", "## Profile of %s during %s" % (whose, scenario), "",
+             "`perf record -e cpu-clock -F 999 -p %s` for the scenario's duration (%d samples), "
+             "`perf report --no-children`: self time." % (arg, p.get("samples", 0)), "",
              "| % | library |", "|---:|---|"]
     lines += ["| %.2f | %s |" % (pct, dso) for pct, dso, _ in p["dsos"]]
     lines += ["", "| % | library | symbol |", "|---:|---|---|"]

@@ -82,6 +82,15 @@ typedef struct og_db_stmt {
     const char *sql;
     int nparams;
     bool read_pool; /* run by read pools only (og_db_new_reader): a write pool never prepares it */
+    /* Its set form, as its index in the table + 1 (0: none). When two or more ops of one write
+     * batch start with this statement, one call of the set form does it for all of them, ahead
+     * of the rest of their statements: the same parameters, each an array (a text literal,
+     * `{...}`) of the ops' values in order. It returns rows whose first column is the op's
+     * ordinal (from 1) followed by this statement's own columns, each op getting its own rows
+     * as its first result (none when none is its own); or nothing (no column), and each op's
+     * first result is NULL. A batch that fails is
+     * retried op by op, each with this statement: the two must do the same. */
+    int many;
 } og_db_stmt_t;
 
 typedef enum og_db_status {
@@ -111,6 +120,7 @@ struct og_db_op {
     /* private */
     og_db_op_t *next;
     bool solo;            /* being retried alone after its batch failed */
+    bool merged;          /* its first statement went in its batch's set form (db.c) */
     uint8_t fault;        /* test builds: the fault og_db_test_fault armed for it (db.c) */
     uint64_t deadline_ms; /* loop time after which it is never sent: submission + the pool's timeout */
 };

@@ -47,8 +47,11 @@ enum og_store_stmt {
     OG_Q_LOGS_TENANT,
     /* sql/queries/messages.sql */
     OG_Q_MSG_INSERT,
+    OG_Q_MSG_INSERT_MANY,
     OG_Q_MSG_INSERT_UNLESS_NOWA,
+    OG_Q_MSG_INSERT_UNLESS_NOWA_MANY,
     OG_Q_MSG_COMPLETE,
+    OG_Q_MSG_COMPLETE_MANY,
     OG_Q_MSG_MARK_UNKNOWN,
 
     /* sql/queries/nowa.sql */

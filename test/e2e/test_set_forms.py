@@ -1,0 +1,295 @@
+"""Issue 20: the set forms of the send's writes (sql/013_set_forms.sql, og_db_stmt_t.many). A
+write batch runs the pending inserts of all its sends as one statement and their completions
+as another; a batch that fails is retried send by send with the single forms. The set forms
+must do exactly what the single forms do (checked here statement against statement on the same
+inputs), and the gateway must use them under concurrency without losing a send or letting one
+bad row fail its neighbours."""
+
+import json
+import os
+import re
+import subprocess
+import threading
+
+import pytest
+
+from conftest import ROOT, assert_ok, wait_for
+from gwlib import call, magic, migrate, query_url, sim, tenant_gateway  # noqa: F401
+
+TENANT = "00000000-0000-4000-8000-0000000000aa"
+
+
+def statement(name):
+    """The SQL of statement `name` from sql/queries/messages.sql, as the gateway sends it."""
+    with open(os.path.join(ROOT, "sql", "queries", "messages.sql"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^-- name: %s\n(.*?)(?=^-- name: |\Z)" % name, text, re.S | re.M)
+    assert m, name
+    return "\n".join(l for l in m.group(1).splitlines() if not l.lstrip().startswith("--")).strip().rstrip(";")
+
+
+def lit(v):
+    return "NULL" if v is None else "'" + str(v).replace("'", "''") + "'"
+
+
+def arr(values):
+    """A text array literal, as db.c builds one (every element quoted, \\ before " and \\)."""
+    out = []
+    for v in values:
+        out.append("NULL" if v is None else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return lit("{" + ",".join(out) + "}")
+
+
+def run_sql(url, script):
+    p = subprocess.run(["psql", url, "-XAtq", "-v", "ON_ERROR_STOP=1", "-F", "|"], input=script,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [l.split("|") for l in p.stdout.splitlines() if l]
+
+
+def insert_params(ref, to, skipped='[]', fallback_on=None, after=None, text='Hi "there" \\ {x}, y'):
+    return [TENANT, ref, to, text, "fallback", "{whatsapp_qr,sms}", skipped, fallback_on, after,
+            "6281234567890", "ACME"]
+
+
+def execute(name, params):
+    """PREPARE and EXECUTE of statement `name` (prepared the way the gateway prepares it)."""
+    return "PREPARE %s AS %s;\nEXECUTE %s(%s);\nDEALLOCATE %s;\n" % (
+        name, statement(name), name, ", ".join(lit(p) for p in params), name)
+
+
+def execute_many(name, rows):
+    cols = list(zip(*rows))
+    return "PREPARE %s AS %s;\nEXECUTE %s(%s);\nDEALLOCATE %s;\n" % (
+        name, statement(name), name, ", ".join(arr(c) for c in cols), name)
+
+
+@pytest.fixture
+def db(fresh_db):
+    migrate(fresh_db)
+    query_url(fresh_db, "INSERT INTO tenants (id, name) VALUES ('%s', 'sets')" % TENANT)
+    return fresh_db
+
+
+def message_rows(url, refs):
+    return query_url(url, "SELECT to_number, body, delivery_mode, channels::text, skipped::text, status, "
+                          "fallback_on, fallback_after_s, whatsapp_from, sms_sender, winning_channel, "
+                          "completed_at IS NOT NULL FROM messages WHERE reference IN (%s) ORDER BY to_number"
+                     % ", ".join(lit(r) for r in refs))
+
+
+def test_insert_set_forms_write_what_the_single_forms_write(db):
+    """msg_insert_many and msg_insert_unless_nowa_many against msg_insert and
+    msg_insert_unless_nowa on the same values: the same rows; a remembered number is skipped
+    and reported with its time left, in the set form as in the single form."""
+    query_url(db, "INSERT INTO not_on_whatsapp (number, until) VALUES ('+1555000003', now() + interval '1 hour')")
+    single = [insert_params("kf_s%d" % i, "+1555000000%d" % i, fallback_on=("read" if i == 1 else None),
+                            after=("30" if i == 1 else None)) for i in range(1, 5)]
+    many = [insert_params("kf_m%d" % i, "+1555000001%d" % i, fallback_on=("read" if i == 1 else None),
+                          after=("30" if i == 1 else None)) for i in range(1, 5)]
+    script = "".join(execute("msg_insert", p) for p in single[:2])
+    script += execute_many("msg_insert_many", many[:2])
+    out = run_sql(db, script)
+    assert out == [["kf_s1"], ["kf_s2"]]  # the set form returns nothing
+    a, b = message_rows(db, ["kf_s1", "kf_s2"]), message_rows(db, ["kf_m1", "kf_m2"])
+    assert len(a) == 2 and [r[1:] for r in a] == [r[1:] for r in b]
+    assert a[0][1] == 'Hi "there" \\ {x}, y'  # quotes, backslash and braces survive the array literal
+
+    # The number +1555000003 is remembered (no WhatsApp): nothing written for it.
+    nowa_single = [insert_params("kf_n%d" % i, "+155500000%d" % i) for i in (3, 4)]
+    nowa_many = [insert_params("kf_o%d" % i, "+155500000%d" % i) for i in (3, 4)] + \
+        [insert_params("kf_o5", "+15550000005")]
+    out = run_sql(db, "".join(execute("msg_insert_unless_nowa", p) for p in nowa_single) +
+                  execute_many("msg_insert_unless_nowa_many", nowa_many))
+    assert out[0][0] == "" and int(out[0][1]) > 3500000  # remembered: not inserted
+    assert out[1] == ["kf_n4", ""]
+    rows = sorted(out[2:], key=lambda r: int(r[0]))
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert rows[0][1] == "" and int(rows[0][2]) > 3500000
+    assert rows[1][1:] == ["kf_o4", ""] and rows[2][1:] == ["kf_o5", ""]
+    assert query_url(db, "SELECT count(*) FROM messages WHERE reference IN ('kf_n3', 'kf_o3')") == [("0",)]
+    assert message_rows(db, ["kf_n4"])[0][1:] == message_rows(db, ["kf_o4"])[0][1:]
+
+
+ATTEMPT_FIELDS = ("seq, channel, status, error_code, error_message, provider_code, http_status, latency_ms, "
+                  "attempted_at, delivery_status, delivered_at, read_at, delivery_error, delivery_provider_code, "
+                  "delivery_message")
+
+# (status, winning channel, attempts, goes on, delivery statuses already received for the
+# accepted attempt's provider id)
+CASES = [
+    ("sent", "whatsapp_qr", [("whatsapp_qr", True)], False, []),
+    ("sent", "whatsapp_qr", [("whatsapp_qr", True)], False, ["delivered"]),
+    ("sent", "whatsapp_qr", [("whatsapp_qr", True)], False, ["delivered", "read"]),
+    ("sent", "whatsapp_qr", [("whatsapp_qr", True)], False, ["failed"]),
+    ("sent", "whatsapp_qr", [("whatsapp_qr", True)], True, ["failed"]),
+    ("sent", "sms", [("whatsapp_qr", False), ("sms", True)], False, ["undelivered"]),
+    ("failed", None, [("whatsapp_qr", False), ("sms", False)], False, []),
+]
+
+
+def attempts_json(attempts, pid):
+    out = []
+    for seq, (ch, ok) in enumerate(attempts):
+        a = {"channel": ch, "status": "sent" if ok else "failed", "latency_ms": 12 + seq, "seq": seq,
+             "attempted_at_ms": 1764150000000 + seq}
+        if ok:
+            a["provider_message_id"] = pid
+        else:
+            a.update(error_code="provider_rejected", error_message='refused "x"', provider_code="131026",
+                     http_status=400)
+        out.append(a)
+    return json.dumps(out)
+
+
+def test_completion_set_form_writes_what_the_single_form_writes(db):
+    """msg_complete_many against msg_complete, case by case (a status that beat the completion,
+    read over delivered, undelivered unless the chain goes on, failures): the same message
+    status, winning channel and attempt rows."""
+    script, refs = "", []
+    for form in ("s", "m"):
+        rows = []
+        for i, (status, winner, attempts, goes_on, before) in enumerate(CASES):
+            ref, pid = "kf_c%s%d" % (form, i), "pid-%s-%d" % (form, i)
+            refs.append(ref)
+            script += execute("msg_insert", insert_params(ref, "+1666000%s%03d" % (form == "s" and "1" or "2", i)))
+            win_ch = [ch for ch, ok in attempts if ok]
+            for k, st in enumerate(before):
+                script += ("INSERT INTO delivery_statuses (channel, provider_message_id, status, at, matched) "
+                           "VALUES (%s, %s, %s, to_timestamp(1764150001 + %d), false);\n" % (
+                               lit(win_ch[0]), lit(pid), lit(st), k))
+            rows.append([TENANT, ref, status, winner, attempts_json(attempts, pid), "true" if goes_on else "false"])
+        if form == "s":
+            script += "".join(execute("msg_complete", r) for r in rows)
+        else:
+            script += execute_many("msg_complete_many", rows)
+    run_sql(db, script)
+    for i in range(len(CASES)):
+        a = query_url(db, "SELECT status, winning_channel, completed_at IS NOT NULL FROM messages "
+                          "WHERE reference = 'kf_cs%d'" % i)
+        b = query_url(db, "SELECT status, winning_channel, completed_at IS NOT NULL FROM messages "
+                          "WHERE reference = 'kf_cm%d'" % i)
+        assert a == b and a[0][2] == "t", (i, a, b)
+        aa = query_url(db, "SELECT %s FROM attempts WHERE reference = 'kf_cs%d' ORDER BY seq" % (ATTEMPT_FIELDS, i))
+        ab = query_url(db, "SELECT %s FROM attempts WHERE reference = 'kf_cm%d' ORDER BY seq" % (ATTEMPT_FIELDS, i))
+        assert aa == ab and len(aa) == len(CASES[i][2]), (i, aa, ab)
+    want = ["sent", "delivered", "read", "undelivered", "sent", "undelivered", "failed"]
+    got = [query_url(db, "SELECT status FROM messages WHERE reference = 'kf_cm%d'" % i)[0][0]
+           for i in range(len(CASES))]
+    assert got == want
+
+
+def metric(srv, name):
+    r = srv.request("GET", "/metrics")
+    assert r.status == 200
+    m = re.search(r"^%s (\S+)$" % re.escape(name), r.body.decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def send_many(gw, numbers, threads=24):
+    """Sends to every number from `threads` connections at once; returns {number: response}."""
+    out, lock, todo = {}, threading.Lock(), list(numbers)
+
+    def worker():
+        while True:
+            with lock:
+                if not todo:
+                    return
+                to = todo.pop()
+            r = call(gw, "POST", "/api/omni/send", token=gw.token, body={"to": to, "text": "batch"}, timeout=20)
+            with lock:
+                out[to] = r
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+@pytest.fixture
+def gw(make_gateway, sim):
+    # One write connection: every batch waits for the one in flight, so concurrent sends batch.
+    return tenant_gateway(make_gateway, sim, workers=1, env={"OMNIGATE_DB_POOL": "1"})
+
+
+def test_concurrent_sends_share_set_forms_and_are_recorded(gw):
+    """240 sends over 24 connections at once (first channel fails for a third of them): the
+    batches merge their inserts and completions (the metric counts it), every answer is 200
+    and every send is in the database with the answer's status, winner and attempts."""
+    numbers = [magic(1 if i % 3 == 0 else 0, 0, 0, "%04d" % i) for i in range(240)]
+    res = send_many(gw, numbers)
+    for to, r in res.items():
+        assert_ok(r)
+    assert metric(gw, "omnigate_db_merged_operations_total") >= 20
+    rows = {r[0]: r[1:] for r in query_url(
+        gw.db_url, "SELECT m.reference, m.status, m.winning_channel, m.to_number, "
+                   "(SELECT string_agg(a.channel || ':' || a.status, ',' ORDER BY a.seq) FROM attempts a "
+                   "WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference) FROM messages m")}
+    assert len(rows) == len(numbers)
+    for to, r in res.items():
+        d = r.json()["data"]
+        status, winner, number, attempts = rows[d["reference"]]
+        assert number == to and status == "sent" and winner == d["winningChannel"]
+        assert attempts == ",".join("%s:%s" % (a["channel"], a["status"]) for a in d["attempts"])
+
+
+def test_one_bad_row_does_not_fail_its_batch(gw):
+    """A row the database refuses (a trigger raising for one number, on its pending insert and
+    on another's completion) fails its batch's set form; the batch is retried send by send, so
+    only those two sends fail, each with its own answer, and every other send is recorded."""
+    bad_insert, bad_complete = magic(0, 0, 0, "7001"), magic(0, 0, 0, "7002")
+    query_url(gw.db_url, """
+        CREATE FUNCTION t_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP = 'INSERT' AND NEW.to_number = '%s' THEN RAISE EXCEPTION 'refused insert'; END IF;
+            IF TG_OP = 'UPDATE' AND NEW.to_number = '%s' AND NEW.status <> 'pending' THEN
+                RAISE EXCEPTION 'refused completion';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER t_refuse BEFORE INSERT OR UPDATE ON messages FOR EACH ROW EXECUTE FUNCTION t_refuse();
+    """ % (bad_insert, bad_complete))
+    retries0 = metric(gw, "omnigate_db_batch_retries_total")
+    numbers = [magic(0, 0, 0, "%04d" % i) for i in range(120)]
+    for rnd in range(3):  # until both bad rows rode in a merged batch (nearly always the first round)
+        res = send_many(gw, numbers + [bad_insert, bad_complete])
+        assert res[bad_insert].status == 500 and res[bad_insert].json()["error"]["code"] == "internal_error"
+        assert res[bad_complete].status == 502
+        assert res[bad_complete].json()["error"]["code"] == "outcome_unknown"
+        for to in numbers:
+            assert_ok(res[to])
+        if metric(gw, "omnigate_db_batch_retries_total") >= retries0 + 2:
+            break
+    assert metric(gw, "omnigate_db_batch_retries_total") >= retries0 + 2
+    assert metric(gw, "omnigate_db_merged_operations_total") > 0
+    n = len(numbers)
+    assert query_url(gw.db_url, "SELECT count(*) FROM messages WHERE status = 'sent' AND to_number <> '%s'"
+                     % bad_complete) == [(str(n * (rnd + 1)),)]
+    assert query_url(gw.db_url, "SELECT count(*) FROM messages WHERE to_number = '%s'" % bad_insert) == [("0",)]
+    assert query_url(gw.db_url, "SELECT status FROM messages WHERE to_number = '%s'" % bad_complete) == \
+        [("pending",)] * (rnd + 1)
+
+
+def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db):
+    """The completion's join (messages with the batch's rows) is planned on a database never
+    analyzed, while messages is tiny, and the plan is then kept (a generic plan after five
+    calls): it must read messages and the earlier delivery statuses by their primary keys,
+    never whole, whatever size the tables grow to (auto_explain of the ninth call)."""
+    script = ""
+    for i in range(9):
+        if i == 8:
+            script += ("LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+                       "SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = 'notice';\n")
+        ref = "kf_p%d" % i
+        script += execute("msg_insert", insert_params(ref, "+1777000%04d" % i))
+        script += execute_many("msg_complete_many", [[TENANT, ref, "sent", "sms",
+                                                       attempts_json([("sms", True)], "pid-p%d" % i), "false"]])
+    p = subprocess.run(["psql", db, "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    plan = p.stderr[p.stderr.index("UPDATE messages m"):]
+    assert "Index Scan using messages_pkey on messages m" in plan, plan
+    assert "Index Scan using delivery_statuses_pkey on delivery_statuses" in plan, plan
+    assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
