@@ -11,6 +11,8 @@
 #include <time.h>
 #include <sys/random.h>
 
+#include <openssl/rand.h>
+
 static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /* getrandom(2) without GRND_NONBLOCK blocks only until the kernel pool is first seeded (early
@@ -53,8 +55,12 @@ static char *reference_time(char *out, uint64_t t)
 
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)
 {
+    /* OpenSSL's generator (seeded from the kernel, reseeded after a fork) rather than a
+     * getrandom call per reference: a reference must be unique, not secret, and the system
+     * call was one in ten of a send's (issue 20). */
     unsigned char rnd[10];
-    og_ids_random(rnd, sizeof(rnd));
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1)
+        og_ids_random(rnd, sizeof(rnd));
 
     /* The 130-bit value as two halves: hi holds the 2 zero bits and the 48-bit time (50 bits,
      * 10 characters), lo the 80 random bits (16 characters). */

@@ -43,7 +43,8 @@ typedef struct hc_sock {
     uv_poll_t poll;
     og_hc_t *hc;
     curl_socket_t fd;
-    int events; /* what curl asked us to watch */
+    int events;   /* what curl asked us to watch; 0 while it wants nothing (a kept-alive idle connection) */
+    int watching; /* what the poll handle watches (0: stopped) */
 } hc_sock_t;
 
 typedef og_hc_kind_t hc_kind_t;
@@ -66,6 +67,10 @@ struct og_hc {
     /* The live (not closing) poll handle of each curl socket, indexed by fd. */
     hc_sock_t **by_fd;
     size_t nby_fd;
+    /* Per fd: 1 while it is a connection socket curl opened through opensocket_cb (and will
+     * close through closesocket_cb); the others (its resolver's wake-up pair) it closes itself. */
+    unsigned char *conn_fd;
+    size_t nconn_fd;
     og_hc_req_t *inflight; /* doubly linked through prev/next */
     /* Finished easy handles kept with their options (not reset): a request of the same kind
      * (hc_kind_t: one channel's requests all are) sets only its URL, body and headers. */
@@ -253,18 +258,39 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 /* ---- sockets ------------------------------------------------------------------------------- */
 
-/* public_only requests: curl asks us for each socket it is about to connect, with the address
- * its resolver gave, so a name that resolves inside the network is refused like a literal. A
+/* curl asks us for each socket it is about to connect, with the address its resolver gave. The
+ * socket is marked as a connection socket (kept watched between transfers, see socket_cb). For
+ * public_only requests a name that resolves inside the network is refused like a literal: a
  * refused address makes curl try the host's next one; when none is left the transfer fails
  * (CURLE_COULDNT_CONNECT) and complete() reports OG_HC_BLOCKED. */
 static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
 {
     og_hc_req_t *r = clientp;
-    if (purpose != CURLSOCKTYPE_IPCXN || og_addr_class(&a->addr) != OG_ADDR_PUBLIC) {
+    if (r->kind.public_only && (purpose != CURLSOCKTYPE_IPCXN || og_addr_class(&a->addr) != OG_ADDR_PUBLIC)) {
         r->blocked = true;
         return CURL_SOCKET_BAD;
     }
-    return socket(a->family, a->socktype, a->protocol);
+    curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
+    og_hc_t *hc = r->hc;
+    if (fd >= 0 && (size_t)fd >= hc->nconn_fd) {
+        size_t n = hc->nconn_fd ? hc->nconn_fd : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        unsigned char *t = realloc(hc->conn_fd, n);
+        if (t == NULL) /* unmarked: its poll handle is simply retired after each transfer */
+            return fd;
+        memset(t + hc->nconn_fd, 0, n - hc->nconn_fd);
+        hc->conn_fd = t;
+        hc->nconn_fd = n;
+    }
+    if (fd >= 0)
+        hc->conn_fd[fd] = 1;
+    return fd;
+}
+
+static bool is_conn_fd(const og_hc_t *hc, curl_socket_t fd)
+{
+    return fd >= 0 && (size_t)fd < hc->nconn_fd && hc->conn_fd[fd];
 }
 
 /* One uv handle finished closing; the last one, after the teardown, frees hc. */
@@ -274,6 +300,7 @@ static void handle_gone(og_hc_t *hc)
         void (*closed)(void *) = hc->closed;
         void *arg = hc->closed_arg;
         free(hc->by_fd);
+        free(hc->conn_fd);
         free(hc);
         if (closed != NULL)
             closed(arg);
@@ -304,6 +331,13 @@ static void poll_cb(uv_poll_t *p, int status, int events)
 {
     hc_sock_t *k = container_of(p, hc_sock_t, poll);
     og_hc_t *hc = k->hc;
+    if (k->events == 0) {
+        /* An idle kept-alive connection became readable (the server closed it, most likely):
+         * nothing for curl now, which checks a connection before it reuses one. */
+        uv_poll_stop(&k->poll);
+        k->watching = 0;
+        return;
+    }
     int flags = 0;
     if (status < 0) {
         flags = CURL_CSELECT_ERR;
@@ -318,8 +352,11 @@ static void poll_cb(uv_poll_t *p, int status, int events)
     curl_multi_socket_action(hc->multi, k->fd, flags, &running);
     /* On POLLERR libuv has stopped the handle, but curl still counts on it being watched
      * (it only calls socket_cb when what it wants changes): watch again unless curl let go. */
-    if (status < 0 && k->fd < (curl_socket_t)hc->nby_fd && hc->by_fd[k->fd] == k)
-        uv_poll_start(&k->poll, k->events, poll_cb);
+    if (status < 0 && k->fd < (curl_socket_t)hc->nby_fd && hc->by_fd[k->fd] == k) {
+        k->watching = k->events;
+        if (k->events)
+            uv_poll_start(&k->poll, k->events, poll_cb);
+    }
     check_done(hc);
 }
 
@@ -327,7 +364,23 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
 {
     og_hc_t *hc = userp;
     if (what == CURL_POLL_REMOVE) {
-        sock_retire(hc, fd);
+        /* Kept, watching for reads: curl lets go of a kept-alive connection after each transfer
+         * and wants it read again on the next one, and uv_poll_start costs two epoll_ctl calls
+         * even with the same events (libuv forgets the registration when a handle stops). The
+         * handle goes when curl closes the socket (closesocket_cb): so only for the sockets
+         * that curl closes through it. */
+        if (!is_conn_fd(hc, fd)) {
+            sock_retire(hc, fd);
+            return 0;
+        }
+        hc_sock_t *k = (size_t)fd < hc->nby_fd ? hc->by_fd[fd] : NULL;
+        if (k != NULL) {
+            k->events = 0;
+            if (k->watching != 0 && k->watching != UV_READABLE) {
+                uv_poll_start(&k->poll, UV_READABLE, poll_cb);
+                k->watching = UV_READABLE;
+            }
+        }
         return 0;
     }
     if (fd < 0)
@@ -367,7 +420,10 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
     if (what & CURL_POLL_OUT)
         events |= UV_WRITABLE;
     k->events = events;
-    uv_poll_start(&k->poll, events, poll_cb);
+    if (k->watching != events) {
+        uv_poll_start(&k->poll, events, poll_cb);
+        k->watching = events;
+    }
     return 0;
 }
 
@@ -377,6 +433,8 @@ static int closesocket_cb(void *clientp, curl_socket_t fd)
 {
     og_hc_t *hc = clientp;
     sock_retire(hc, fd);
+    if (is_conn_fd(hc, fd))
+        hc->conn_fd[fd] = 0;
     return close(fd);
 }
 
@@ -569,8 +627,7 @@ static bool set_kind(og_hc_t *hc, CURL *e, const hc_kind_t *k)
     ok &= curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)k->cap) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, closesocket_cb) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, hc) == CURLE_OK;
-    if (k->public_only)
-        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, opensocket_cb) == CURLE_OK;
     /* TLS peer and host verification stay at libcurl's default: on. */
     if (strcmp(k->method, "GET") == 0)
         ok &= curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
@@ -625,8 +682,7 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
         ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->body_len) == CURLE_OK;
         ok &= curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "") == CURLE_OK;
     }
-    if (r->kind.public_only)
-        ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r) == CURLE_OK;
     if (r->kind.auth) {
         ok &= curl_easy_setopt(e, CURLOPT_USERNAME, r->user) == CURLE_OK;
         ok &= curl_easy_setopt(e, CURLOPT_PASSWORD, r->password ? r->password : "") == CURLE_OK;

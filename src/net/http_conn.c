@@ -749,7 +749,8 @@ void og_http_conn_feed(og_http_conn_t *c, const char *data, size_t len)
     if (c->state >= OG_CONN_CLOSING || len == 0)
         return;
     size_t used = 0;
-    if (c->stash == NULL) {
+    /* Bytes can come while reading is off (the server stops lazily, http_server.c): kept. */
+    if (c->stash == NULL && c->reading) {
         c->feeding = true;
         used = parse(c, data, len);
         c->feeding = false;

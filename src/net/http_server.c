@@ -31,6 +31,13 @@ struct og_server_conn {
     bool closing;     /* uv_close or uv_shutdown issued */
     bool linger;      /* after shutdown: read and discard until EOF or LINGER_MS */
     bool lingering;
+    /* The connection asked not to be read (io_read off: a request is being handled), but libuv
+     * still reads: stopping and starting a stream's reads costs two epoll_ctl calls each time
+     * (libuv forgets the registration), twice per request. Most clients send nothing more
+     * before the answer; the first read that comes anyway stops reading for real and is handed
+     * over, and the connection keeps it until it wants it (og_http_conn_feed). */
+    bool read_paused;
+    bool read_stopped; /* uv_read_stop done */
 };
 
 typedef struct write_op {
@@ -157,6 +164,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             close_handles(sc);
         return;
     }
+    if (sc->read_paused && nread != 0 && !sc->read_stopped) {
+        uv_read_stop(s);
+        sc->read_stopped = true;
+    }
     if (nread > 0)
         og_http_conn_feed(&sc->http, buf->base, (size_t)nread);
     else if (nread == UV_EOF)
@@ -170,10 +181,11 @@ static void io_read(og_http_conn_t *c, bool on)
     og_server_conn_t *sc = conn_of_http(c);
     if (sc->closing)
         return;
-    if (on)
+    sc->read_paused = !on;
+    if (on && sc->read_stopped) {
+        sc->read_stopped = false;
         uv_read_start((uv_stream_t *)&sc->tcp, on_alloc, on_read);
-    else
-        uv_read_stop((uv_stream_t *)&sc->tcp);
+    }
 }
 
 static void on_timer(uv_timer_t *t)
@@ -289,6 +301,7 @@ static og_server_conn_t *conn_new(og_server_t *s)
     sc->tcp.data = sc;
     sc->timer.data = sc;
     sc->open_handles = 2;
+    sc->read_stopped = true; /* not reading yet: og_http_conn_start turns it on */
     og_http_conn_init(&sc->http, s->http, &server_io, ++s->next_conn_id);
     sc->http.data = sc;
     sc->next = s->conns;
