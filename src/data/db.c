@@ -323,6 +323,12 @@ void og_db_op_clear(og_db_op_t *op)
 
 static void complete(og_db_op_t *op, og_db_status_t st)
 {
+    if (op->lost && st == OG_DB_OK) { /* committed, but its results could not be kept (take_result) */
+        og_db_op_clear(op);
+        st = OG_DB_UNAVAILABLE;
+        snprintf(op->error, sizeof(op->error), "out of memory for the results");
+    }
+    op->lost = false;
     if (op->fault != FAULT_NONE) {
         if (op->fault == FAULT_LOST && st == OG_DB_OK)
             og_db_op_clear(op);
@@ -1277,6 +1283,12 @@ static bool group_values(const og_db_t *db, group_t *g)
     return true;
 }
 
+/* Whether op, not in a group yet, starts with statement stmt, which has a set form. */
+static bool mergeable(const og_db_t *db, const og_db_op_t *op, int stmt)
+{
+    return !op->merged && op->nstmts >= 1 && op->stmts[0].stmt == stmt && db->stmts[stmt].many != 0;
+}
+
 /* In a write unit of several ops, gathers the ops whose first statement has a set form, by that
  * statement, into one group each (two ops or more): the group's one statement does their first
  * statements' work, before the rest of every op's statements. The ops of a batch are
@@ -1285,15 +1297,15 @@ static bool group_values(const og_db_t *db, group_t *g)
 static void merge_groups(const og_db_t *db, unit_t *u)
 {
     for (og_db_op_t *op = u->head; op; op = op->next)
-        op->merged = false;
+        op->merged = op->lost = false; /* a retried op is sent again: nothing of it committed */
     if (!u->write || u->nops < 2)
         return;
     for (og_db_op_t *op = u->head; op; op = op->next) {
-        if (op->merged || op->nstmts < 1 || db->stmts[op->stmts[0].stmt].many == 0)
+        if (!mergeable(db, op, op->nstmts >= 1 ? op->stmts[0].stmt : -1))
             continue;
         int stmt = op->stmts[0].stmt, n = 0;
         for (og_db_op_t *o = op; o; o = o->next)
-            n += !o->merged && o->nstmts >= 1 && o->stmts[0].stmt == stmt;
+            n += mergeable(db, o, stmt);
         if (n < 2)
             continue;
         group_t *gs = realloc(u->groups, (size_t)(u->ngroups + 1) * sizeof(*gs));
@@ -1305,7 +1317,7 @@ static void merge_groups(const og_db_t *db, unit_t *u)
         if ((g->ops = malloc((size_t)n * sizeof(*g->ops))) == NULL)
             return;
         for (og_db_op_t *o = op; o; o = o->next)
-            if (!o->merged && o->nstmts >= 1 && o->stmts[0].stmt == stmt)
+            if (mergeable(db, o, stmt))
                 g->ops[g->nops++] = o;
         if (!group_values(db, g)) {
             free(g->ops);
@@ -1359,8 +1371,14 @@ static void take_result(dbconn_t *c, PGresult *r)
         return;
     }
     if (u->cur_group < u->ngroups) {
-        if (st == PGRES_TUPLES_OK && !split_result(c, &u->groups[u->cur_group], r))
-            u->failed = true; /* out of memory: the ops are retried alone */
+        group_t *g = &u->groups[u->cur_group];
+        if (st == PGRES_TUPLES_OK && !split_result(c, g, r)) {
+            /* Out of memory for the ops' results. Not a failure of the unit: retrying the ops
+             * alone would do their work twice once it commits. Like a connection lost after
+             * COMMIT, they end unavailable with no results (complete). */
+            for (int i = 0; i < g->nops; i++)
+                g->ops[i]->lost = true;
+        }
         PQclear(r);
         return;
     }
@@ -1464,6 +1482,17 @@ static void conn_io(dbconn_t *c, int events)
 
 /* ---- dispatch --------------------------------------------------------------------------- */
 
+/* Queues statement `stmt` of the table with its values on c's pipeline. */
+static bool send_stmt(dbconn_t *c, int stmt, const char *const *values)
+{
+    const og_db_stmt_t *s = &c->db->stmts[stmt];
+    /* Unnamed: Parse, Bind and Execute with the text every time (a transaction pooler may give
+     * each transaction another server connection: see og_db_set_prepared). */
+    bool named = c->prepared && !s->read_pool; /* read-pool statements are never prepared */
+    return named ? PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
+                 : PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0);
+}
+
 static bool send_unit(dbconn_t *c, unit_t *u)
 {
     og_db_t *db = c->db;
@@ -1481,25 +1510,13 @@ static bool send_unit(dbconn_t *c, unit_t *u)
         u->preamble = true;
     }
     merge_groups(db, u);
-    for (int g = 0; g < u->ngroups; g++) {
-        const og_db_stmt_t *s = &db->stmts[u->groups[g].stmt];
-        const char *const *values = (const char *const *)u->groups[g].values;
-        if (c->prepared ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
-                        : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
+    for (int g = 0; g < u->ngroups; g++)
+        if (!send_stmt(c, u->groups[g].stmt, (const char *const *)u->groups[g].values))
             return false;
-    }
-    for (og_db_op_t *op = u->head; op; op = op->next) {
-        for (int i = op->merged ? 1 : 0; i < op->nstmts; i++) {
-            const og_db_stmt_t *s = &db->stmts[op->stmts[i].stmt];
-            const char *const *values = op->stmts[i].values;
-            /* Unnamed: Parse, Bind and Execute with the text every time (a transaction pooler
-             * may give each transaction another server connection: see og_db_set_prepared). */
-            bool named = c->prepared && !s->read_pool; /* read-pool statements are never prepared */
-            if (named ? !PQsendQueryPrepared(c->pg, s->name, s->nparams, values, NULL, NULL, 0)
-                      : !PQsendQueryParams(c->pg, s->sql, s->nparams, NULL, values, NULL, NULL, 0))
+    for (og_db_op_t *op = u->head; op; op = op->next)
+        for (int i = op->merged ? 1 : 0; i < op->nstmts; i++)
+            if (!send_stmt(c, op->stmts[i].stmt, op->stmts[i].values))
                 return false;
-        }
-    }
     if (!PQpipelineSync(c->pg))
         return false;
     u->sent_us = now_us();
@@ -1508,8 +1525,7 @@ static bool send_unit(dbconn_t *c, unit_t *u)
      * A read pool's server cancels a statement at its statement_timeout: its units get that
      * much more, so the server's answer (57014) comes first unless the server is silent. */
     u->deadline_ms = uv_now(db->loop) + (uint64_t)db->timeout_ms + db->unit_grace_ms;
-    u->cur_group = 0;
-    if (u->ngroups == 0)
+    if (u->ngroups == 0) /* else the cursor starts when the groups' results are in */
         cursor_seek(u, u->head, 0);
     if (c->utail)
         c->utail->next = u;

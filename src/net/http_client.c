@@ -45,6 +45,7 @@ typedef struct hc_sock {
     curl_socket_t fd;
     int events;   /* what curl asked us to watch; 0 while it wants nothing (a kept-alive idle connection) */
     int watching; /* what the poll handle watches (0: stopped) */
+    bool conn; /* a connection socket opened through opensocket_cb (curl closes it through closesocket_cb) */
 } hc_sock_t;
 
 typedef og_hc_kind_t hc_kind_t;
@@ -67,10 +68,6 @@ struct og_hc {
     /* The live (not closing) poll handle of each curl socket, indexed by fd. */
     hc_sock_t **by_fd;
     size_t nby_fd;
-    /* Per fd: 1 while it is a connection socket curl opened through opensocket_cb (and will
-     * close through closesocket_cb); the others (its resolver's wake-up pair) it closes itself. */
-    unsigned char *conn_fd;
-    size_t nconn_fd;
     og_hc_req_t *inflight; /* doubly linked through prev/next */
     /* Finished easy handles kept with their options (not reset): a request of the same kind
      * (hc_kind_t: one channel's requests all are) sets only its URL, body and headers. */
@@ -258,11 +255,46 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 
 /* ---- sockets ------------------------------------------------------------------------------- */
 
-/* curl asks us for each socket it is about to connect, with the address its resolver gave. The
- * socket is marked as a connection socket (kept watched between transfers, see socket_cb). For
- * public_only requests a name that resolves inside the network is refused like a literal: a
- * refused address makes curl try the host's next one; when none is left the transfer fails
- * (CURLE_COULDNT_CONNECT) and complete() reports OG_HC_BLOCKED. */
+/* The poll handle of fd, made (not started) if it has none. NULL when out of memory or libuv
+ * refuses the socket. */
+static hc_sock_t *sock_get(og_hc_t *hc, curl_socket_t fd)
+{
+    if ((size_t)fd >= hc->nby_fd) {
+        size_t n = hc->nby_fd ? hc->nby_fd : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        hc_sock_t **t = realloc(hc->by_fd, n * sizeof(*t));
+        if (t == NULL)
+            return NULL;
+        memset(t + hc->nby_fd, 0, (n - hc->nby_fd) * sizeof(*t));
+        hc->by_fd = t;
+        hc->nby_fd = n;
+    }
+    hc_sock_t *k = hc->by_fd[fd];
+    if (k != NULL)
+        return k;
+    if ((k = calloc(1, sizeof(*k))) == NULL)
+        return NULL;
+    int rc = uv_poll_init_socket(hc->loop, &k->poll, fd);
+    if (rc != 0) {
+        if (hc->log != NULL)
+            og_log(hc->log, OG_LOG_ERROR, "http client cannot watch a socket", "\"fd\":%d,\"error\":\"%s\"",
+                   (int)fd, uv_strerror(rc));
+        free(k);
+        return NULL;
+    }
+    k->hc = hc;
+    k->fd = fd;
+    hc->handles++;
+    hc->by_fd[fd] = k;
+    return k;
+}
+
+/* curl asks us for each socket it is about to connect, with the address its resolver gave. Its
+ * poll handle is made here, marked as a connection socket's (kept between transfers, see
+ * socket_cb). For public_only requests a name that resolves inside the network is refused like
+ * a literal: a refused address makes curl try the host's next one; when none is left the
+ * transfer fails (CURLE_COULDNT_CONNECT) and complete() reports OG_HC_BLOCKED. */
 static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
 {
     og_hc_req_t *r = clientp;
@@ -271,26 +303,15 @@ static curl_socket_t opensocket_cb(void *clientp, curlsocktype purpose, struct c
         return CURL_SOCKET_BAD;
     }
     curl_socket_t fd = socket(a->family, a->socktype, a->protocol);
-    og_hc_t *hc = r->hc;
-    if (fd >= 0 && (size_t)fd >= hc->nconn_fd) {
-        size_t n = hc->nconn_fd ? hc->nconn_fd : 64;
-        while (n <= (size_t)fd)
-            n *= 2;
-        unsigned char *t = realloc(hc->conn_fd, n);
-        if (t == NULL) /* unmarked: its poll handle is simply retired after each transfer */
-            return fd;
-        memset(t + hc->nconn_fd, 0, n - hc->nconn_fd);
-        hc->conn_fd = t;
-        hc->nconn_fd = n;
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    hc_sock_t *k = sock_get(r->hc, fd);
+    if (k == NULL) {
+        close(fd);
+        return CURL_SOCKET_BAD; /* curl fails the transfer */
     }
-    if (fd >= 0)
-        hc->conn_fd[fd] = 1;
+    k->conn = true;
     return fd;
-}
-
-static bool is_conn_fd(const og_hc_t *hc, curl_socket_t fd)
-{
-    return fd >= 0 && (size_t)fd < hc->nconn_fd && hc->conn_fd[fd];
 }
 
 /* One uv handle finished closing; the last one, after the teardown, frees hc. */
@@ -300,7 +321,6 @@ static void handle_gone(og_hc_t *hc)
         void (*closed)(void *) = hc->closed;
         void *arg = hc->closed_arg;
         free(hc->by_fd);
-        free(hc->conn_fd);
         free(hc);
         if (closed != NULL)
             closed(arg);
@@ -363,18 +383,16 @@ static void poll_cb(uv_poll_t *p, int status, int events)
 static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
     og_hc_t *hc = userp;
+    hc_sock_t *k = fd >= 0 && (size_t)fd < hc->nby_fd ? hc->by_fd[fd] : NULL;
     if (what == CURL_POLL_REMOVE) {
-        /* Kept, watching for reads: curl lets go of a kept-alive connection after each transfer
-         * and wants it read again on the next one, and uv_poll_start costs two epoll_ctl calls
-         * even with the same events (libuv forgets the registration when a handle stops). The
-         * handle goes when curl closes the socket (closesocket_cb): so only for the sockets
-         * that curl closes through it. */
-        if (!is_conn_fd(hc, fd)) {
+        /* A connection socket's handle is kept, watching for reads: curl lets go of a kept-alive
+         * connection after each transfer and wants it read again on the next one, and
+         * uv_poll_start costs two epoll_ctl calls even with the same events (libuv forgets the
+         * registration when a handle stops). It goes when curl closes the socket
+         * (closesocket_cb). Other sockets (the resolver's) curl closes itself: retired now. */
+        if (k != NULL && !k->conn) {
             sock_retire(hc, fd);
-            return 0;
-        }
-        hc_sock_t *k = (size_t)fd < hc->nby_fd ? hc->by_fd[fd] : NULL;
-        if (k != NULL) {
+        } else if (k != NULL) {
             k->events = 0;
             if (k->watching != 0 && k->watching != UV_READABLE) {
                 uv_poll_start(&k->poll, UV_READABLE, poll_cb);
@@ -383,37 +401,8 @@ static int socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *
         }
         return 0;
     }
-    if (fd < 0)
-        return -1;
-    if ((size_t)fd >= hc->nby_fd) {
-        size_t n = hc->nby_fd ? hc->nby_fd : 64;
-        while (n <= (size_t)fd)
-            n *= 2;
-        hc_sock_t **t = realloc(hc->by_fd, n * sizeof(*t));
-        if (t == NULL)
-            return -1;
-        memset(t + hc->nby_fd, 0, (n - hc->nby_fd) * sizeof(*t));
-        hc->by_fd = t;
-        hc->nby_fd = n;
-    }
-    hc_sock_t *k = hc->by_fd[fd];
-    if (k == NULL) {
-        k = calloc(1, sizeof(*k));
-        if (k == NULL)
-            return -1;
-        int rc = uv_poll_init_socket(hc->loop, &k->poll, fd);
-        if (rc != 0) {
-            if (hc->log != NULL)
-                og_log(hc->log, OG_LOG_ERROR, "http client cannot watch a socket",
-                       "\"fd\":%d,\"error\":\"%s\"", (int)fd, uv_strerror(rc));
-            free(k);
-            return -1; /* curl fails the transfers on this socket */
-        }
-        k->hc = hc;
-        k->fd = fd;
-        hc->handles++;
-        hc->by_fd[fd] = k;
-    }
+    if (fd < 0 || (k == NULL && (k = sock_get(hc, fd)) == NULL))
+        return -1; /* curl fails the transfers on this socket */
     int events = 0;
     if (what & CURL_POLL_IN)
         events |= UV_READABLE;
@@ -433,8 +422,6 @@ static int closesocket_cb(void *clientp, curl_socket_t fd)
 {
     og_hc_t *hc = clientp;
     sock_retire(hc, fd);
-    if (is_conn_fd(hc, fd))
-        hc->conn_fd[fd] = 0;
     return close(fd);
 }
 

@@ -536,21 +536,19 @@ def proc_title(pid):
 
 def pg_roles(pg_pid):
     """CPU ticks of each PostgreSQL process by its role (the process title without the client's
-    address and state: "walwriter", "omnigate omnigate" for a backend, ...), plus "reaped" for
-    processes that exited (autovacuum workers, mostly)."""
-    out = {}
+    address and state: "walwriter", "omnigate omnigate #PID" for a backend, ...), plus "reaped"
+    for processes that exited (autovacuum workers, mostly)."""
+    out = {"reaped": 0}
     for p in tree(pg_pid):
         try:
             st = proc_stat(p)
-            with open("/proc/%d/cmdline" % p, "rb") as f:
-                title = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
         if p == pg_pid:
             out["reaped"] = st["cutime"] + st["cstime"]
             title = "postmaster"
         else:
-            title = re.sub(r"^postgres: (\S+: )?", "", title)
+            title = re.sub(r"^postgres: (\S+: )?", "", proc_title(p))
             title = re.sub(r"\s+\S*\(\d+\).*$|\s+\[local\].*$", "", title)
             title = "%s #%d" % (title, p) if "omnigate" in title or "postgres" in title else title
         out[title] = out.get(title, 0) + st["utime"] + st["stime"]
@@ -559,10 +557,9 @@ def pg_roles(pg_pid):
 
 def batch_sums(text):
     """(write batches, operations in them, seconds waiting for their COMMIT) from /metrics."""
-    def total(name):
-        return sum(float(m.group(1)) for m in re.finditer(r"^%s(?:\{[^}]*\})? (\S+)$" % name, text, re.M))
-    return (total("omnigate_db_batch_operations_count"), total("omnigate_db_batch_operations_sum"),
-            total("omnigate_db_commit_duration_seconds_sum"))
+    return tuple(steps.metric(text, name) for name in (
+        "omnigate_db_batch_operations_count", "omnigate_db_batch_operations_sum",
+        "omnigate_db_commit_duration_seconds_sum"))
 
 
 def sc_fallback_first(b):

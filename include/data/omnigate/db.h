@@ -88,8 +88,8 @@ typedef struct og_db_stmt {
      * `{...}`) of the ops' values in order. It returns rows whose first column is the op's
      * ordinal (from 1) followed by this statement's own columns, each op getting its own rows
      * as its first result (none when none is its own); or nothing (no column), and each op's
-     * first result is NULL. A batch that fails is
-     * retried op by op, each with this statement: the two must do the same. */
+     * first result is NULL. A batch that fails is retried op by op, each with this statement:
+     * the two must do the same. */
     int many;
 } og_db_stmt_t;
 
@@ -121,6 +121,7 @@ struct og_db_op {
     og_db_op_t *next;
     bool solo;            /* being retried alone after its batch failed */
     bool merged;          /* its first statement went in its batch's set form (db.c) */
+    bool lost;            /* committed, but its set form's results could not be kept (db.c) */
     uint8_t fault;        /* test builds: the fault og_db_test_fault armed for it (db.c) */
     uint64_t deadline_ms; /* loop time after which it is never sent: submission + the pool's timeout */
 };
