@@ -87,19 +87,11 @@ SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
 -- $9 = fallbackAfterSeconds values, or NULLs
 -- $10 = the WhatsApp numbers they send from, or NULLs
 -- $11 = the SMS senders, or NULLs
--- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row.
-WITH x AS (
-    SELECT x.*, (SELECT ceil(extract(epoch FROM w.until - now()) * 1000)::bigint
-                 FROM not_on_whatsapp w WHERE w.number = x.n AND w.until > now()) AS left_ms
-    FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-        $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[])
-        WITH ORDINALITY AS x(t, r, n, b, d, c, s, o, a, w, e, ord)),
-ins AS (
-    INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-        fallback_on, fallback_after_s, whatsapp_from, sms_sender)
-    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e
-    FROM x WHERE x.left_ms IS NULL)
-SELECT x.ord, CASE WHEN x.left_ms IS NULL THEN x.r END AS reference, x.left_ms FROM x;
+-- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row
+-- (og_msg_insert_unless_nowa_many, sql/014_set_forms_generic.sql).
+SELECT ord, reference, left_ms
+FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
+    $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[]);
 
 -- name: msg_complete
 -- Completes a unified send: its outcome, and its attempts in one INSERT. An accepted attempt

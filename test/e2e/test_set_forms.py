@@ -152,7 +152,7 @@ def test_completion_set_form_writes_what_the_single_form_writes(db):
         for i, (status, winner, attempts, goes_on, before) in enumerate(CASES):
             ref, pid = "kf_c%s%d" % (form, i), "pid-%s-%d" % (form, i)
             refs.append(ref)
-            script += execute("msg_insert", insert_params(ref, "+1666000%s%03d" % (form == "s" and "1" or "2", i)))
+            script += execute("msg_insert", insert_params(ref, "+1666000%d%03d" % (1 if form == "s" else 2, i)))
             win_ch = [ch for ch, ok in attempts if ok]
             for k, st in enumerate(before):
                 script += ("INSERT INTO delivery_statuses (channel, provider_message_id, status, at, matched) "
@@ -293,3 +293,24 @@ def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db):
     assert "Index Scan using messages_pkey on messages m" in plan, plan
     assert "Index Scan using delivery_statuses_pkey on delivery_statuses" in plan, plan
     assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
+
+
+def test_set_forms_are_planned_once(db):
+    """The set forms' functions use the plan made for any arrays from their first call: a plan
+    made again for every batch of fewer than ten sends cost a one-send completion 541 us of
+    the backend instead of 191 (sql/014). auto_explain (verbose) of a first call shows the
+    arrays as parameters ($1), not as the values of that call."""
+    script = ("LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+              "SET auto_explain.log_nested_statements = on; SET auto_explain.log_verbose = on; "
+              "SET auto_explain.log_level = 'notice';\n")
+    script += execute_many("msg_insert_unless_nowa_many", [insert_params("kf_g1", "+1888000001")])
+    script += execute_many("msg_complete_many", [[TENANT, "kf_g1", "sent", "sms",
+                                                   attempts_json([("sms", True)], "pid-g1"), "false"]])
+    p = subprocess.run(["psql", db, "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    calls = re.findall(r"Function Call: (unnest\([^\n]*)", p.stderr)
+    assert len(calls) == 2, p.stderr  # one per function, each its first call
+    for c in calls:
+        assert c.startswith("unnest($1), unnest($2)") and "kf_g1" not in c, c
+    assert query_url(db, "SELECT status FROM messages WHERE reference = 'kf_g1'") == [("sent",)]
