@@ -32,7 +32,10 @@ typedef struct send_ctx {
     og_gw_t *gw;
     og_http_req_t *req;
     og_engine_t engine;
-    og_db_op_t op; /* each step's in turn: auth lookup, nowa check, idem claim, pending insert, completion */
+    /* The database work of each step in turn: auth lookup, nowa check, idem claim, pending insert,
+     * then (another) completion. Not held while the providers are called: most of a send's life
+     * at a slow provider, when it would be 1.5 KiB of every send in flight. */
+    og_db_op_t *op;
 
     char reference[32];
     char to[20];
@@ -91,9 +94,19 @@ static const og_attempt_result_t *result_of(const send_ctx_t *c, int k)
     return c->att[k] != NULL ? &c->att[k]->result : &oom_result;
 }
 
+/* Ends the send's current database step: its op and results go. */
+static void op_free(send_ctx_t *c)
+{
+    if (c->op != NULL) {
+        og_db_op_clear(c->op);
+        free(c->op);
+        c->op = NULL;
+    }
+}
+
 static void ctx_free(send_ctx_t *c)
 {
-    og_db_op_clear(&c->op);
+    op_free(c);
     og_tenant_release(c->auth.tenant);
     free(c->text);
     free(c->skipped_text);
@@ -434,8 +447,10 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
         return false;
     snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
 
-    og_db_op_clear(&c->op);
-    og_db_op_t *op = &c->op;
+    op_free(c);
+    og_db_op_t *op = c->op = calloc(1, sizeof(*op));
+    if (op == NULL)
+        return false;
     int n = 0;
     op->stmts[n].stmt = OG_Q_MSG_COMPLETE;
     const char **v = op->stmts[n++].values;
@@ -480,7 +495,7 @@ static void engine_done(og_engine_t *e)
         ctx_free(c);
         return;
     }
-    og_db_submit(c->gw->db, &c->op);
+    og_db_submit(c->gw->db, c->op);
 }
 
 static void attempt_done(og_attempt_t *a)
@@ -538,7 +553,7 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
             return;
         }
     }
-    og_db_op_clear(op);
+    op_free(c); /* op is c->op: done with it until the completion */
     c->engine =
         (og_engine_t){.n = c->nch, .all = c->all, .start = engine_start, .done = engine_done, .arg = c};
     og_engine_run(&c->engine);
@@ -567,7 +582,7 @@ static void claimed(og_idem_t *i)
         ctx_free(c);
         return;
     }
-    og_db_op_t *op = &c->op;
+    og_db_op_t *op = c->op;
     const char **v = op->stmts[0].values;
     v[0] = c->auth.tenant->id;
     v[1] = c->reference;
@@ -593,7 +608,7 @@ static void claim(send_ctx_t *c)
 {
     /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
     uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
                   c);
 }
 
@@ -674,7 +689,7 @@ static void authed(og_auth_req_t *a)
             c->nowa_in_insert = true;
             claim(c);
         } else {
-            og_nowa_check(c->gw->nowa, &c->op, c->to, nowa_checked, c);
+            og_nowa_check(c->gw->nowa, c->op, c->to, nowa_checked, c);
         }
         return;
     }
@@ -689,12 +704,18 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
+    c->op = calloc(1, sizeof(*c->op));
+    if (c->op == NULL) {
+        free(c);
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return;
+    }
     c->gw = gw;
     c->req = req;
     c->auth.req = req;
     c->auth.scope = OG_SCOPE_SEND;
     c->auth.unified = true;
     c->auth.done = authed;
-    c->auth.op = &c->op;
+    c->auth.op = c->op;
     og_auth_tenant(gw->auth, &c->auth);
 }
