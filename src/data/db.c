@@ -1201,8 +1201,8 @@ static bool split_result(dbconn_t *c, const group_t *g, const PGresult *r)
     int nf = PQnfields(r);
     if (nf < 1)
         return true;
-    PGresAttDesc attrs[OG_DB_MAX_PARAMS + 8];
-    if (nf - 1 > (int)(sizeof(attrs) / sizeof(attrs[0])))
+    PGresAttDesc *attrs = malloc((size_t)nf * sizeof(*attrs)); /* nf - 1 used; never malloc(0) */
+    if (attrs == NULL)
         return false;
     for (int f = 1; f < nf; f++)
         attrs[f - 1] = (PGresAttDesc){.name = PQfname(r, f),
@@ -1212,15 +1212,20 @@ static bool split_result(dbconn_t *c, const group_t *g, const PGresult *r)
                                       .typid = PQftype(r, f),
                                       .typlen = PQfsize(r, f),
                                       .atttypmod = PQfmod(r, f)};
-    for (int i = 0; i < g->nops; i++) {
+    bool ok = true;
+    for (int i = 0; ok && i < g->nops; i++) {
         PGresult *own = PQmakeEmptyPGresult(c->pg, PGRES_TUPLES_OK);
-        if (own == NULL || !PQsetResultAttrs(own, nf - 1, attrs)) {
+        ok = own != NULL && PQsetResultAttrs(own, nf - 1, attrs);
+        if (ok) {
+            PQclear(g->ops[i]->res[0]);
+            g->ops[i]->res[0] = own;
+        } else {
             PQclear(own);
-            return false;
         }
-        PQclear(g->ops[i]->res[0]);
-        g->ops[i]->res[0] = own;
     }
+    free(attrs); /* PQsetResultAttrs copied them */
+    if (!ok)
+        return false;
     for (int row = 0; row < PQntuples(r); row++) {
         long ord = strtol(PQgetvalue(r, row, 0), NULL, 10);
         if (ord < 1 || ord > g->nops)

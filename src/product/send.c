@@ -700,12 +700,7 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_gw_t *gw = og_gw(ctx);
     send_ctx_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
-        return;
-    }
-    c->op = calloc(1, sizeof(*c->op));
-    if (c->op == NULL) {
+    if (c == NULL || (c->op = calloc(1, sizeof(*c->op))) == NULL) {
         free(c);
         og_api_error(req, "unavailable", NULL, "out of memory");
         return;
