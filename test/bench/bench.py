@@ -151,9 +151,9 @@ def proc_stat(pid):
     with open("/proc/%d/stat" % pid) as f:
         s = f.read()
     fields = s[s.rindex(")") + 2:].split()
-    # fields[0] is field 3 (state); utime=14, stime=15, cutime=16, cstime=17, rss=24
+    # fields[0] is field 3 (state); utime=14, stime=15, cutime=16, cstime=17
     return {"utime": int(fields[11]), "stime": int(fields[12]), "cutime": int(fields[13]),
-            "cstime": int(fields[14]), "rss_pages": int(fields[21])}
+            "cstime": int(fields[14])}
 
 
 def cpu_ticks(root_pid):
@@ -190,31 +190,26 @@ def cpu_ns(root_pid):
     return total
 
 
-def rss_kib(root_pid):
-    total = 0
-    for p in tree(root_pid):
-        try:
-            total += proc_stat(p)["rss_pages"] * PAGE_KIB
-        except OSError:
-            pass
-    return total
-
-
-def rss_split_kib(root_pid):
-    """(anonymous, file-backed) resident KiB of a process tree (/proc/PID/status RssAnon, RssFile):
-    the part of RSS the process allocated, and the code and data pages of its files."""
-    anon = file = 0
+def rss_parts_kib(root_pid):
+    """(resident, of which anonymous, of which file-backed) KiB of a process tree, from
+    /proc/PID/status (VmRSS, RssAnon, RssFile): anonymous is what the processes allocated,
+    file-backed the pages of their program and libraries."""
+    want = {"VmRSS:": 0, "RssAnon:": 1, "RssFile:": 2}
+    total = [0, 0, 0]
     for p in tree(root_pid):
         try:
             with open("/proc/%d/status" % p) as f:
                 for line in f:
-                    if line.startswith("RssAnon:"):
-                        anon += int(line.split()[1])
-                    elif line.startswith("RssFile:"):
-                        file += int(line.split()[1])
+                    k = line.split(None, 1)[0] if line.strip() else ""
+                    if k in want:
+                        total[want[k]] += int(line.split()[1])
         except OSError:
             pass
-    return anon, file
+    return tuple(total)
+
+
+def rss_kib(root_pid):
+    return rss_parts_kib(root_pid)[0]
 
 
 # ---- the pieces -----------------------------------------------------------------------------
@@ -950,15 +945,14 @@ def sc_slow2000(b):
     b.stop_gateway()
     b.start_gateway()
     time.sleep(0.5)
-    base = rss_kib(b.og.pid)
-    base_split = rss_split_kib(b.og.pid)
-    peak, peak_split, stop = [base], [base_split], threading.Event()
+    base = rss_parts_kib(b.og.pid)
+    peak, stop = [base], threading.Event()
 
     def sample():
         while not stop.wait(0.1):
-            rss = rss_kib(b.og.pid)
-            if rss > peak[0]:
-                peak[0], peak_split[0] = rss, rss_split_kib(b.og.pid)
+            now = rss_parts_kib(b.og.pid)
+            if now[0] > peak[0][0]:
+                peak[0] = now
     th = threading.Thread(target=sample, daemon=True)
     th.start()
     r = b.measure("slow2000", b.og_url("/api/omni/send"), conns=2000, script=send_script(b, "slow", "+19998000{n}"),
@@ -966,14 +960,14 @@ def sc_slow2000(b):
     stop.set()
     th.join()
     r["ideal_rps"] = 2000 / 0.2
-    r["rss_base_kib"], r["rss_peak_kib"] = base, peak[0]
-    r["rss_kib_per_inflight"] = (peak[0] - base) / 2000
+    r["rss_base_kib"], r["rss_peak_kib"] = base[0], peak[0][0]
+    r["rss_kib_per_inflight"] = (peak[0][0] - base[0]) / 2000
     # Of that growth, the anonymous part (what the gateway allocated) and the file-backed part
     # (library and program pages touched for the first time by the run's code paths).
-    r["rss_anon_kib_per_inflight"] = (peak_split[0][0] - base_split[0]) / 2000
-    r["rss_file_kib_per_inflight"] = (peak_split[0][1] - base_split[1]) / 2000
+    r["rss_anon_kib_per_inflight"] = (peak[0][1] - base[1]) / 2000
+    r["rss_file_kib_per_inflight"] = (peak[0][2] - base[2]) / 2000
     log("slow2000: RSS %.1f MiB before, peak %.1f MiB: %.1f KiB per send in flight (anonymous %.1f, file %.1f)" % (
-        base / 1024, peak[0] / 1024, r["rss_kib_per_inflight"], r["rss_anon_kib_per_inflight"],
+        base[0] / 1024, peak[0][0] / 1024, r["rss_kib_per_inflight"], r["rss_anon_kib_per_inflight"],
         r["rss_file_kib_per_inflight"]))
 
 
