@@ -321,6 +321,19 @@ void og_db_op_clear(og_db_op_t *op)
     op->error[0] = '\0';
 }
 
+og_db_op_t *og_db_op_new(void)
+{
+    return calloc(1, sizeof(og_db_op_t));
+}
+
+void og_db_op_free(og_db_op_t *op)
+{
+    if (op != NULL) {
+        og_db_op_clear(op);
+        free(op);
+    }
+}
+
 static void complete(og_db_op_t *op, og_db_status_t st)
 {
     if (op->lost && st == OG_DB_OK) { /* committed, but its results could not be kept (take_result) */

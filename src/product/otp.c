@@ -39,7 +39,7 @@ typedef struct sms_ctx {
     og_http_req_t *req;
     kind_t kind;
     og_idem_t idem;
-    og_db_op_t op;
+    og_db_op_t *op; /* the current database step's; none while the SMS provider is called */
     og_attempt_t att;
     og_send_params_t params;
     og_sms_info_t sms;
@@ -71,7 +71,7 @@ typedef struct sms_ctx {
 
 static void ctx_free(sms_ctx_t *c)
 {
-    og_db_op_clear(&c->op);
+    og_db_op_free(c->op);
     og_tenant_release(c->auth.tenant);
     if (c->text != NULL)
         OPENSSL_cleanse(c->text, strlen(c->text));
@@ -89,7 +89,7 @@ static void outcome_unknown(sms_ctx_t *c, og_db_status_t st)
 {
     og_log(&c->gw->w->log, OG_LOG_ERROR, "recording an SMS failed; its outcome is unknown",
            "\"requestId\":\"%s\",\"reference\":\"%s\",\"status\":%d,\"sqlstate\":\"%s\",\"error\":\"%s\"",
-           c->req->request_id, c->reference, (int)st, c->op.sqlstate, c->op.error);
+           c->req->request_id, c->reference, (int)st, c->op->sqlstate, c->op->error);
     const og_attempt_result_t *r = &c->att.result;
     json_t *a = json_pack("{s:s,s:s}", "channel", "sms", "status", r->sent ? "sent" : "failed");
     if (r->sent)
@@ -108,17 +108,17 @@ static void db_failed(sms_ctx_t *c, og_db_status_t st)
         outcome_unknown(c, st);
         return;
     }
-    og_answer_db_failure(c->req, &c->gw->w->log, &c->op, st, "sms/otp query failed", "database unavailable");
+    og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "sms/otp query failed", "database unavailable");
     ctx_free(c);
 }
 
 static void submit(sms_ctx_t *c, int nstmts, bool write, og_db_done_fn done)
 {
-    c->op.nstmts = nstmts;
-    c->op.write = write;
-    c->op.done = done;
-    c->op.arg = c;
-    og_db_submit(c->gw->db, &c->op);
+    c->op->nstmts = nstmts;
+    c->op->write = write;
+    c->op->done = done;
+    c->op->arg = c;
+    og_db_submit(c->gw->db, c->op);
 }
 
 /* Sends the answer built in c->response_text (after its rows are committed). */
@@ -149,6 +149,17 @@ static bool build_answer(sms_ctx_t *c, const char *message, json_t *data, const 
     snprintf(c->status_s, sizeof(c->status_s), "%d", c->status);
     c->response_text = og_api_envelope(c->status, message, data, err, NULL, &c->response_len);
     if (c->response_text != NULL)
+        return true;
+    og_api_error(c->req, "unavailable", NULL, "out of memory");
+    ctx_free(c);
+    return false;
+}
+
+/* The op of the write after the provider's answer (start_sms let the last one go). On failure
+ * (out of memory) answers 503 like build_answer, frees c and returns false. */
+static bool new_op(sms_ctx_t *c)
+{
+    if ((c->op = og_db_op_new()) != NULL)
         return true;
     og_api_error(c->req, "unavailable", NULL, "out of memory");
     ctx_free(c);
@@ -187,6 +198,8 @@ static void start_sms(sms_ctx_t *c, void (*done)(og_attempt_t *))
     c->att.done = done;
     c->att.arg = c;
     c->provider_called = true;
+    og_db_op_free(c->op); /* its step is over; the attempt's ending takes a new one */
+    c->op = NULL;
     og_attempt_start(&c->gw->prov, OG_CH_SMS, &c->params, &c->att);
 }
 
@@ -208,17 +221,16 @@ static void sms_attempted(og_attempt_t *a)
         json_object_set_new(data, "error", e);
         og_err_fail(&err, "delivery_failed", NULL, "the SMS provider did not accept the message");
     }
-    if (!build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err))
+    if (!build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err) || !new_op(c))
         return;
-    og_db_op_clear(&c->op);
-    const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = OG_Q_SMS_FINISH;
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = OG_Q_SMS_FINISH;
     v[0] = c->auth.tenant->id;
     v[1] = c->reference;
     v[2] = r->sent ? "sent" : "failed";
     v[3] = r->sent ? r->provider_message_id : NULL;
     v[4] = c->error_text;
-    int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
+    int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
     submit(c, n, true, committed);
 }
 
@@ -235,8 +247,8 @@ static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 static void sms_claimed(sms_ctx_t *c)
 {
     og_ids_reference(c->reference, og_ids_now_ms());
-    const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = OG_Q_SMS_PENDING;
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = OG_Q_SMS_PENDING;
     v[0] = c->auth.tenant->id;
     v[1] = c->reference;
     v[2] = c->to;
@@ -244,7 +256,7 @@ static void sms_claimed(sms_ctx_t *c)
     v[4] = c->text;
     v[5] = c->segments_s;
     v[6] = og_sms_encoding_name(c->sms.encoding);
-    submit(c, 1 + og_idem_reference_stmt(&c->idem, &c->op, 1, c->reference), true, sms_pending_done);
+    submit(c, 1 + og_idem_reference_stmt(&c->idem, c->op, 1, c->reference), true, sms_pending_done);
 }
 
 static bool sms_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
@@ -279,10 +291,9 @@ static void otp_attempted(og_attempt_t *a)
         json_decref(e);
         og_err_fail(&err, "delivery_failed", NULL, "the SMS with the code could not be sent");
     }
-    if (!build_answer(c, r->sent ? "OTP sent" : err.message, data, r->sent ? NULL : &err))
+    if (!build_answer(c, r->sent ? "OTP sent" : err.message, data, r->sent ? NULL : &err) || !new_op(c))
         return;
-    og_db_op_clear(&c->op);
-    og_db_op_t *op = &c->op;
+    og_db_op_t *op = c->op;
     const char **v = op->stmts[0].values;
     op->stmts[0].stmt = OG_Q_OTP_SENT;
     v[0] = c->auth.tenant->id;
@@ -331,8 +342,7 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
         return;
     }
     snprintf(c->expires_at, sizeof(c->expires_at), "%s", PQgetvalue(r, 0, 2));
-    og_db_op_clear(op);
-    start_sms(c, otp_attempted);
+    start_sms(c, otp_attempted); /* frees op */
 }
 
 static void otp_claimed(sms_ctx_t *c)
@@ -360,15 +370,15 @@ static void otp_claimed(sms_ctx_t *c)
     snprintf(masked, len + 1, "%.*s%.*s%s", (int)pre, tpl, c->length, "**********", at + 6);
     free(c->logged_text);
     c->logged_text = masked;
-    const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = OG_Q_OTP_BEGIN;
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = OG_Q_OTP_BEGIN;
     v[0] = c->auth.tenant->id;
     v[1] = c->to;
     v[2] = c->reference;
     v[3] = c->code_hash;
     v[4] = c->length_s;
     v[5] = c->ttl_s;
-    submit(c, 1 + og_idem_reference_stmt(&c->idem, &c->op, 1, c->reference), true, otp_begun);
+    submit(c, 1 + og_idem_reference_stmt(&c->idem, c->op, 1, c->reference), true, otp_begun);
 }
 
 static bool otp_validate(sms_ctx_t *c, json_t *body, og_err_t *err)
@@ -422,20 +432,20 @@ static void verify_answer_error(sms_ctx_t *c, const char *code, const char *mess
         return;
     }
     /* The answer is stored for idempotent repeats, then sent. */
-    og_db_op_clear(&c->op);
-    submit(c, og_idem_complete_stmt(&c->idem, &c->op, 0, c->status_s, c->response_text), true, committed);
+    og_db_op_clear(c->op);
+    submit(c, og_idem_complete_stmt(&c->idem, c->op, 0, c->status_s, c->response_text), true, committed);
 }
 
 /* Records the try as `event` (with the stored answer, if any) and answers what is built. */
 static void verify_record(sms_ctx_t *c, const char *event)
 {
-    og_db_op_clear(&c->op);
-    const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = event ? OG_Q_OTP_EVENT : OG_Q_OTP_EXPIRE;
+    og_db_op_clear(c->op);
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = event ? OG_Q_OTP_EVENT : OG_Q_OTP_EXPIRE;
     v[0] = c->auth.tenant->id;
     v[1] = c->reference;
     v[2] = event;
-    int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
+    int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
     submit(c, n, true, committed);
 }
 
@@ -526,15 +536,15 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
         char hash[65];
         og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, hash);
         bool right = og_ct_equal(hash, stored, 64);
-        const char **v = c->op.stmts[0].values;
-        c->op.stmts[0].stmt = right ? OG_Q_OTP_VERIFY_OK : OG_Q_OTP_VERIFY_BAD;
+        const char **v = c->op->stmts[0].values;
+        c->op->stmts[0].stmt = right ? OG_Q_OTP_VERIFY_OK : OG_Q_OTP_VERIFY_BAD;
         v[0] = c->auth.tenant->id;
         v[1] = c->reference;
         if (right) {
             json_t *data = json_pack("{s:s,s:b}", "reference", c->reference, "verified", 1);
             if (!build_answer(c, "OTP verified", data, NULL))
                 return;
-            int n = 1 + og_idem_complete_stmt(&c->idem, &c->op, 1, c->status_s, c->response_text);
+            int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
             submit(c, n, true, verify_ok_done);
         } else {
             submit(c, 1, true, verify_bad_done);
@@ -544,8 +554,8 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
 
 static void verify_find(sms_ctx_t *c)
 {
-    const char **v = c->op.stmts[0].values;
-    c->op.stmts[0].stmt = c->reference[0] ? OG_Q_OTP_FIND : OG_Q_OTP_FIND_TO;
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = c->reference[0] ? OG_Q_OTP_FIND : OG_Q_OTP_FIND_TO;
     v[0] = c->auth.tenant->id;
     v[1] = c->reference[0] ? c->reference : c->to;
     submit(c, 1, false, verify_found);
@@ -621,14 +631,15 @@ static void authed(og_auth_req_t *a)
     }
     /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
     uint32_t lease_ms = (uint32_t)(c->kind == K_OTP_VERIFY ? 0 : c->gw->w->cfg->attempt_timeout_ms) + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, &c->op, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms,
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms,
                   claimed, c);
 }
 
 static void start(og_http_req_t *req, void *ctx, kind_t kind)
 {
     sms_ctx_t *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
+    if (c == NULL || (c->op = og_db_op_new()) == NULL) {
+        free(c);
         og_api_error(req, "unavailable", NULL, "out of memory");
         return;
     }
@@ -639,7 +650,7 @@ static void start(og_http_req_t *req, void *ctx, kind_t kind)
     c->auth.scope = kind == K_SMS ? OG_SCOPE_SEND : OG_SCOPE_OTP;
     c->auth.unified = false;
     c->auth.done = authed;
-    c->auth.op = &c->op;
+    c->auth.op = c->op;
     og_auth_tenant(c->gw->auth, &c->auth);
 }
 

@@ -94,19 +94,9 @@ static const og_attempt_result_t *result_of(const send_ctx_t *c, int k)
     return c->att[k] != NULL ? &c->att[k]->result : &oom_result;
 }
 
-/* Ends the send's current database step: its op and results go. */
-static void op_free(send_ctx_t *c)
-{
-    if (c->op != NULL) {
-        og_db_op_clear(c->op);
-        free(c->op);
-        c->op = NULL;
-    }
-}
-
 static void ctx_free(send_ctx_t *c)
 {
-    op_free(c);
+    og_db_op_free(c->op);
     og_tenant_release(c->auth.tenant);
     free(c->text);
     free(c->skipped_text);
@@ -447,8 +437,7 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
         return false;
     snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
 
-    op_free(c);
-    og_db_op_t *op = c->op = calloc(1, sizeof(*op));
+    og_db_op_t *op = c->op = og_db_op_new(); /* the pending insert's went before the attempts */
     if (op == NULL)
         return false;
     int n = 0;
@@ -553,7 +542,8 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
             return;
         }
     }
-    op_free(c); /* op is c->op: done with it until the completion */
+    og_db_op_free(op); /* c->op: none is held while the providers are called */
+    c->op = NULL;
     c->engine =
         (og_engine_t){.n = c->nch, .all = c->all, .start = engine_start, .done = engine_done, .arg = c};
     og_engine_run(&c->engine);
@@ -700,7 +690,7 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_gw_t *gw = og_gw(ctx);
     send_ctx_t *c = calloc(1, sizeof(*c));
-    if (c == NULL || (c->op = calloc(1, sizeof(*c->op))) == NULL) {
+    if (c == NULL || (c->op = og_db_op_new()) == NULL) {
         free(c);
         og_api_error(req, "unavailable", NULL, "out of memory");
         return;

@@ -206,6 +206,12 @@ bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *ar
 /* Frees the results of a completed op so it can be reused. */
 void og_db_op_clear(og_db_op_t *op);
 
+/* An op of its own (zeroed), for a caller that needs one only for some steps of a longer life:
+ * a send waiting on a provider holds none (the op is 1.5 KiB). NULL when out of memory.
+ * og_db_op_free frees its results and it (NULL: nothing); not while it is submitted. */
+og_db_op_t *og_db_op_new(void);
+void og_db_op_free(og_db_op_t *op);
+
 #if OG_TEST_ROUTES
 /* Test builds only (-Dtest_routes=true), for the tests that force each failure of a caller.
  *
