@@ -1,7 +1,9 @@
 /*
  * References in the ULID layout and CSPRNG bytes. A reference is 130 bits written as 26
- * Crockford base32 characters: 2 zero bits, 48 bits of milliseconds, 80 random bits. Because
- * the time comes first and the alphabet is in ASCII order, string order is time order.
+ * Crockford base32 characters: 2 zero bits, 48 bits of milliseconds, 10 bits of the
+ * microsecond within that millisecond (0-999), 70 random bits. Because the time comes first
+ * and the alphabet is in ASCII order, string order is time order to the microsecond: a send
+ * made after another one answered sorts after it, even in the same millisecond.
  */
 #include "omnigate/ids.h"
 
@@ -38,9 +40,14 @@ void og_ids_random(void *buf, size_t n)
 
 uint64_t og_ids_now_ms(void)
 {
+    return og_ids_now_us() / 1000;
+}
+
+uint64_t og_ids_now_us(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 /* Writes "kf_" and the 10 characters of a time of up to 50 bits; returns where they end. */
@@ -53,27 +60,31 @@ static char *reference_time(char *out, uint64_t t)
     return out + 10;
 }
 
-void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms)
+void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us)
 {
     /* OpenSSL's generator (seeded from the kernel, reseeded after a fork) rather than a
      * getrandom call per reference: a reference must be unique, not secret, and the system
      * call was one in ten of a send's (issue 20). */
-    unsigned char rnd[10];
+    unsigned char rnd[9];
     if (RAND_bytes(rnd, sizeof(rnd)) != 1)
         og_ids_random(rnd, sizeof(rnd));
 
-    /* The 130-bit value as two halves: hi holds the 2 zero bits and the 48-bit time (50 bits,
-     * 10 characters), lo the 80 random bits (16 characters). */
-    char *o = reference_time(out, now_ms & OG_IDS_TIME_MAX);
-    /* 80 bits = 16 groups of 5, read from the bytes big-endian. */
+    /* 10 characters of the millisecond time (2 zero bits and 48 bits), then 16 of the rest:
+     * the microsecond within the millisecond (10 bits, 2 characters) and 70 random bits (14
+     * characters, read big-endian from the first 70 of the 72 drawn bits). */
+    char *o = reference_time(out, (now_us / 1000) & OG_IDS_TIME_MAX);
+    unsigned us = (unsigned)(now_us % 1000);
+    *o++ = crockford[us >> 5];
+    *o++ = crockford[us & 31];
     uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < sizeof(rnd); i++) {
+    int bits = 0, left = 14;
+    for (size_t i = 0; i < sizeof(rnd) && left > 0; i++) {
         acc = (acc << 8) | rnd[i];
         bits += 8;
-        while (bits >= 5) {
+        while (bits >= 5 && left > 0) {
             bits -= 5;
             *o++ = crockford[(acc >> bits) & 31];
+            left--;
         }
     }
     *o = '\0';

@@ -55,7 +55,8 @@ SCHEMAS = {
     "Timestamp": TIME,
     "Reference": {"type": "string", "pattern": "^kf_[0-9A-HJKMNP-TV-Z]{26}$",
                   "description": "kf_ + 26 characters of Crockford base32 (48-bit millisecond time, then 80 "
-                                 "random bits): references sort by creation time.",
+                                 "bits: the microsecond within that millisecond in 10, random in 70): "
+                                 "references sort by creation time.",
                   "examples": ["kf_01JD2W7T9S0QKX3M6F8N2B4C5D"]},
     "E164": {"type": "string", "pattern": r"^\+[1-9][0-9]{7,14}$",
              "description": "E.164: +, then 8-15 digits, the first 1-9.", "examples": ["+6281234567890"]},

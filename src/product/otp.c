@@ -246,7 +246,7 @@ static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 
 static void sms_claimed(sms_ctx_t *c)
 {
-    og_ids_reference(c->reference, og_ids_now_ms());
+    og_ids_reference(c->reference, og_ids_now_us());
     const char **v = c->op->stmts[0].values;
     c->op->stmts[0].stmt = OG_Q_SMS_PENDING;
     v[0] = c->auth.tenant->id;
@@ -347,7 +347,7 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
 
 static void otp_claimed(sms_ctx_t *c)
 {
-    og_ids_reference(c->reference, og_ids_now_ms());
+    og_ids_reference(c->reference, og_ids_now_us());
     if (!og_otp_generate(c->code, c->length) ||
         !og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, c->code_hash)) {
         og_api_error(c->req, "unavailable", NULL, "cannot generate a code");

@@ -557,7 +557,7 @@ static void claimed(og_idem_t *i)
         ctx_free(c);
         return;
     }
-    og_ids_reference(c->reference, og_ids_now_ms());
+    og_ids_reference(c->reference, og_ids_now_us());
     char *p = c->channels_lit;
     *p++ = '{';
     for (int k = 0; k < c->nch; k++)

@@ -15,11 +15,14 @@
 
 static const char crockford[] = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
+/* og_ids_reference takes microseconds; most tests speak of the start of a millisecond. */
+#define US(ms) ((uint64_t)(ms)*1000)
+
 /* A reference is "kf_" + 26 Crockford characters, 29 in all, and passes its own check. */
 static void test_reference_format(void **state)
 {
     char ref[OG_IDS_REFERENCE_SIZE];
-    og_ids_reference(ref, UINT64_C(1764000000123));
+    og_ids_reference(ref, US(UINT64_C(1764000000123)));
     assert_int_equal(strlen(ref), 29);
     assert_memory_equal(ref, "kf_", 3);
     for (int i = 3; i < 29; i++)
@@ -32,11 +35,11 @@ static void test_reference_format(void **state)
 static void test_reference_time_known_answers(void **state)
 {
     char ref[OG_IDS_REFERENCE_SIZE];
-    og_ids_reference(ref, UINT64_C(1469918176385));
+    og_ids_reference(ref, US(UINT64_C(1469918176385)));
     assert_memory_equal(ref, "kf_01ARYZ6S41", 13);
-    og_ids_reference(ref, 0);
+    og_ids_reference(ref, US(0));
     assert_memory_equal(ref, "kf_0000000000", 13);
-    og_ids_reference(ref, (UINT64_C(1) << 48) - 1);
+    og_ids_reference(ref, US((UINT64_C(1) << 48) - 1));
     assert_memory_equal(ref, "kf_7ZZZZZZZZZ", 13);
 }
 
@@ -45,7 +48,7 @@ static void test_reference_time_wraps_at_48_bits(void **state)
 {
     char ref[OG_IDS_REFERENCE_SIZE];
     uint64_t ms = 0;
-    og_ids_reference(ref, (UINT64_C(1) << 48) + 5);
+    og_ids_reference(ref, US((UINT64_C(1) << 48) + 5));
     assert_memory_equal(ref, "kf_0000000005", 13);
     assert_true(og_ids_reference_time(ref, &ms));
     assert_int_equal(ms, 5);
@@ -58,7 +61,7 @@ static void test_reference_time_round_trip(void **state)
     for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
         char ref[OG_IDS_REFERENCE_SIZE];
         uint64_t ms = 42;
-        og_ids_reference(ref, times[i]);
+        og_ids_reference(ref, US(times[i]));
         assert_true(og_ids_reference_time(ref, &ms));
         assert_int_equal(ms, times[i]);
     }
@@ -75,15 +78,46 @@ static void test_reference_orders_by_time(void **state)
     for (size_t b = 0; b < sizeof(base) / sizeof(base[0]); b++) {
         for (int i = 0; i < 1000; i++) {
             char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
-            og_ids_reference(a, base[b]);
-            og_ids_reference(z, base[b] + 1);
+            og_ids_reference(a, US(base[b]));
+            og_ids_reference(z, US(base[b] + 1));
             assert_true(strcmp(a, z) < 0);
         }
     }
     char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
-    og_ids_reference(a, UINT64_C(1764000000123));
-    og_ids_reference(z, UINT64_C(1764000000123) + UINT64_C(365) * 86400000);
+    og_ids_reference(a, US(UINT64_C(1764000000123)));
+    og_ids_reference(z, US(UINT64_C(1764000000123) + UINT64_C(365) * 86400000));
     assert_true(strcmp(a, z) < 0);
+}
+
+/* Within one millisecond references sort by microsecond (issue: sends made one after another
+ * in the same millisecond listed out of order), across the 5-bit character boundary (31 -> 32)
+ * and the millisecond's end (999 -> the next millisecond's 0); the millisecond reads back
+ * whatever the microsecond, and the floor of a millisecond is at or before its microsecond 0. */
+static void test_reference_orders_by_microsecond(void **state)
+{
+    const uint64_t ms = UINT64_C(1764000000123);
+    const unsigned pairs[][2] = {{0, 1}, {31, 32}, {500, 501}, {998, 999}, {999, 1000}};
+    for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++) {
+        for (int i = 0; i < 1000; i++) {
+            char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
+            og_ids_reference(a, US(ms) + pairs[p][0]);
+            og_ids_reference(z, US(ms) + pairs[p][1]);
+            assert_true(strcmp(a, z) < 0);
+        }
+    }
+    char ref[OG_IDS_REFERENCE_SIZE], floor[OG_IDS_REFERENCE_SIZE];
+    uint64_t t = 0;
+    og_ids_reference(ref, US(ms) + 999);
+    assert_true(og_ids_reference_valid(ref));
+    assert_true(og_ids_reference_time(ref, &t));
+    assert_true(t == ms);
+    assert_memory_equal(ref + 13, "Z7", 2); /* 999 = 31 * 32 + 7 */
+    og_ids_reference_floor(floor, ms + 1);
+    assert_true(strcmp(ref, floor) < 0);
+    og_ids_reference(ref, US(ms));
+    assert_memory_equal(ref + 13, "00", 2);
+    og_ids_reference_floor(floor, ms);
+    assert_true(strcmp(ref, floor) >= 0);
 }
 
 static int cmp_ref(const void *a, const void *b)
@@ -91,14 +125,14 @@ static int cmp_ref(const void *a, const void *b)
     return strcmp(a, b);
 }
 
-/* 100 000 references made in the same millisecond are all distinct (80 random bits). */
+/* 100 000 references made in the same microsecond are all distinct (70 random bits). */
 static void test_reference_unique(void **state)
 {
     enum { N = 100000 };
     char(*refs)[OG_IDS_REFERENCE_SIZE] = malloc(N * sizeof(*refs));
     assert_non_null(refs);
     for (int i = 0; i < N; i++)
-        og_ids_reference(refs[i], UINT64_C(1764000000123));
+        og_ids_reference(refs[i], US(UINT64_C(1764000000123)));
     qsort(refs, N, sizeof(*refs), cmp_ref);
     for (int i = 1; i < N; i++)
         assert_true(strcmp(refs[i - 1], refs[i]) < 0);
@@ -112,7 +146,7 @@ static void test_reference_crockford_alphabet(void **state)
     int seen[256] = {0};
     for (int i = 0; i < 2000; i++) {
         char ref[OG_IDS_REFERENCE_SIZE];
-        og_ids_reference(ref, UINT64_C(1764000000123));
+        og_ids_reference(ref, US(UINT64_C(1764000000123)));
         for (int k = 13; k < 29; k++)
             seen[(unsigned char)ref[k]]++;
     }
@@ -186,9 +220,9 @@ static void test_reference_floor(void **state)
     assert_true(og_ids_reference_time(floor, &t));
     assert_true(t == UINT64_C(1764080725123));
     for (int i = 0; i < 1000; i++) {
-        og_ids_reference(ref, UINT64_C(1764080725123));
+        og_ids_reference(ref, US(UINT64_C(1764080725123)));
         assert_true(strcmp(ref, floor) >= 0);
-        og_ids_reference(ref, UINT64_C(1764080725122));
+        og_ids_reference(ref, US(UINT64_C(1764080725122)));
         assert_true(strcmp(ref, floor) < 0);
     }
     og_ids_reference_floor(floor, OG_IDS_TIME_MAX);
@@ -197,7 +231,7 @@ static void test_reference_floor(void **state)
     assert_string_equal(floor, "kf_80000000000000000000000000");
     og_ids_reference_floor(ref, UINT64_MAX);
     assert_string_equal(ref, floor);
-    og_ids_reference(ref, OG_IDS_TIME_MAX);
+    og_ids_reference(ref, US(OG_IDS_TIME_MAX));
     assert_true(strcmp(ref, floor) < 0);
 }
 
@@ -209,6 +243,7 @@ int main(void)
         cmocka_unit_test(test_reference_time_wraps_at_48_bits),
         cmocka_unit_test(test_reference_time_round_trip),
         cmocka_unit_test(test_reference_orders_by_time),
+        cmocka_unit_test(test_reference_orders_by_microsecond),
         cmocka_unit_test(test_reference_unique),
         cmocka_unit_test(test_reference_crockford_alphabet),
         cmocka_unit_test(test_reference_valid_rejects),

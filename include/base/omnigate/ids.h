@@ -19,11 +19,13 @@
  * identifier, and there is no safe degraded mode (see ids.c). */
 void og_ids_random(void *buf, size_t n);
 
-/* Writes a new reference into `out`: "kf_", then 10 characters of the 48-bit millisecond time
- * `now_ms` (taken modulo 2^48) and 16 characters of 80 random bits, in Crockford base32
- * (0123456789ABCDEFGHJKMNPQRSTVWXYZ). References of different milliseconds sort by time, as
- * strings and as bytes; within one millisecond their order is random. */
-void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms);
+/* Writes a new reference for the time `now_us` (microseconds since the epoch) into `out`:
+ * "kf_", then 10 characters of the 48-bit millisecond time (taken modulo 2^48), 2 characters
+ * of the microsecond within it (0-999) and 14 characters of 70 random bits, in Crockford
+ * base32 (0123456789ABCDEFGHJKMNPQRSTVWXYZ). References of different microseconds sort by
+ * time, as strings and as bytes; within one microsecond their order is random. The log's
+ * "newest first" is this order, so sends made one after another list in that order. */
+void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us);
 
 /* The latest time a reference can carry: 2^48 - 1 milliseconds after the epoch (in 10889). */
 #define OG_IDS_TIME_MAX ((UINT64_C(1) << 48) - 1)
@@ -34,8 +36,11 @@ void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_ms);
  * until, retention). A time past OG_IDS_TIME_MAX gives a string after every reference. */
 void og_ids_reference_floor(char out[OG_IDS_REFERENCE_SIZE], uint64_t ms);
 
-/* Wall-clock time in milliseconds since the epoch (references, attempt times). */
+/* Wall-clock time in milliseconds since the epoch (attempt times, webhook events). */
 uint64_t og_ids_now_ms(void);
+
+/* Wall-clock time in microseconds since the epoch (references). */
+uint64_t og_ids_now_us(void);
 
 /* True when `s` is a reference in canonical form: "kf_" + 26 upper-case Crockford characters,
  * the first one 0-7 (26 characters carry 130 bits; the top two are always zero). */
