@@ -26,14 +26,25 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     if (!ok)
         return og_err_fail(err, "validation_failed", "Idempotency-Key",
                            "Idempotency-Key must be 1-255 printable ASCII characters");
+    i->key = malloc(len + 1 + 2 * SHA256_DIGEST_LENGTH + 1);
+    if (i->key == NULL)
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
     memcpy(i->key, v, len);
     i->key[len] = '\0';
+    i->hash = i->key + len + 1;
     unsigned char md[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)i->req->body, i->req->body_len, md);
     for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
         snprintf(i->hash + 2 * k, 3, "%02x", md[k]);
     i->has_key = true;
     return true;
+}
+
+void og_idem_clear(og_idem_t *i)
+{
+    free(i->key);
+    i->key = i->hash = NULL;
+    i->has_key = false;
 }
 
 char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *message, size_t *len)

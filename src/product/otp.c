@@ -80,6 +80,7 @@ static void ctx_free(sms_ctx_t *c)
     free(c->error_text);
     free(c->response_text);
     OPENSSL_cleanse(c->code, sizeof(c->code));
+    og_idem_clear(&c->idem);
     free(c);
 }
 

@@ -105,6 +105,7 @@ static void ctx_free(send_ctx_t *c)
         free(c->att[k]);
     free(c->response_text);
     free(c->sms_error_text);
+    og_idem_clear(&c->idem);
     free(c);
 }
 

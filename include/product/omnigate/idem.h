@@ -32,8 +32,10 @@ struct og_idem {
     bool has_key;
     bool claimed;  /* the route goes on and must store its answer */
     bool answered; /* the request was answered (replay, 409, 422, 503): the route stops */
-    char key[256];
-    char hash[65]; /* SHA-256 of the body, hex */
+    /* With a key: the key and the body's SHA-256 in hex, in one allocation (og_idem_clear).
+     * Most sends have none, and these would be 321 bytes of every one in flight. */
+    char *key;
+    char *hash;
     /* private */
     og_db_op_t *op; /* the caller's (og_idem_claim) */
     char lease_s[16];
@@ -41,8 +43,12 @@ struct og_idem {
 };
 
 /* Reads the Idempotency-Key header of `req` (1-255 printable ASCII) and hashes the body.
- * False with 422 validation_failed in `err` when the header is malformed. */
+ * False with 422 validation_failed in `err` when the header is malformed, or 503 unavailable
+ * when out of memory. Call og_idem_clear when done with i, whatever this returned. */
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err);
+
+/* Frees what og_idem_read allocated; i may be zeroed and never read. */
+void og_idem_clear(og_idem_t *i);
 
 /* Claims the key read by og_idem_read for `tenant_id` on `route` for `lease_ms`, the longest
  * the request can take; done(i) is called once, possibly before this returns (with `arg` in

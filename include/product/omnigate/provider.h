@@ -83,14 +83,20 @@ void og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg);
 /* One attempt: build, send on the worker's HTTP client, classify, call done. */
 typedef struct og_attempt og_attempt_t;
 struct og_attempt {
-    og_attempt_result_t result; /* set before done is called */
+    /* The result is set when done is called and not before; until then the same bytes are the
+     * HTTP request (private). An attempt at a slow provider is most of a send's life, and it
+     * needs only one of the two at a time (issue 20: 456 bytes of every send in flight). */
+    union {
+        og_attempt_result_t result;
+        og_hc_req_t req;
+    };
     void (*done)(og_attempt_t *a);
     void *arg;
     /* private */
-    og_hc_req_t req;
     og_providers_t *pv; /* NULL once done */
     const og_provider_t *prov;
     long timeout_ms;
+    const char *fail_code; /* an attempt not sent: why (OG_ERR_*); req.errbuf holds the message */
     bool configured;
     bool gated; /* went out through the channel's breaker: its ending is recorded there */
     bool probe; /* the half-open breaker's probe */

@@ -257,7 +257,9 @@ static void breaker_metrics(og_providers_t *pv, og_channel_t ch)
 static void attempt_req_done(og_hc_req_t *req)
 {
     og_attempt_t *a = container_of(req, og_attempt_t, req);
-    og_attempt_result_t *res = &a->result;
+    /* Classified here and copied into a->result once the request is cleared: the two share
+     * their bytes (provider.h). */
+    og_attempt_result_t r = {0}, *res = &r;
     const char *label = a->prov ? a->prov->label : "the provider";
     if (a->configured) {
         switch (req->result) {
@@ -284,6 +286,8 @@ static void attempt_req_done(og_hc_req_t *req)
         }
         res->http_status = (int)req->http_status;
         res->latency_us = req->latency_us;
+    } else {
+        og_provider_fail(res, a->fail_code, "%s", req->errbuf);
     }
     og_providers_t *pv = a->pv;
     og_hc_t *hc = pv != NULL ? pv->hc : NULL;
@@ -304,6 +308,7 @@ static void attempt_req_done(og_hc_req_t *req)
                og_log_escape(code, sizeof(code), res->provider_code, strlen(res->provider_code)));
     }
     og_hc_req_clear(req);
+    a->result = r;
     a->pv = NULL;
     a->done(a);
 }
@@ -321,13 +326,13 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
 {
     const og_config_t *cfg = pv->cfg;
     og_hc_t *hc = pv->hc;
-    memset(&a->result, 0, sizeof(a->result));
     memset(&a->req, 0, sizeof(a->req));
     a->pv = pv;
     a->prov = og_provider_get(ch);
     a->gated = a->probe = false;
+    a->fail_code = NULL;
     a->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
-    char why[200] = "";
+    char why[OG_HC_ERRBUF] = "";
     a->configured = a->prov != NULL && a->prov->build(cfg, p, &a->req, why, sizeof(why));
     int rc;
     if (a->configured && cfg->circuit_breaker) {
@@ -335,21 +340,22 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
         a->gated = og_breaker_allow(b, uv_now(og_hc_loop(hc)), &a->probe);
         breaker_metrics(pv, ch);
         if (!a->gated) {
-            og_hc_req_clear(&a->req);
             a->configured = false;
-            og_provider_fail(&a->result, OG_ERR_PROVIDER_UNAVAILABLE,
-                             "%s failed repeatedly; not called while its circuit is open", a->prov->label);
+            a->fail_code = OG_ERR_PROVIDER_UNAVAILABLE;
+            snprintf(why, sizeof(why), "%s failed repeatedly; not called while its circuit is open",
+                     a->prov->label);
             og_metrics_slot_t *m = og_hc_metrics(hc);
             if (m != NULL)
                 og_metrics_add(&m->circuit_refused[ch], 1);
         }
     }
     if (!a->configured) {
-        if (a->result.error_code == NULL) {
-            og_hc_req_clear(&a->req);
-            og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s",
-                             why[0] ? why : "the channel is not configured");
+        if (a->fail_code == NULL) {
+            a->fail_code = OG_ERR_NOT_CONFIGURED;
+            if (why[0] == '\0')
+                snprintf(why, sizeof(why), "the channel is not configured");
         }
+        og_hc_req_clear(&a->req); /* what build left, before the request carries the failure */
         a->req.done = attempt_req_done;
         rc = og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
     } else {
@@ -364,7 +370,8 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
             og_breaker_cancel(&pv->breaker[ch], a->probe);
         a->configured = a->gated = false;
         a->pv = NULL;
-        og_provider_fail(&a->result, OG_ERR_PROVIDER_ERROR, "attempt not started: the HTTP client is closed");
+        a->fail_code = OG_ERR_PROVIDER_ERROR;
+        snprintf(a->req.errbuf, sizeof(a->req.errbuf), "attempt not started: the HTTP client is closed");
         attempt_req_done(&a->req);
     }
 }
