@@ -332,6 +332,16 @@ static void assign_request_id(og_http_conn_t *c, og_http_req_t *req)
  * header without a name, which llhttp 8.1 lets through (": x") and RFC 9110 does not. */
 static bool headers_finalize(og_http_conn_t *c, og_http_req_t *req)
 {
+    /* The header bytes stay with the request until its answer, through a slow provider's
+     * wait: keep only what they need (most requests use under half of the first 512), before
+     * anything points into them. A shrinking realloc that fails leaves them as they were. */
+    if (req->hcap > req->hlen + 64) {
+        char *n = realloc(req->hbuf, req->hlen + 1);
+        if (n != NULL) {
+            req->hbuf = n;
+            req->hcap = req->hlen + 1;
+        }
+    }
     if (req->nheaders > 0) {
         req->headers = calloc(req->nheaders, sizeof(*req->headers));
         if (req->headers == NULL)
@@ -343,6 +353,10 @@ static bool headers_finalize(og_http_conn_t *c, og_http_req_t *req)
             req->headers[i] = (og_http_header_t){req->hbuf + h[0], h[1], req->hbuf + h[2], h[3]};
         }
     }
+    /* The offsets were for the parse only. */
+    free(req->hoff);
+    req->hoff = NULL;
+    req->hoff_cap = 0;
     const char *url = req->hbuf;
     size_t url_len = c->url_len;
     const char *q = url_len ? memchr(url, '?', url_len) : NULL;

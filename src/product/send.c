@@ -545,6 +545,8 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
     }
     og_db_op_free(op); /* c->op: none is held while the providers are called */
     c->op = NULL;
+    free(c->skipped_text); /* the insert's parameter; the answer writes its own */
+    c->skipped_text = NULL;
     c->engine =
         (og_engine_t){.n = c->nch, .all = c->all, .start = engine_start, .done = engine_done, .arg = c};
     og_engine_run(&c->engine);
