@@ -130,15 +130,39 @@ bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...)
 {
     if (r->nheaders >= OG_HC_MAX_HEADERS)
         return false;
+    /* Formatted on the stack (a longer line in an allocation of its own), then copied once
+     * into the list libcurl sends; the copy here may hold a credential, so it is wiped. */
+    char buf[512], *h = buf;
     va_list ap;
     va_start(ap, fmt);
-    char *h = NULL;
-    int n = vasprintf(&h, fmt, ap);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
     if (n < 0)
         return false;
-    r->headers[r->nheaders++] = h;
+    if ((size_t)n >= sizeof(buf)) {
+        va_start(ap, fmt);
+        n = vasprintf(&h, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return false;
+    }
+    struct curl_slist *l = curl_slist_append(r->headers, h);
+    explicit_bzero(h, (size_t)n);
+    if (h != buf)
+        free(h);
+    if (l == NULL)
+        return false;
+    r->headers = l;
+    r->nheaders++;
     return true;
+}
+
+const char *og_hc_req_header(const og_hc_req_t *r, int i)
+{
+    const struct curl_slist *l = r->headers;
+    for (; l != NULL && i > 0; i--)
+        l = l->next;
+    return l != NULL && i == 0 ? l->data : NULL;
 }
 
 static void wipe_free(char *s, size_t len)
@@ -152,8 +176,7 @@ static void wipe_free(char *s, size_t len)
 void og_hc_req_clear(og_hc_req_t *r)
 {
     free(r->url);
-    for (int i = 0; i < r->nheaders; i++)
-        free(r->headers[i]);
+    curl_slist_free_all(r->headers);
     wipe_free(r->body, r->body_len);
     free(r->user);
     if (r->password != NULL)
@@ -218,8 +241,6 @@ static void release_easy(og_hc_t *hc, og_hc_req_t *r)
         }
         r->easy = NULL;
     }
-    curl_slist_free_all(r->slist);
-    r->slist = NULL;
 }
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -647,22 +668,19 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
     }
     if (e == NULL && (e = curl_easy_init()) == NULL)
         return NULL;
-    struct curl_slist *sl = NULL, *t;
-    for (int i = 0; i < r->nheaders; i++) {
-        if ((t = curl_slist_append(sl, r->headers[i])) == NULL)
-            goto fail;
-        sl = t;
-    }
     /* No "Expect: 100-continue" round trip before bodies over 1 KiB. */
-    if ((t = curl_slist_append(sl, "Expect:")) == NULL)
-        goto fail;
-    sl = t;
-    r->slist = sl;
+    if (!r->expect_off) {
+        struct curl_slist *l = curl_slist_append(r->headers, "Expect:");
+        if (l == NULL)
+            goto fail;
+        r->headers = l;
+        r->expect_off = true;
+    }
 
     bool ok = prepared || set_kind(hc, e, &r->kind);
     ok &= curl_easy_setopt(e, CURLOPT_URL, r->url) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_PRIVATE, r) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_HTTPHEADER, sl) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_WRITEDATA, r) == CURLE_OK;
     if (r->kind.body) {
@@ -679,8 +697,6 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
     return e;
 
 fail:
-    curl_slist_free_all(sl);
-    r->slist = NULL;
     curl_easy_cleanup(e);
     return NULL;
 }
@@ -698,7 +714,6 @@ static void reset_results(og_hc_req_t *r)
     r->blocked = false;
     r->retry_after_s = 0;
     r->easy = NULL;
-    r->slist = NULL;
 }
 
 #if OG_TEST_ROUTES
@@ -755,8 +770,7 @@ int og_hc_start(og_hc_t *hc, og_hc_req_t *r)
      * loop, so done can never run inside this call. */
     if (curl_multi_add_handle(hc->multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);
-        curl_slist_free_all(r->slist);
-        r->easy = r->slist = NULL;
+        r->easy = NULL;
         return og_hc_complete_later(hc, r, OG_HC_ERROR, "cannot add the request");
     }
     r->state = R_RUNNING;

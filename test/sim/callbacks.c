@@ -584,7 +584,7 @@ static void record_try(sim_cbs_t *cbs, const sim_cb_run_t *run)
     const og_hc_req_t *r = &run->hreq;
     json_t *headers = json_object();
     for (int i = 0; i < r->nheaders; i++) {
-        const char *h = r->headers[i], *colon = strchr(h, ':');
+        const char *h = og_hc_req_header(r, i), *colon = strchr(h, ':');
         char name[64];
         size_t n = colon != NULL ? (size_t)(colon - h) : sizeof(name);
         if (n >= sizeof(name))

@@ -802,7 +802,8 @@ static void req_clear_zeroes(void **state)
     for (int i = 0; i < OG_HC_MAX_HEADERS; i++)
         assert_true(og_hc_req_add_header(&r, "H%d: v", i));
     assert_false(og_hc_req_add_header(&r, "One: too many"));
-    assert_string_equal(r.headers[3], "H3: v");
+    assert_string_equal(og_hc_req_header(&r, 3), "H3: v");
+    assert_null(og_hc_req_header(&r, OG_HC_MAX_HEADERS));
     og_hc_req_clear(&r);
     og_hc_req_t zero;
     memset(&zero, 0, sizeof(zero));

@@ -71,7 +71,8 @@ static void assert_headers(const og_hc_req_t *r, const char *const *want, int n)
 {
     assert_int_equal(r->nheaders, n);
     for (int i = 0; i < n; i++)
-        assert_string_equal(r->headers[i], want[i]);
+        assert_string_equal(og_hc_req_header(r, i), want[i]);
+    assert_null(og_hc_req_header(r, n));
 }
 
 /* ---- channels ----------------------------------------------------------------------------- */

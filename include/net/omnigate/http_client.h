@@ -57,9 +57,12 @@ typedef struct og_hc_kind {
 struct og_hc_req {
     /* Request, filled by the caller. Strings are owned by the req (malloc'd) and freed by
      * og_hc_req_clear; body and password are wiped first since they may hold secrets. */
-    const char *method;               /* static string: "POST", "GET", ...; NULL: "GET" */
-    char *url;                        /* http:// or https:// only */
-    char *headers[OG_HC_MAX_HEADERS]; /* "Name: value", see og_hc_req_add_header */
+    const char *method; /* static string: "POST", "GET", ...; NULL: "GET" */
+    char *url;          /* http:// or https:// only */
+    /* The "Name: value" lines added by og_hc_req_add_header, as the struct curl_slist * libcurl
+     * sends: made once, not copied again when the request starts (og_hc_req_header reads
+     * them). */
+    void *headers;
     int nheaders;
     char *body; /* sent as is; NULL: no body */
     size_t body_len;
@@ -92,7 +95,7 @@ struct og_hc_req {
     /* private */
     og_hc_t *hc;
     void *easy;               /* CURL *, while in flight */
-    void *slist;              /* struct curl_slist *, while in flight */
+    bool expect_off;          /* headers end with "Expect:" (no 100-continue round trip) */
     og_hc_req_t *prev, *next; /* in flight: hc's in-flight list; deferred: hc's defer queue */
     uint64_t start_ns;
     size_t resp_cap;
@@ -125,8 +128,12 @@ void og_hc_test_fail_start(og_hc_t *hc, int count);
 int og_hc_test_fail_left(const og_hc_t *hc);
 #endif
 
-/* Appends a "Name: value" header (printf-style). False when the table is full or out of memory. */
+/* Appends a "Name: value" header (printf-style). False when OG_HC_MAX_HEADERS are there already
+ * or out of memory. */
 bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The i-th header line added, or NULL past the last (tests, logs). */
+const char *og_hc_req_header(const og_hc_req_t *r, int i);
 
 /* Frees what the req owns and zeroes all of it (done and arg included). Not while in flight. */
 void og_hc_req_clear(og_hc_req_t *r);
