@@ -387,6 +387,23 @@ const char *og_http_req_header(const og_http_req_t *req, const char *name, size_
     return NULL;
 }
 
+void og_http_req_drop_input(og_http_req_t *req)
+{
+    free(req->hbuf);
+    free(req->headers);
+    free(req->body);
+    req->hbuf = NULL;
+    req->headers = NULL;
+    req->body = NULL;
+    req->hlen = req->hcap = req->body_cap = 0;
+    req->nheaders = 0;
+    req->body_len = 0;
+    req->path = "";
+    req->path_len = 0;
+    req->query = NULL;
+    req->query_len = 0;
+}
+
 /* ---- responses -------------------------------------------------------------------------- */
 
 const char *og_http_reason(int status)

@@ -630,6 +630,7 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
+    og_http_req_drop_input(c->req); /* all read: not kept through the provider's wait */
     /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
     uint32_t lease_ms = (uint32_t)(c->kind == K_OTP_VERIFY ? 0 : c->gw->w->cfg->attempt_timeout_ms) + 5000u;
     og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, a->tenant->id, routes[c->kind], lease_ms,

@@ -669,6 +669,7 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
+    og_http_req_drop_input(c->req); /* all read: not kept through the providers' wait */
     bool whatsapp = false;
     for (int i = 0; i < c->nch; i++)
         whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;

@@ -198,6 +198,12 @@ bool og_http_req_add_header(og_http_req_t *req, const char *name, const char *va
 /* Returns the value of the first header named `name` (case-insensitive), or NULL. */
 const char *og_http_req_header(const og_http_req_t *req, const char *name, size_t *len);
 
+/* Frees the request's input (its target, header bytes and array, body) once the handler has
+ * read all it needs, for a request that waits long for its answer (a send at a slow provider):
+ * path, query, headers and body are empty from then on; the answer, its access-log line
+ * (method, route, request id) and the connection work as before. */
+void og_http_req_drop_input(og_http_req_t *req);
+
 /* Sends the response to `req` and finishes it. Adds Date, Content-Length, X-Request-Id and
  * Connection headers itself. `extra` headers are written as given. `ctype` may be NULL when
  * there is no body. After this call `req` is gone. */
