@@ -107,6 +107,7 @@ static void req_free(og_http_req_t *req)
     free(req->hoff);
     free(req->headers);
     free(req->body);
+    free(req->resp_hdrs);
     free(req);
 }
 
@@ -513,7 +514,8 @@ static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, c
     put_header(&o, "X-Request-Id", 12, req->request_id, strlen(req->request_id));
     for (size_t i = 0; i < nextra; i++)
         put_header(&o, extra[i].name, extra[i].name_len, extra[i].value, extra[i].value_len);
-    put(&o, req->resp_hdrs, req->resp_hdrs_len);
+    if (req->resp_hdrs_len > 0)
+        put(&o, req->resp_hdrs, req->resp_hdrs_len);
     if (close)
         PUTS(&o, "Connection: close\r\n");
     else if (req->http_minor == 0)
@@ -528,14 +530,16 @@ static char *build_response(og_http_conn_t *c, og_http_req_t *req, int status, c
 bool og_http_req_add_header(og_http_req_t *req, const char *name, const char *value)
 {
     size_t nl = strlen(name), vl = strlen(value);
-    if (nl + vl + 4 > sizeof(req->resp_hdrs) - req->resp_hdrs_len || strpbrk(name, "\r\n:") != NULL ||
+    if (nl + vl + 4 > OG_HTTP_RESP_HDRS - req->resp_hdrs_len || strpbrk(name, "\r\n:") != NULL ||
         strpbrk(value, "\r\n") != NULL)
+        return false;
+    if (req->resp_hdrs == NULL && (req->resp_hdrs = malloc(OG_HTTP_RESP_HDRS + 1)) == NULL)
         return false;
     char *p = req->resp_hdrs + req->resp_hdrs_len;
     memcpy(p, name, nl);
     memcpy(p + nl, ": ", 2);
     memcpy(p + nl + 2, value, vl);
-    memcpy(p + nl + 2 + vl, "\r\n", 2);
+    memcpy(p + nl + 2 + vl, "\r\n", 3);
     req->resp_hdrs_len += nl + vl + 4;
     return true;
 }

@@ -111,10 +111,11 @@ static void test_headers(void **state)
     memset(&req, 0, sizeof(req));
     og_rl_result_t r = {.allowed = false, .limit = 50, .remaining = 0, .reset_s = 1, .retry_after_s = 1};
     og_rl_headers(&r, &req);
-    req.resp_hdrs[req.resp_hdrs_len] = '\0';
+    assert_int_equal(req.resp_hdrs_len, strlen(req.resp_hdrs));
     assert_string_equal(req.resp_hdrs,
                         "RateLimit-Limit: 50\r\nRateLimit-Remaining: 0\r\nRateLimit-Reset: 1\r\n"
                         "Retry-After: 1\r\n");
+    free(req.resp_hdrs);
 }
 
 int main(void)

@@ -129,8 +129,9 @@ struct og_http_req {
     size_t max_body;      /* this request's body limit, set when its headers are in */
     void *user;           /* for the handler */
     /* Header lines ("Name: value\r\n") added to whatever response the request gets, e.g. by
-     * middleware such as the rate limiter before the handler answers. */
-    char resp_hdrs[160];
+     * middleware such as the rate limiter before the handler answers: NUL-terminated, at most
+     * OG_HTTP_RESP_HDRS bytes, allocated by the first og_http_req_add_header (NULL before). */
+    char *resp_hdrs;
     size_t resp_hdrs_len;
 
     /* private to http_conn.c */
@@ -192,7 +193,9 @@ void og_http_conn_io_closed(og_http_conn_t *c);
 bool og_http_conn_is_idle(const og_http_conn_t *c);
 
 /* Adds a header to whatever response `req` gets. False (nothing added) when the space for
- * such headers (160 bytes) is used up or the name/value contain CR or LF. */
+ * such headers (OG_HTTP_RESP_HDRS bytes) is used up, the name/value contain CR or LF, or out
+ * of memory. */
+#define OG_HTTP_RESP_HDRS 160
 bool og_http_req_add_header(og_http_req_t *req, const char *name, const char *value);
 
 /* Returns the value of the first header named `name` (case-insensitive), or NULL. */
