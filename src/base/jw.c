@@ -290,6 +290,20 @@ char *og_jw_finish(og_jw_t *w, size_t *len)
     return out;
 }
 
+char *og_jw_finish_fit(og_jw_t *w, size_t *len)
+{
+    size_t cap = w->cap, n;
+    char *out = og_jw_finish(w, &n);
+    if (out != NULL && cap > n + 1) {
+        char *fit = realloc(out, n + 1);
+        if (fit != NULL) /* a failed shrink leaves the text where it was */
+            out = fit;
+    }
+    if (out != NULL && len != NULL)
+        *len = n;
+    return out;
+}
+
 void og_jw_free(og_jw_t *w)
 {
     free(w->buf);

@@ -24,7 +24,6 @@ struct og_server_conn {
     og_http_conn_t http; /* first: og_http_conn_t * converts back with container_of */
     uv_tcp_t tcp;
     uv_timer_t timer;
-    uv_shutdown_t shutdown;
     og_server_t *srv;
     og_server_conn_t *prev, *next;
     int open_handles; /* handles not yet through their close_cb */
@@ -232,6 +231,7 @@ static void close_handles(og_server_conn_t *sc)
 static void on_shutdown(uv_shutdown_t *req, int status)
 {
     og_server_conn_t *sc = req->data;
+    free(req);
     if (status < 0 || !sc->linger || uv_is_closing((uv_handle_t *)&sc->tcp)) {
         close_handles(sc);
         return;
@@ -253,10 +253,19 @@ static void io_close(og_http_conn_t *c, bool linger)
     sc->linger = linger;
     uv_timer_stop(&sc->timer);
     uv_read_stop((uv_stream_t *)&sc->tcp);
-    /* uv_shutdown runs after the queued writes, so the final response goes out first. */
-    sc->shutdown.data = sc;
-    if (uv_shutdown(&sc->shutdown, (uv_stream_t *)&sc->tcp, on_shutdown) != 0)
+    /* uv_shutdown runs after the queued writes, so the final response goes out first. Its
+     * request is allocated here, not kept in every connection. Without memory, or when the
+     * shutdown cannot start, the connection closes at once (the queued writes are dropped). */
+    uv_shutdown_t *sd = malloc(sizeof(*sd));
+    if (sd == NULL) {
         close_handles(sc);
+        return;
+    }
+    sd->data = sc;
+    if (uv_shutdown(sd, (uv_stream_t *)&sc->tcp, on_shutdown) != 0) {
+        free(sd);
+        close_handles(sc);
+    }
 }
 
 static void io_release(og_http_conn_t *c)

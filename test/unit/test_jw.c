@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,6 +162,36 @@ static void test_empty_and_reuse(void **state)
     og_jw_free(&w);
 }
 
+/* og_jw_finish_fit gives the same text and length as og_jw_finish, in an allocation of the
+ * text's size (the sanitized builds check every byte read and the free), and NULL after a
+ * failure. */
+static void test_finish_fit(void **state)
+{
+    const char *text = "Your code is 123456\n\"quoted\" and \x01";
+    og_jw_t a, b;
+    og_jw_init(&a, 0);
+    og_jw_init(&b, 0);
+    og_jw_object(&a);
+    og_jw_object(&b);
+    og_jw_kstring(&a, "text", text);
+    og_jw_kstring(&b, "text", text);
+    og_jw_object_end(&a);
+    og_jw_object_end(&b);
+    assert_true(a.cap > a.len + 1);
+    size_t la = 0, lb = 0;
+    char *fa = og_jw_finish(&a, &la), *fb = og_jw_finish_fit(&b, &lb);
+    assert_int_equal(la, lb);
+    assert_string_equal(fa, fb);
+    assert_int_equal(strlen(fb), lb);
+    assert_true(malloc_usable_size(fb) < malloc_usable_size(fa));
+    free(fa);
+    free(fb);
+    og_jw_t c;
+    og_jw_init(&c, 0);
+    c.failed = true;
+    assert_null(og_jw_finish_fit(&c, &lb));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +199,7 @@ int main(void)
         cmocka_unit_test(test_document_matches_jansson),
         cmocka_unit_test(test_invalid_utf8_replaced),
         cmocka_unit_test(test_empty_and_reuse),
+        cmocka_unit_test(test_finish_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,6 +50,12 @@ void og_jw_kint(og_jw_t *w, const char *key, long long v);
  * (when not NULL), leaving `w` empty; NULL when a write ran out of memory. */
 char *og_jw_finish(og_jw_t *w, size_t *len);
 
+/* og_jw_finish for a text that is kept a while (a provider request's body, held through the
+ * provider's wait): its allocation is cut to the text's size. Strings reserve room for their
+ * worst-case escaping as they are written, so a buffer ends up to six times the size of the
+ * text it holds. */
+char *og_jw_finish_fit(og_jw_t *w, size_t *len);
+
 /* Frees what `w` holds (after a failure, or instead of og_jw_finish). */
 void og_jw_free(og_jw_t *w);
 

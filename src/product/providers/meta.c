@@ -74,7 +74,7 @@ static bool meta_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
         snprintf(why, whylen, "the text is not valid UTF-8");
         return false;
     }
-    req->body = og_jw_finish(&w, &req->body_len);
+    req->body = og_jw_finish_fit(&w, &req->body_len);
     req->method = "POST";
     bool ok = req->url != NULL && req->body != NULL &&
               og_hc_req_add_header(req, "Authorization: Bearer %s", p->access_token) &&

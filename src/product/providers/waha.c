@@ -52,7 +52,7 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
         snprintf(why, whylen, "the text or session name is not valid UTF-8");
         return false;
     }
-    req->body = og_jw_finish(&w, &req->body_len);
+    req->body = og_jw_finish_fit(&w, &req->body_len);
     req->method = "POST";
     bool ok = req->url != NULL && req->body != NULL &&
               og_hc_req_add_header(req, "Content-Type: application/json") &&
