@@ -631,6 +631,40 @@ static void test_header_lookup_and_query(void **state)
     fake_free(f);
 }
 
+/* A handler that drops the request's input keeps what the answer needs: the header bytes,
+ * header array and body are freed (the sanitized builds would catch a later read of them) and
+ * read as empty; the answer (its request id and extra headers included) goes out, the
+ * access-log callback runs, and the next request on the connection is parsed as usual. */
+static void test_drop_input(void **state)
+{
+    fake_t *f = fake_new();
+    f->async = true;
+    feed(f, post_req);
+    og_http_req_t *r = f->held[0];
+    assert_int_equal(r->body_len, 11);
+    assert_true(og_http_req_add_header(r, "RateLimit-Limit", "5"));
+    og_http_req_drop_input(r);
+    assert_null(og_http_req_header(r, "content-type", NULL));
+    assert_int_equal(r->nheaders, 0);
+    assert_int_equal(r->path_len, 0);
+    assert_null(r->query);
+    assert_null(r->body);
+    assert_int_equal(r->body_len, 0);
+    assert_string_equal(r->method_str, "POST");
+    og_http_respond(r, 200, NULL, 0, "text/plain", "kept", 4);
+    assert_non_null(strstr(f->out, "HTTP/1.1 200 OK\r\n"));
+    assert_non_null(strstr(f->out, "X-Request-Id: t-1\r\n"));
+    assert_non_null(strstr(f->out, "RateLimit-Limit: 5\r\n"));
+    assert_non_null(strstr(f->out, "\r\n\r\nkept"));
+    assert_int_equal(f->done, 1);
+    feed(f, "GET /next HTTP/1.1\r\nHost: a\r\n\r\n");
+    assert_int_equal(f->handled, 2);
+    assert_string_equal(f->last_path, "/next");
+    og_http_respond(f->held[1], 204, NULL, 0, NULL, NULL, 0);
+    assert_int_equal(f->done, 2);
+    fake_free(f);
+}
+
 /* Asserts that f's connection is in `st` and that the shared counts hold it there and nowhere else. */
 static void assert_in_state(const fake_t *f, og_http_conn_state_t st)
 {
@@ -744,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_eof_with_request_in_flight),
         cmocka_unit_test(test_socket_gone_while_handling),
         cmocka_unit_test(test_request_id),
+        cmocka_unit_test(test_drop_input),
         cmocka_unit_test(test_head_has_no_body),
         cmocka_unit_test(test_write_backpressure),
         cmocka_unit_test(test_extra_headers),
