@@ -54,7 +54,11 @@ typedef struct send_ctx {
     char wa_from[20];
     char sender[20];
     og_sms_info_t sms;
-    og_send_params_t params[OG_ENGINE_MAX];
+    /* What the WhatsApp channels' providers need beyond the number (the tenant's settings
+     * hold the strings); the attempt's parameters are made from these when it starts. */
+    const char *qr_session;
+    const char *meta_phone_number_id;
+    const char *meta_access_token;
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     /* Allocated as each attempt starts (most sends make one): NULL when never started, or
      * when out of memory (its result is then oom_result). */
@@ -235,18 +239,14 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
 }
 
 /* Resolves, for each channel to try, the number or sender id it sends from (the requested one,
- * else the tenant's default) and fills its provider parameters. */
+ * else the tenant's default), and keeps what its provider needs from the tenant's settings. */
 static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *sender, og_err_t *err)
 {
     json_t *settings = c->auth.tenant->settings;
     for (int i = 0; i < c->nch; i++) {
-        og_send_params_t *p = &c->params[i];
-        p->to = c->to;
-        p->text = c->text;
         if (c->ch[i] == OG_CH_SMS) {
             if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
                 return false;
-            p->from = c->sender;
             og_sms_encode_info(c->text, strlen(c->text), &c->sms);
             if (c->sms.segments > SMS_MAX_SEGMENTS)
                 return og_err_fail(err, "text_too_long", "text", "text needs %d SMS segments, more than %d",
@@ -264,10 +264,12 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
         if (!og_settings_wa_number(settings, og_channel_name(c->ch[i]), c->wa_from, &num))
             return og_err_fail(err, "whatsapp_from_not_registered", "whatsappFrom",
                                "%s is not registered for %s", c->wa_from, og_channel_name(c->ch[i]));
-        p->from = c->wa_from;
-        p->session = num.session;
-        p->phone_number_id = num.phone_number_id;
-        p->access_token = num.access_token;
+        if (c->ch[i] == OG_CH_WHATSAPP_QR) {
+            c->qr_session = num.session;
+        } else {
+            c->meta_phone_number_id = num.phone_number_id;
+            c->meta_access_token = num.access_token;
+        }
         c->token_sealed[i] = num.access_token_sealed;
     }
     return true;
@@ -511,7 +513,15 @@ static void engine_start(og_engine_t *e, int i)
     }
     a->done = attempt_done;
     a->arg = c;
-    og_attempt_start(&c->gw->prov, c->ch[i], &c->params[i], a);
+    og_channel_t ch = c->ch[i];
+    og_send_params_t p = {.to = c->to, .text = c->text, .from = ch == OG_CH_SMS ? c->sender : c->wa_from};
+    if (ch == OG_CH_WHATSAPP_QR) {
+        p.session = c->qr_session;
+    } else if (ch == OG_CH_WHATSAPP_META) {
+        p.phone_number_id = c->meta_phone_number_id;
+        p.access_token = c->meta_access_token;
+    }
+    og_attempt_start(&c->gw->prov, ch, &p, a);
 }
 
 static void nowa_checked(void *arg, bool remembered);
@@ -618,7 +628,6 @@ static void nowa_checked(void *arg, bool remembered)
     for (int i = 0; i < c->nch; i++) {
         if (c->ch[i] == OG_CH_SMS) {
             c->ch[kept] = c->ch[i];
-            c->params[kept] = c->params[i];
             c->token_sealed[kept++] = c->token_sealed[i];
         } else {
             skip(c, c->ch[i], "not_on_whatsapp");
