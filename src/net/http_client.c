@@ -126,43 +126,111 @@ og_log_t *og_hc_log(og_hc_t *hc)
 
 /* ---- requests ------------------------------------------------------------------------------ */
 
-bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...)
+/* Appends the printf-style line to *list: formatted on the stack (a longer line in an
+ * allocation of its own), then copied once into the list libcurl sends; the copy here may hold
+ * a credential, so it is wiped. */
+static bool list_add(struct curl_slist **list, const char *fmt, va_list ap)
 {
-    if (r->nheaders >= OG_HC_MAX_HEADERS)
-        return false;
-    /* Formatted on the stack (a longer line in an allocation of its own), then copied once
-     * into the list libcurl sends; the copy here may hold a credential, so it is wiped. */
     char buf[512], *h = buf;
-    va_list ap;
-    va_start(ap, fmt);
+    va_list again;
+    va_copy(again, ap);
     int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
+    if (n >= 0 && (size_t)n >= sizeof(buf))
+        n = vasprintf(&h, fmt, again);
+    va_end(again);
     if (n < 0)
         return false;
-    if ((size_t)n >= sizeof(buf)) {
-        va_start(ap, fmt);
-        n = vasprintf(&h, fmt, ap);
-        va_end(ap);
-        if (n < 0)
-            return false;
-    }
-    struct curl_slist *l = curl_slist_append(r->headers, h);
+    struct curl_slist *l = curl_slist_append(*list, h);
     explicit_bzero(h, (size_t)n);
     if (h != buf)
         free(h);
     if (l == NULL)
         return false;
-    r->headers = l;
-    r->nheaders++;
+    *list = l;
     return true;
+}
+
+bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...)
+{
+    if (r->nheaders >= OG_HC_MAX_HEADERS)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    struct curl_slist *l = r->headers;
+    bool ok = list_add(&l, fmt, ap);
+    va_end(ap);
+    r->headers = l;
+    if (ok)
+        r->nheaders++;
+    return ok;
 }
 
 const char *og_hc_req_header(const og_hc_req_t *r, int i)
 {
     const struct curl_slist *l = r->headers;
+    if (i < 0 || i >= r->nheaders)
+        return NULL;
     for (; l != NULL && i > 0; i--)
         l = l->next;
-    return l != NULL && i == 0 ? l->data : NULL;
+    return l != NULL ? l->data : NULL;
+}
+
+/* A shared list starts with "Expect:" (no 100-continue round trip before bodies over 1 KiB), so
+ * that a request naming one needs no line of its own for it. */
+struct og_hc_headers {
+    struct curl_slist *list;
+    int n; /* lines added, "Expect:" not counted */
+};
+
+bool og_hc_headers_add(og_hc_headers_t **hp, const char *fmt, ...)
+{
+    og_hc_headers_t *h = *hp;
+    if (h == NULL) {
+        if ((h = calloc(1, sizeof(*h))) == NULL)
+            return false;
+        if ((h->list = curl_slist_append(NULL, "Expect:")) == NULL) {
+            free(h);
+            return false;
+        }
+        *hp = h;
+    }
+    if (h->n >= OG_HC_MAX_HEADERS)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    bool ok = list_add(&h->list, fmt, ap);
+    va_end(ap);
+    if (ok)
+        h->n++;
+    return ok;
+}
+
+const char *og_hc_headers_line(const og_hc_headers_t *h, int i)
+{
+    if (h == NULL || i < 0 || i >= h->n)
+        return NULL;
+    const struct curl_slist *l = h->list->next;
+    for (; i > 0; i--)
+        l = l->next;
+    return l->data;
+}
+
+void og_hc_headers_free(og_hc_headers_t *h)
+{
+    if (h != NULL) {
+        curl_slist_free_all(h->list);
+        free(h);
+    }
+}
+
+/* Ends the loan of r's shared lines to its own list (make_easy), so that freeing r's list
+ * frees only its own lines. */
+static void unlink_shared(og_hc_req_t *r)
+{
+    if (r->linked != NULL) {
+        ((struct curl_slist *)r->linked)->next = NULL;
+        r->linked = NULL;
+    }
 }
 
 static void wipe_free(char *s, size_t len)
@@ -176,6 +244,7 @@ static void wipe_free(char *s, size_t len)
 void og_hc_req_clear(og_hc_req_t *r)
 {
     free(r->url);
+    unlink_shared(r);
     curl_slist_free_all(r->headers);
     wipe_free(r->body, r->body_len);
     free(r->user);
@@ -241,6 +310,7 @@ static void release_easy(og_hc_t *hc, og_hc_req_t *r)
         }
         r->easy = NULL;
     }
+    unlink_shared(r);
 }
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -668,19 +738,34 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
     }
     if (e == NULL && (e = curl_easy_init()) == NULL)
         return NULL;
-    /* No "Expect: 100-continue" round trip before bodies over 1 KiB. */
-    if (!r->expect_off) {
+    /* The request's own lines, then the shared ones (lent for the transfer: unlink_shared),
+     * which start with "Expect:"; without shared ones, "Expect:" ends its own: no
+     * "Expect: 100-continue" round trip before bodies over 1 KiB. */
+    unlink_shared(r);
+    struct curl_slist *list = r->headers;
+    if (r->shared_headers != NULL) {
+        struct curl_slist *shared = r->shared_headers->list;
+        if (list != NULL) {
+            struct curl_slist *t = list;
+            while (t->next != NULL)
+                t = t->next;
+            t->next = shared;
+            r->linked = t;
+        } else {
+            list = shared;
+        }
+    } else if (!r->expect_off) {
         struct curl_slist *l = curl_slist_append(r->headers, "Expect:");
         if (l == NULL)
             goto fail;
-        r->headers = l;
+        list = r->headers = l;
         r->expect_off = true;
     }
 
     bool ok = prepared || set_kind(hc, e, &r->kind);
     ok &= curl_easy_setopt(e, CURLOPT_URL, r->url) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_PRIVATE, r) == CURLE_OK;
-    ok &= curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers) == CURLE_OK;
+    ok &= curl_easy_setopt(e, CURLOPT_HTTPHEADER, list) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf) == CURLE_OK;
     ok &= curl_easy_setopt(e, CURLOPT_WRITEDATA, r) == CURLE_OK;
     if (r->kind.body) {
@@ -697,6 +782,7 @@ static CURL *make_easy(og_hc_t *hc, og_hc_req_t *r)
     return e;
 
 fail:
+    unlink_shared(r);
     curl_easy_cleanup(e);
     return NULL;
 }
@@ -771,6 +857,7 @@ int og_hc_start(og_hc_t *hc, og_hc_req_t *r)
     if (curl_multi_add_handle(hc->multi, e) != CURLM_OK) {
         curl_easy_cleanup(e);
         r->easy = NULL;
+        unlink_shared(r);
         return og_hc_complete_later(hc, r, OG_HC_ERROR, "cannot add the request");
     }
     r->state = R_RUNNING;

@@ -117,7 +117,8 @@ static int gw_start(og_worker_t *w)
     if (gw->hc == NULL)
         return -1;
     og_hc_set_metrics(gw->hc, w->m);
-    og_providers_init(&gw->prov, gw->hc, w->cfg);
+    if (!og_providers_init(&gw->prov, gw->hc, w->cfg))
+        return -1;
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
     if (gw->auth == NULL)
         return -1;
@@ -156,6 +157,7 @@ static void gw_piece_closed(void *arg)
         if (gw->jobs != NULL)
             og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
         og_nowa_free(gw->nowa);
+        og_providers_free(&gw->prov); /* the HTTP client is closed: no attempt is in flight */
         free(gw);
     }
 }

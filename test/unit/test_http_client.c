@@ -471,6 +471,55 @@ typedef struct chain {
     int ok;
 } chain_t;
 
+/* Shared header lines (og_hc_headers_add) go out after a request's own, with or without own
+ * lines, and again when the same request is started a second time; a body over 1 KiB still
+ * goes without "Expect: 100-continue" (the shared list carries "Expect:"). The list is lent,
+ * not taken: it reads the same afterwards, and freeing the requests and then the list frees
+ * everything once (the sanitized builds check). */
+static void shared_headers(void **state)
+{
+    env_t *e = env_new(SRV_RESPOND, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n");
+    og_hc_headers_t *h = NULL;
+    assert_true(og_hc_headers_add(&h, "Content-Type: application/json"));
+    assert_true(og_hc_headers_add(&h, "X-Api-Key: %s", "k-123"));
+    char body[2048];
+    memset(body, 'a', sizeof(body));
+    treq_t a, b;
+    treq_init(&a, e, "/own");
+    treq_init(&b, e, "/none");
+    for (treq_t *t = &a; t != NULL; t = t == &a ? &b : NULL) {
+        t->r.method = "POST";
+        t->r.body = malloc(sizeof(body));
+        memcpy(t->r.body, body, sizeof(body));
+        t->r.body_len = sizeof(body);
+        t->r.shared_headers = h;
+    }
+    assert_true(og_hc_req_add_header(&a.r, "Authorization: Bearer %s", "tok"));
+    treq_t *order[] = {&a, &b, &a};
+    for (int i = 0; i < 3; i++) {
+        treq_t *t = order[i];
+        assert_int_equal(og_hc_start(e->hc, &t->r), 0);
+        run_until(e, &e->dones, i + 1, 5000);
+        assert_int_equal(t->r.http_status, 201);
+        const char *req = e->srv.last_request;
+        const char *sep = strstr(req, "\r\n\r\n");
+        assert_non_null(sep);
+        assert_non_null(strstr(req, "\r\nContent-Type: application/json\r\n"));
+        assert_non_null(strstr(req, "\r\nX-Api-Key: k-123\r\n"));
+        assert_true((strstr(req, "\r\nAuthorization: Bearer tok\r\n") != NULL) == (t == &a));
+        assert_null(memmem(req, (size_t)(sep - req), "Expect:", 7));
+    }
+    assert_string_equal(og_hc_req_header(&a.r, 0), "Authorization: Bearer tok");
+    assert_null(og_hc_req_header(&a.r, 1));
+    assert_string_equal(og_hc_headers_line(h, 0), "Content-Type: application/json");
+    assert_string_equal(og_hc_headers_line(h, 1), "X-Api-Key: k-123");
+    assert_null(og_hc_headers_line(h, 2));
+    og_hc_req_clear(&a.r);
+    og_hc_req_clear(&b.r);
+    og_hc_headers_free(h);
+    env_free(e);
+}
+
 static void chain_next(treq_t *t)
 {
     chain_t *c = (chain_t *)t;
@@ -815,6 +864,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ok_with_body),
         cmocka_unit_test(request_bytes_on_the_wire),
+        cmocka_unit_test(shared_headers),
         cmocka_unit_test(connection_reuse),
         cmocka_unit_test(connection_close_then_new_connection),
         cmocka_unit_test(dead_cached_connection_is_replaced),

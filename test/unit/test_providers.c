@@ -67,12 +67,25 @@ static bool starts_with(const char *s, const char *prefix)
     return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static void assert_headers(const og_hc_req_t *r, const char *const *want, int n)
+/* The header lines a request of `prov` goes out with: its own (build's), then the provider's
+ * fixed ones (og_providers_init makes them once per worker; make_easy sends them after). */
+static void assert_headers(const og_provider_t *prov, const og_config_t *cfg, const og_hc_req_t *r,
+                           const char *const *want, int n)
 {
-    assert_int_equal(r->nheaders, n);
-    for (int i = 0; i < n; i++)
-        assert_string_equal(og_hc_req_header(r, i), want[i]);
-    assert_null(og_hc_req_header(r, n));
+    og_hc_headers_t *fixed = NULL;
+    assert_true(prov->fixed_headers(cfg, &fixed));
+    int k = 0;
+    for (int i = 0; og_hc_req_header(r, i) != NULL; i++, k++) {
+        assert_true(k < n);
+        assert_string_equal(og_hc_req_header(r, i), want[k]);
+    }
+    assert_int_equal(k, r->nheaders);
+    for (int i = 0; og_hc_headers_line(fixed, i) != NULL; i++, k++) {
+        assert_true(k < n);
+        assert_string_equal(og_hc_headers_line(fixed, i), want[k]);
+    }
+    assert_int_equal(k, n);
+    og_hc_headers_free(fixed);
 }
 
 /* ---- channels ----------------------------------------------------------------------------- */
@@ -114,7 +127,7 @@ static void meta_request(void **state)
     assert_string_equal(r.url, "https://graph.example.com/v21.0/109876543210/messages");
     const char *h[] = {"Authorization: Bearer EAAGsecretTOKEN42", "Content-Type: application/json",
                        "Accept: application/json"};
-    assert_headers(&r, h, 3);
+    assert_headers(&og_provider_meta, &cfg, &r, h, 3);
     assert_null(r.user);
     assert_null(r.password);
     assert_int_equal(r.body_len, strlen(r.body));
@@ -186,7 +199,7 @@ static void waha_request(void **state)
     assert_string_equal(r.url, "http://waha.internal:3000/api/sendText");
     const char *h[] = {"Content-Type: application/json", "Accept: application/json",
                        "X-Api-Key: waha-key-123"};
-    assert_headers(&r, h, 3);
+    assert_headers(&og_provider_waha, &cfg, &r, h, 3);
     assert_null(r.user);
     json_t *j = parse_body(&r);
     assert_int_equal(json_object_size(j), 3);
@@ -201,7 +214,7 @@ static void waha_request(void **state)
     p.session = NULL;
     assert_true(og_provider_waha.build(&cfg, &p, &r, why, sizeof(why)));
     const char *h2[] = {"Content-Type: application/json", "Accept: application/json"};
-    assert_headers(&r, h2, 2);
+    assert_headers(&og_provider_waha, &cfg, &r, h2, 2);
     j = parse_body(&r);
     assert_string_equal(json_string_value(json_object_get(j, "session")), "default");
     json_decref(j);
@@ -296,7 +309,7 @@ static void twilio_request(void **state)
     assert_string_equal(r.user, "AC0123456789abcdef0123456789abcdef");
     assert_string_equal(r.password, "tok_secret_4567");
     const char *h[] = {"Content-Type: application/x-www-form-urlencoded", "Accept: application/json"};
-    assert_headers(&r, h, 2);
+    assert_headers(&og_provider_twilio, &cfg, &r, h, 2);
     assert_int_equal(r.body_len, strlen(r.body));
     const char *names[] = {"To", "From", "Body"};
     const char *values[] = {"+6281234567890", "ACME Co", tricky_text};
@@ -760,7 +773,7 @@ static og_attempt_result_t run_attempt(og_channel_t ch, og_config_t *cfg, const 
     uv_timer_init(&loop, &tick);
     uv_timer_start(&tick, tick_cb, 20, 20);
     og_providers_t pv;
-    og_providers_init(&pv, hc, cfg);
+    assert_true(og_providers_init(&pv, hc, cfg));
     og_attempt_start(&pv, ch, &p, &x.a);
     assert_int_equal(x.done_calls, 0); /* never synchronous, not even not_configured */
     uv_update_time(&loop);
@@ -778,6 +791,7 @@ static og_attempt_result_t run_attempt(og_channel_t ch, og_config_t *cfg, const 
     assert_int_equal(closed, 1);
     assert_int_equal(x.done_calls, 1);
     assert_int_equal(uv_loop_close(&loop), 0);
+    og_providers_free(&pv);
     /* After done the attempt holds nothing (the sanitized builds' leak check would see a
      * request not cleared) and its request's bytes are the result (provider.h). */
     assert_null(x.a.pv);
@@ -809,6 +823,11 @@ static void attempt_sent(void **state)
     assert_non_null(strstr(last, "\r\nAuthorization: Basic "
                                  "QUMwMTIzNDU2Nzg5YWJjZGVmMDEyMzQ1Njc4OWFiY2RlZjp0b2tfc2VjcmV0XzQ1Njc=\r\n"));
     assert_non_null(strstr(last, "\r\n\r\nTo=%2B6281234567890&From=6281111111111&Body=Kode%3A"));
+    /* The channel's fixed lines (shared by the worker's requests) go out with it; "Expect:"
+     * among them only takes curl's own Expect away. */
+    assert_non_null(strstr(last, "\r\nContent-Type: application/x-www-form-urlencoded\r\n"));
+    assert_non_null(strstr(last, "\r\nAccept: application/json\r\n"));
+    assert_null(strstr(last, "Expect"));
 }
 
 /* A Meta 401 with code 190 is provider_rejected with providerCode 190, httpStatus 401 and
@@ -829,6 +848,9 @@ static void attempt_rejected_credential(void **state)
     assert_true(r.bad_credential);
     assert_null(strstr(r.error_message, "EAAGsecretTOKEN42"));
     assert_non_null(strstr(last, "\r\nAuthorization: Bearer EAAGsecretTOKEN42\r\n"));
+    assert_non_null(strstr(last, "\r\nContent-Type: application/json\r\n"));
+    assert_non_null(strstr(last, "\r\nAccept: application/json\r\n"));
+    assert_null(strstr(last, "Expect"));
     assert_true(starts_with(last, "POST /v21.0/109876543210/messages HTTP/1.1\r\n"));
 }
 

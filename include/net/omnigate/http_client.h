@@ -64,6 +64,9 @@ struct og_hc_req {
      * them). */
     void *headers;
     int nheaders;
+    /* Lines sent after the request's own, shared with other requests (og_hc_headers_add); not
+     * owned: they must outlive the request. NULL: none. */
+    const struct og_hc_headers *shared_headers;
     char *body; /* sent as is; NULL: no body */
     size_t body_len;
     char *user, *password; /* HTTP Basic auth when user != NULL */
@@ -96,6 +99,7 @@ struct og_hc_req {
     og_hc_t *hc;
     void *easy;               /* CURL *, while in flight */
     bool expect_off;          /* headers end with "Expect:" (no 100-continue round trip) */
+    void *linked;             /* the last of its own lines, lent the shared ones while in flight */
     og_hc_req_t *prev, *next; /* in flight: hc's in-flight list; deferred: hc's defer queue */
     uint64_t start_ns;
     size_t resp_cap;
@@ -134,6 +138,19 @@ bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...) __attribute__((f
 
 /* The i-th header line added, or NULL past the last (tests, logs). */
 const char *og_hc_req_header(const og_hc_req_t *r, int i);
+
+/* Header lines made once and shared by many requests, such as those a provider channel sends
+ * with every request (og_providers_init): a request names them in shared_headers instead of
+ * adding copies of its own. og_hc_headers_add appends a printf-style line to *h, making the
+ * list on the first call; false when out of memory or when OG_HC_MAX_HEADERS lines are there. */
+typedef struct og_hc_headers og_hc_headers_t;
+bool og_hc_headers_add(og_hc_headers_t **h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The i-th line added to h, or NULL past the last (h may be NULL). */
+const char *og_hc_headers_line(const og_hc_headers_t *h, int i);
+
+/* Frees h (NULL is fine); no request may name it any more. */
+void og_hc_headers_free(og_hc_headers_t *h);
 
 /* Frees what the req owns and zeroes all of it (done and arg included). Not while in flight. */
 void og_hc_req_clear(og_hc_req_t *r);

@@ -60,6 +60,11 @@ typedef struct og_provider {
      * NULL when len is 0) into out: sent + provider_message_id, or the error fields. Sets
      * out->http_status. */
     void (*classify)(long http_status, const char *body, size_t len, og_attempt_result_t *out);
+    /* Appends to *h the header lines every request of this provider carries, whatever the
+     * tenant and the message (content type, the configured key): made once per worker by
+     * og_providers_init and named by each request (og_hc_req.shared_headers) instead of copied
+     * into it; build adds only the lines of its own request. False when out of memory. */
+    bool (*fixed_headers)(const og_config_t *cfg, og_hc_headers_t **h);
 } og_provider_t;
 
 /* The adapter of a channel; NULL for an unknown channel. */
@@ -76,9 +81,14 @@ typedef struct og_providers {
     const og_config_t *cfg;
     og_breaker_t breaker[OG_CH__COUNT];
     uint64_t transitions_reported[OG_CH__COUNT]; /* of breaker[i].transitions, in the metrics */
+    og_hc_headers_t *headers[OG_CH__COUNT];      /* each channel's fixed header lines */
 } og_providers_t;
 
-void og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg);
+/* False when out of memory (the fixed header lines); og_providers_free frees what was made. */
+bool og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg);
+
+/* Frees the fixed header lines; no attempt may be in flight any more. */
+void og_providers_free(og_providers_t *pv);
 
 /* One attempt: build, send on the worker's HTTP client, classify, call done. */
 typedef struct og_attempt og_attempt_t;

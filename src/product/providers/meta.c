@@ -77,9 +77,7 @@ static bool meta_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     req->body = og_jw_finish_fit(&w, &req->body_len);
     req->method = "POST";
     bool ok = req->url != NULL && req->body != NULL &&
-              og_hc_req_add_header(req, "Authorization: Bearer %s", p->access_token) &&
-              og_hc_req_add_header(req, "Content-Type: application/json") &&
-              og_hc_req_add_header(req, "Accept: application/json");
+              og_hc_req_add_header(req, "Authorization: Bearer %s", p->access_token);
     if (!ok)
         snprintf(why, whylen, "out of memory");
     return ok;
@@ -141,10 +139,17 @@ static void meta_classify(long status, const char *body, size_t len, og_attempt_
     json_decref(root);
 }
 
+static bool meta_fixed_headers(const og_config_t *cfg, og_hc_headers_t **h)
+{
+    return og_hc_headers_add(h, "Content-Type: application/json") &&
+           og_hc_headers_add(h, "Accept: application/json");
+}
+
 const og_provider_t og_provider_meta = {
     .name = "meta",
     .label = LABEL,
     .channel = OG_CH_WHATSAPP_META,
     .build = meta_build,
+    .fixed_headers = meta_fixed_headers,
     .classify = meta_classify,
 };

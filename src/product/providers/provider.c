@@ -313,13 +313,27 @@ static void attempt_req_done(og_hc_req_t *req)
     a->done(a);
 }
 
-void og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg)
+bool og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg)
 {
     memset(pv, 0, sizeof(*pv));
     pv->hc = hc;
     pv->cfg = cfg;
-    for (int i = 0; i < OG_CH__COUNT; i++)
+    bool ok = true;
+    for (int i = 0; i < OG_CH__COUNT; i++) {
         og_breaker_init(&pv->breaker[i]);
+        const og_provider_t *prov = og_provider_get((og_channel_t)i);
+        if (prov != NULL && prov->fixed_headers != NULL)
+            ok = ok && prov->fixed_headers(cfg, &pv->headers[i]);
+    }
+    return ok;
+}
+
+void og_providers_free(og_providers_t *pv)
+{
+    for (int i = 0; i < OG_CH__COUNT; i++) {
+        og_hc_headers_free(pv->headers[i]);
+        pv->headers[i] = NULL;
+    }
 }
 
 void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_t *p, og_attempt_t *a)
@@ -360,6 +374,7 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
         rc = og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
     } else {
         a->req.timeout_ms = a->timeout_ms;
+        a->req.shared_headers = pv->headers[ch];
         a->req.done = attempt_req_done;
         rc = og_hc_start(hc, &a->req);
     }

@@ -74,9 +74,7 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
     req->method = "POST";
     req->user = strdup(cfg->sms_account_sid);
     req->password = strdup(cfg->sms_auth_token);
-    bool ok = req->url != NULL && req->body != NULL && req->user != NULL && req->password != NULL &&
-              og_hc_req_add_header(req, "Content-Type: application/x-www-form-urlencoded") &&
-              og_hc_req_add_header(req, "Accept: application/json");
+    bool ok = req->url != NULL && req->body != NULL && req->user != NULL && req->password != NULL;
     if (!ok)
         snprintf(why, whylen, "out of memory");
     return ok;
@@ -114,10 +112,17 @@ static void twilio_classify(long status, const char *body, size_t len, og_attemp
     json_decref(root);
 }
 
+static bool twilio_fixed_headers(const og_config_t *cfg, og_hc_headers_t **h)
+{
+    return og_hc_headers_add(h, "Content-Type: application/x-www-form-urlencoded") &&
+           og_hc_headers_add(h, "Accept: application/json");
+}
+
 const og_provider_t og_provider_twilio = {
     .name = "twilio",
     .label = LABEL,
     .channel = OG_CH_SMS,
     .build = twilio_build,
+    .fixed_headers = twilio_fixed_headers,
     .classify = twilio_classify,
 };

@@ -54,10 +54,7 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     }
     req->body = og_jw_finish_fit(&w, &req->body_len);
     req->method = "POST";
-    bool ok = req->url != NULL && req->body != NULL &&
-              og_hc_req_add_header(req, "Content-Type: application/json") &&
-              og_hc_req_add_header(req, "Accept: application/json") &&
-              (!with_key || og_hc_req_add_header(req, "X-Api-Key: %s", cfg->qr_api_key));
+    bool ok = req->url != NULL && req->body != NULL;
     if (!ok)
         snprintf(why, whylen, "out of memory");
     return ok;
@@ -129,10 +126,22 @@ static void waha_classify(long status, const char *body, size_t len, og_attempt_
     json_decref(root);
 }
 
+/* The key is the worker's configuration: the same line for every request. A key that
+ * waha_build refuses is left out (no request goes out with it). */
+static bool waha_fixed_headers(const og_config_t *cfg, og_hc_headers_t **h)
+{
+    bool with_key =
+        cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0' && og_provider_header_safe(cfg->qr_api_key);
+    return og_hc_headers_add(h, "Content-Type: application/json") &&
+           og_hc_headers_add(h, "Accept: application/json") &&
+           (!with_key || og_hc_headers_add(h, "X-Api-Key: %s", cfg->qr_api_key));
+}
+
 const og_provider_t og_provider_waha = {
     .name = "waha",
     .label = LABEL,
     .channel = OG_CH_WHATSAPP_QR,
     .build = waha_build,
+    .fixed_headers = waha_fixed_headers,
     .classify = waha_classify,
 };
