@@ -222,7 +222,7 @@ typedef struct wh_list {
     og_http_req_t *req;
     char tenant_id[37]; /* admin mirror: the tenant of the path */
     int limit;
-    char limit_s[8];
+    char limit_s[12];
     char status[16];
     char cursor[24];
 } wh_list_t;

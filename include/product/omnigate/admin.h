@@ -16,7 +16,7 @@
 /* A page of the tenant list asked for (GET /admin/tenants, `omnigate admin list-tenants`). */
 typedef struct og_admin_list {
     int limit;
-    char limit_s[8];                            /* limit + 1, the statement's parameter */
+    char limit_s[12];                           /* limit + 1, the statement's parameter */
     char cursor[37];                            /* the last tenant id of the previous page, or "" */
     char name[4 * OG_ADMIN_MAX_NAME_CHARS + 1]; /* part of the name to look for, or "" */
 } og_admin_list_t;

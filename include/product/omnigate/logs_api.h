@@ -37,7 +37,7 @@ typedef enum { OG_LOGS_OMNI, OG_LOGS_SMS, OG_LOGS_OTP } og_logs_kind_t;
 typedef struct og_logs_query {
     const struct logs_kind *kind;
     int limit;
-    char limit_s[8]; /* limit + 1, as the statement's parameter */
+    char limit_s[12]; /* limit + 1, as the statement's parameter */
     char to[20], status[16], filter4[16], reference[32], since[40], until[40], cursor[32];
     char lo[OG_IDS_REFERENCE_SIZE], hi[OG_IDS_REFERENCE_SIZE]; /* the page's range: lo <= reference < hi */
 } og_logs_query_t;
