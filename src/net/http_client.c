@@ -165,14 +165,19 @@ bool og_hc_req_add_header(og_hc_req_t *r, const char *fmt, ...)
     return ok;
 }
 
-const char *og_hc_req_header(const og_hc_req_t *r, int i)
+/* Line i of the first n lines of list l, or NULL when i is not one of them. */
+static const char *nth_line(const struct curl_slist *l, int n, int i)
 {
-    const struct curl_slist *l = r->headers;
-    if (i < 0 || i >= r->nheaders)
+    if (i < 0 || i >= n)
         return NULL;
     for (; l != NULL && i > 0; i--)
         l = l->next;
     return l != NULL ? l->data : NULL;
+}
+
+const char *og_hc_req_header(const og_hc_req_t *r, int i)
+{
+    return nth_line(r->headers, r->nheaders, i);
 }
 
 /* A shared list starts with "Expect:" (no 100-continue round trip before bodies over 1 KiB), so
@@ -207,12 +212,7 @@ bool og_hc_headers_add(og_hc_headers_t **hp, const char *fmt, ...)
 
 const char *og_hc_headers_line(const og_hc_headers_t *h, int i)
 {
-    if (h == NULL || i < 0 || i >= h->n)
-        return NULL;
-    const struct curl_slist *l = h->list->next;
-    for (; i > 0; i--)
-        l = l->next;
-    return l->data;
+    return h != NULL ? nth_line(h->list->next, h->n, i) : NULL; /* after its "Expect:" */
 }
 
 void og_hc_headers_free(og_hc_headers_t *h)

@@ -19,6 +19,12 @@
 
 #define LABEL "WAHA"
 
+/* Whether an API key is configured (sent by waha_fixed_headers when it is header-safe). */
+static bool has_key(const og_config_t *cfg)
+{
+    return cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0';
+}
+
 static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
                        size_t whylen)
 {
@@ -26,8 +32,7 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
         snprintf(why, whylen, "OMNIGATE_QR_BASE_URL is not set");
         return false;
     }
-    bool with_key = cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0';
-    if (with_key && !og_provider_header_safe(cfg->qr_api_key)) {
+    if (has_key(cfg) && !og_provider_header_safe(cfg->qr_api_key)) {
         snprintf(why, whylen, "OMNIGATE_QR_API_KEY has characters a key cannot have");
         return false;
     }
@@ -130,8 +135,7 @@ static void waha_classify(long status, const char *body, size_t len, og_attempt_
  * waha_build refuses is left out (no request goes out with it). */
 static bool waha_fixed_headers(const og_config_t *cfg, og_hc_headers_t **h)
 {
-    bool with_key =
-        cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0' && og_provider_header_safe(cfg->qr_api_key);
+    bool with_key = has_key(cfg) && og_provider_header_safe(cfg->qr_api_key);
     return og_hc_headers_add(h, "Content-Type: application/json") &&
            og_hc_headers_add(h, "Accept: application/json") &&
            (!with_key || og_hc_headers_add(h, "X-Api-Key: %s", cfg->qr_api_key));
