@@ -77,14 +77,13 @@ void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us)
     *o++ = crockford[us >> 5];
     *o++ = crockford[us & 31];
     uint32_t acc = 0;
-    int bits = 0, left = 14;
-    for (size_t i = 0; i < sizeof(rnd) && left > 0; i++) {
+    int bits = 0;
+    for (size_t i = 0; i < sizeof(rnd); i++) { /* 72 bits in: 14 groups of 5 out, 2 bits left */
         acc = (acc << 8) | rnd[i];
         bits += 8;
-        while (bits >= 5 && left > 0) {
+        while (bits >= 5) {
             bits -= 5;
             *o++ = crockford[(acc >> bits) & 31];
-            left--;
         }
     }
     *o = '\0';

@@ -1319,7 +1319,7 @@ static void merge_groups(const og_db_t *db, unit_t *u)
     if (!u->write || u->nops < 2)
         return;
     for (og_db_op_t *op = u->head; op; op = op->next) {
-        if (!mergeable(db, op, op->nstmts >= 1 ? op->stmts[0].stmt : -1))
+        if (op->nstmts < 1 || !mergeable(db, op, op->stmts[0].stmt))
             continue;
         int stmt = op->stmts[0].stmt, n = 0;
         for (og_db_op_t *o = op; o; o = o->next)
