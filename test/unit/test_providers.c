@@ -792,10 +792,9 @@ static og_attempt_result_t run_attempt(og_channel_t ch, og_config_t *cfg, const 
     assert_int_equal(x.done_calls, 1);
     assert_int_equal(uv_loop_close(&loop), 0);
     og_providers_free(&pv);
-    /* After done the attempt holds nothing (the sanitized builds' leak check would see a
-     * request not cleared) and its request's bytes are the result (provider.h). */
+    /* After done the attempt is detached from the client and holds nothing: a request not
+     * cleared would be a leak, which the test suite's sanitized build reports. */
     assert_null(x.a.pv);
-    assert_ptr_equal((void *)&x.a.result, (void *)&x.a.req);
     return x.a.result;
 }
 
