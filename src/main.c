@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "og_build.h"
-#include "omnigate/cli.h"
+#include "omnigate/app/cli.h"
 #include "omnigate/config.h"
-#include "omnigate/gateway.h"
+#include "omnigate/app/gateway.h"
 #include "omnigate/metrics.h"
 #include "omnigate/supervisor.h"
 

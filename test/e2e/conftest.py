@@ -566,7 +566,7 @@ def pytest_runtest_makereport(item, call):
     if not problems:
         return
     rep = outcome.get_result()
-    text = "responses that do not match src/product/openapi.json:\n  " + "\n  ".join(problems[:20])
+    text = "responses that do not match src/product/static/openapi.json:\n  " + "\n  ".join(problems[:20])
     if len(problems) > 20:
         text += "\n  ... and %d more" % (len(problems) - 20)
     if rep.passed:

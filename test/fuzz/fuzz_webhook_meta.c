@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "fuzz.h"
-#include "omnigate/webhooks_in.h"
+#include "omnigate/callbacks/webhooks_in.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

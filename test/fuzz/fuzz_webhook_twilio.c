@@ -15,7 +15,7 @@
 
 #include "fuzz.h"
 #include "omnigate/router.h"
-#include "omnigate/webhooks_in.h"
+#include "omnigate/callbacks/webhooks_in.h"
 
 #define MAX_FIELDS 128 /* webhooks_in.c refuses a form with more */
 

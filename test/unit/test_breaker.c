@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "omnigate/breaker.h"
+#include "omnigate/providers/breaker.h"
 
 #define T0 UINT64_C(1000000)
 

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "omnigate/engine.h"
+#include "omnigate/messaging/engine.h"
 
 typedef struct fake {
     og_engine_t e;

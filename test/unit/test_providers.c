@@ -22,7 +22,7 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "omnigate/provider.h"
+#include "omnigate/providers/provider.h"
 
 /* A UTF-8 text with JSON-special, form-special and multi-byte characters. */
 static const char tricky_text[] =

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "omnigate/ratelimit.h"
+#include "omnigate/tenants/ratelimit.h"
 
 #define T0 UINT64_C(1000000000)
 

@@ -15,7 +15,7 @@
 #include <openssl/evp.h>
 
 #include "omnigate/seal.h"
-#include "omnigate/settings.h"
+#include "omnigate/tenants/settings.h"
 
 static const char tenant_a[] = "0b6f3f8e-5d7c-4a53-9d1e-2f0a8c4b7e11";
 static const char tenant_b[] = "9c1d2e3f-4a5b-4c6d-8e7f-0a1b2c3d4e5f";

@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "omnigate/api.h"
-#include "omnigate/settings.h"
+#include "omnigate/tenants/settings.h"
 
 /* The example of API.md §5, with a real-looking token. */
 static const char example[] =

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "omnigate/webhooks.h"
-#include "omnigate/webhooks_out.h"
+#include "omnigate/tenant_webhooks/webhooks.h"
+#include "omnigate/tenant_webhooks/webhooks_out.h"
 
 /* v1,base64(HMAC-SHA256(base64-decoded part after whsec_, "id.timestamp.body")). */
 static void test_signature_vector(void **state)

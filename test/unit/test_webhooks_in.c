@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "omnigate/webhooks_in.h"
+#include "omnigate/callbacks/webhooks_in.h"
 
 static const char *field(json_t *arr, size_t i, const char *name)
 {

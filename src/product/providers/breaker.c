@@ -1,7 +1,7 @@
 /*
  * The circuit breaker. See include/product/omnigate/breaker.h.
  */
-#include "omnigate/breaker.h"
+#include "omnigate/providers/breaker.h"
 
 #include <string.h>
 

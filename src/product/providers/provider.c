@@ -2,7 +2,7 @@
  * Channels, the adapter table, one attempt end to end, and the helpers the adapters share.
  * See include/product/omnigate/provider.h; the answer-to-error-code table is docs/providers.md.
  */
-#include "omnigate/provider.h"
+#include "omnigate/providers/provider.h"
 #include "omnigate/jw.h"
 #include "omnigate/metrics.h"
 #include "omnigate/util.h"

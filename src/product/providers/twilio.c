@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "omnigate/provider.h"
+#include "omnigate/providers/provider.h"
 
 #define LABEL "Twilio API"
 

@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "omnigate/jw.h"
-#include "omnigate/provider.h"
+#include "omnigate/providers/provider.h"
 
 #define LABEL "WAHA"
 

@@ -1,0 +1,56 @@
+/*
+ * Provider webhooks in (API.md §10): GET /webhooks/meta (the subscription handshake),
+ * POST /webhooks/meta, /webhooks/twilio and /webhooks/waha. Each POST is authenticated by the
+ * provider's own signature over the raw bytes received, parsed into delivery statuses
+ * (channel, provider message id, status, time, error) and recorded in one write through the
+ * group-commit path; the answer (200) goes out only after COMMIT, so a provider retries what
+ * was not stored. Responsible for authenticating, parsing and mapping the providers' wire
+ * formats; not for the rules of applying a status (sql/005_delivery_status.sql) or for
+ * reading them back (logs_api.h).
+ */
+#ifndef OMNIGATE_CALLBACKS_WEBHOOKS_IN_H
+#define OMNIGATE_CALLBACKS_WEBHOOKS_IN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "omnigate/error.h"
+#include "omnigate/http.h"
+#include "omnigate/router.h"
+
+/* The body limit of the webhook routes: Meta batches up to 1,000 statuses, up to 3 MB. */
+#define OG_WEBHOOK_MAX_BODY (4u * 1024 * 1024)
+
+/* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (app/gateway.h); its app context
+ * is og_gw(ctx) (app/ctx.h). */
+void og_webhook_meta_verify(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* ---- the parsers, for the handlers and the unit tests -------------------------------------
+ * Each turns a body into a JSON array of statuses, the parameter of status_apply
+ * (sql/queries/statuses.sql): {"channel", "pid", "status", "at" (Unix seconds, a number),
+ * "code"?, "error"?, "message"?}, with status one of sent, delivered, read, failed,
+ * undelivered. Events and statuses that report nothing (Twilio queued, WAHA PENDING, Meta's
+ * messages and other fields) are left out, so the array may be empty. A body that does not
+ * parse, or a status with a missing or mistyped field, is refused whole: NULL, with `err` set
+ * (invalid_json or invalid_payload) and nothing recorded. `now` stands for the time of a
+ * status whose provider gives none. */
+json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err);
+json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err);
+json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err_t *err);
+
+/* Twilio's signature: base64 of HMAC-SHA1(token, url + every form field of `body` sorted by
+ * name, each as name then value, decoded, no separators). `url` is the full URL Twilio called
+ * (OMNIGATE_PUBLIC_URL + path + query). Constant-time; false on a malformed form. */
+bool og_webhook_twilio_signed(const char *token, const char *url, const char *body, size_t len,
+                              const char *sig, size_t siglen);
+
+/* The deliveryError code of API.md §10 for a failure with the provider's code `code` (may be
+ * NULL) on channel `channel` ("whatsapp_meta", "whatsapp_qr" or "sms"). */
+const char *og_webhook_delivery_error(const char *channel, const char *code);
+
+#endif

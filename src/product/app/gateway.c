@@ -1,0 +1,217 @@
+/*
+ * The gateway app: the route table of `omnigate serve` and the per-worker state behind it.
+ * Responsible for wiring modules into a worker; not for what any route does.
+ */
+#include "omnigate/app/gateway.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "omnigate/app/ctx.h"
+#include "omnigate/callbacks/status_sweep.h"
+#include "omnigate/tenants/admin.h"
+#include "omnigate/steps/fallback.h"
+#include "omnigate/ids.h"
+#include "omnigate/http_client.h"
+#include "omnigate/logs/logs_api.h"
+#include "omnigate/messaging/nowa.h"
+#include "omnigate/ops.h"
+#include "omnigate/messaging/otp.h"
+#include "omnigate/static/static_files.h"
+#include "omnigate/messaging/send.h"
+#include "omnigate/messaging/sms.h"
+#include "omnigate/store.h"
+#include "omnigate/steps/pending_sweep.h"
+#include "omnigate/app/testhooks.h"
+#include "omnigate/util.h"
+#include "omnigate/tenant_webhooks/webhook_api.h"
+#include "omnigate/callbacks/webhooks_in.h"
+#include "omnigate/tenant_webhooks/webhooks_out.h"
+
+static const og_route_t routes[] = {
+    OG_OPS_ROUTES,
+    OG_TESTHOOK_ROUTES{"GET", "/admin/tenants", og_admin_tenant_list},
+    {"POST", "/admin/tenants", og_admin_tenant_create},
+    {"GET", "/admin/tenants/{id}", og_admin_tenant_get},
+    {"PATCH", "/admin/tenants/{id}", og_admin_tenant_patch},
+    {"POST", "/admin/tenants/{id}/tokens", og_admin_token_create},
+    {"GET", "/admin/tenants/{id}/tokens", og_admin_token_list},
+    {"DELETE", "/admin/tenants/{id}/tokens/{tokenId}", og_admin_token_revoke},
+    {"GET", "/admin/tenants/{id}/omni/logs", og_admin_logs_omni},
+    {"GET", "/admin/tenants/{id}/sms/logs", og_admin_logs_sms},
+    {"GET", "/admin/tenants/{id}/otp/logs", og_admin_logs_otp},
+    {"PUT", "/admin/tenants/{id}/webhook", og_wh_admin_put},
+    {"GET", "/admin/tenants/{id}/webhook", og_wh_admin_get},
+    {"DELETE", "/admin/tenants/{id}/webhook", og_wh_admin_delete},
+    {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
+    {"GET", "/admin/tenants/{id}/webhook/deliveries", og_wh_admin_deliveries},
+    {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
+    {"GET", "/console", og_static_serve},
+    {"GET", "/console/app.js", og_static_serve},
+    {"GET", "/console/app.css", og_static_serve},
+    {"POST", "/api/omni/send", og_send_omni},
+    {"POST", "/api/sms/send", og_sms_send},
+    {"POST", "/api/sms/otp/send", og_otp_send},
+    {"POST", "/api/sms/otp/verify", og_otp_verify},
+    {"GET", "/api/omni/logs", og_logs_omni},
+    {"GET", "/api/sms/logs", og_logs_sms},
+    {"GET", "/api/sms/otp/logs", og_logs_otp},
+    {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
+    {"POST", "/api/webhooks/deliveries/{id}/retry", og_wh_retry},
+    {"GET", "/webhooks/meta", og_webhook_meta_verify},
+    {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
+    {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
+    {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
+    {"GET", "/openapi.json", og_static_serve},
+};
+
+static int gw_start(og_worker_t *w)
+{
+    og_gw_t *gw = calloc(1, sizeof(*gw));
+    if (gw == NULL)
+        return -1;
+    gw->w = w;
+    w->app_data = gw;
+    if (w->cfg->database_url != NULL) {
+        gw->db = og_db_new(&w->loop, &w->log, w->cfg->database_url, w->cfg->db_pool, w->cfg->db_timeout_ms,
+                           og_store_stmts, OG_Q__COUNT);
+        if (gw->db == NULL || !og_db_set_listener(gw->db, w->cfg->db_listen, w->cfg->database_listen_url))
+            return -1;
+        og_db_set_prepared(gw->db, w->cfg->db_prepared);
+        og_db_set_metrics(gw->db, w->m);
+        const char *read_url =
+            w->cfg->database_read_url != NULL ? w->cfg->database_read_url : w->cfg->database_url;
+        gw->rdb = og_db_new_reader(&w->loop, &w->log, read_url, w->cfg->db_read_pool, w->cfg->db_timeout_ms,
+                                   w->cfg->log_query_timeout_ms, og_store_stmts, OG_Q__COUNT);
+        if (gw->rdb == NULL)
+            return -1;
+        og_db_set_metrics(gw->rdb, w->m);
+    }
+    gw->hc = og_hc_new(&w->loop, &w->log);
+    if (gw->hc == NULL)
+        return -1;
+    og_hc_set_metrics(gw->hc, w->m);
+    if (!og_providers_init(&gw->prov, gw->hc, w->cfg))
+        return -1;
+    gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
+    if (gw->auth == NULL)
+        return -1;
+    og_rl_init(&gw->rl, w->cfg->workers);
+    og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    if (gw->db != NULL) {
+        /* Leases name the worker: host, pid and a random tag (pids repeat across hosts). */
+        char host[64] = "", owner[96];
+        uint32_t tag;
+        gethostname(host, sizeof(host) - 1);
+        og_ids_random(&tag, sizeof(tag));
+        snprintf(owner, sizeof(owner), "%.63s:%d:%08x", host, (int)getpid(), tag);
+        gw->nowa = og_nowa_new(&w->loop, gw->db, w->cfg->not_on_whatsapp_ttl_s);
+        if (gw->nowa == NULL)
+            return -1;
+        gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
+        if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0 ||
+            (gw->whout = og_whout_start(gw)) == NULL)
+            return -1;
+        og_jobs_start(gw->jobs);
+    }
+    if (gw->db != NULL && w->index == 0 && (gw->status_sweep = og_status_sweep_start(gw)) == NULL)
+        return -1;
+    return 0;
+}
+
+static void gw_piece_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    if (--gw->closing == 0) {
+        gw->w->app_data = NULL;
+        if (gw->jobs != NULL)
+            og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
+        og_nowa_free(gw->nowa);
+        og_providers_free(&gw->prov); /* the HTTP client is closed: no attempt is in flight */
+        free(gw);
+    }
+}
+
+static void auth_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    if (gw->hc != NULL) {
+        gw->closing++;
+        og_hc_close(gw->hc, gw_piece_closed, gw);
+        gw->hc = NULL;
+    }
+    if (gw->rdb != NULL) {
+        gw->closing++;
+        og_db_close(gw->rdb, gw_piece_closed, gw);
+        gw->rdb = NULL;
+    }
+    /* The pool goes last: the auth module's final last_used_at batch rides on it. */
+    if (gw->db != NULL) {
+        gw->closing++;
+        og_db_close(gw->db, gw_piece_closed, gw);
+        gw->db = NULL;
+    }
+    gw_piece_closed(gw);
+}
+
+static void close_rest(og_gw_t *gw);
+
+static void jobs_closed(void *arg)
+{
+    close_rest(arg);
+}
+
+static void gw_stop(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw == NULL)
+        return;
+    gw->closing = 1;
+    /* Steps first: a running step still needs the pool and the HTTP client to end. */
+    if (gw->jobs != NULL) {
+        og_jobs_close(gw->jobs, jobs_closed, gw);
+        return;
+    }
+    close_rest(gw);
+}
+
+static void close_rest(og_gw_t *gw)
+{
+    if (gw->whout != NULL) { /* after the steps: no run uses its HTTP client any more */
+        gw->closing++;
+        og_whout_close(gw->whout, gw_piece_closed, gw);
+        gw->whout = NULL;
+    }
+    if (gw->status_sweep != NULL) { /* before the pool, which ends its operation if one is in flight */
+        gw->closing++;
+        og_status_sweep_close(gw->status_sweep, gw_piece_closed, gw);
+        gw->status_sweep = NULL;
+    }
+    if (gw->auth != NULL) {
+        og_auth_close(gw->auth, auth_closed, gw);
+        gw->auth = NULL;
+        return;
+    }
+    auth_closed(gw);
+}
+
+/* Ready means the write path works: an instance whose read connections (or replica) are down
+ * still takes sends, and its log routes answer 503 meanwhile (docs/operations.md). */
+static const char *gw_not_ready(og_worker_t *w)
+{
+    og_gw_t *gw = w->app_data;
+    if (gw->db == NULL)
+        return "no database configured";
+    if (!og_db_ready(gw->db))
+        return "database unreachable";
+    return NULL;
+}
+
+const og_app_t og_gateway_app = {
+    .routes = routes,
+    .nroutes = sizeof(routes) / sizeof(routes[0]),
+    .start = gw_start,
+    .stop = gw_stop,
+    .not_ready = gw_not_ready,
+};

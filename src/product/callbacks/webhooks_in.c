@@ -1,0 +1,554 @@
+/*
+ * Provider webhooks in. See include/product/omnigate/webhooks_in.h; the operator's side (what
+ * to configure at Meta, WAHA and Twilio) is docs/providers.md.
+ *
+ * Every route checks, in this order: its secret is configured (else 404, as if the route did
+ * not exist), the signature over the raw body (else 401, nothing parsed), the body (else 400,
+ * nothing recorded: a batch is accepted or refused whole), then records the statuses in one
+ * write and answers 200 after COMMIT (503 when the database is unavailable, so the provider
+ * retries).
+ */
+#include "omnigate/callbacks/webhooks_in.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "omnigate/app/answer.h"
+#include "omnigate/api.h"
+#include "omnigate/app/ctx.h"
+#include "omnigate/hmac.h"
+#include "omnigate/messaging/nowa.h"
+#include "omnigate/providers/provider.h"
+#include "omnigate/store.h"
+#include "omnigate/token.h"
+
+#define PID_MAX     128 /* longest provider message id we record (attempts keep 127 bytes) */
+#define CODE_MAX    32
+#define MESSAGE_MAX 256
+
+/* ---- statuses ------------------------------------------------------------------------------ */
+
+const char *og_webhook_delivery_error(const char *channel, const char *code)
+{
+    long n = code != NULL && code[0] != '\0' ? strtol(code, NULL, 10) : -1;
+    if (strcmp(channel, "whatsapp_meta") == 0) {
+        if (n == 131026)
+            return "not_on_whatsapp";
+        if (n == 131047)
+            return "outside_window";
+        if (n == 131050)
+            return "recipient_opted_out";
+    } else if (strcmp(channel, "sms") == 0) {
+        if (n == 21610)
+            return "recipient_opted_out";
+        if (n >= 30003 && n <= 30008)
+            return "carrier_rejected";
+    }
+    return "provider_error";
+}
+
+/* Appends one status to `out`; false (err set) when a field is out of bounds. */
+static bool add_status(json_t *out, const char *channel, const char *pid, const char *status, double at,
+                       const char *code, const char *message, og_err_t *err)
+{
+    if (pid == NULL || pid[0] == '\0' || strlen(pid) >= PID_MAX)
+        return og_err_fail(err, "invalid_payload", NULL, "a status has no message id, or one over %d bytes",
+                           PID_MAX - 1);
+    if (code != NULL && strlen(code) >= CODE_MAX)
+        return og_err_fail(err, "invalid_payload", NULL, "an error code is over %d bytes", CODE_MAX - 1);
+    json_t *s = json_pack("{s:s,s:s,s:s,s:f}", "channel", channel, "pid", pid, "status", status, "at", at);
+    if (s == NULL)
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
+    bool failure = strcmp(status, "failed") == 0 || strcmp(status, "undelivered") == 0;
+    if (failure) {
+        char msg[MESSAGE_MAX];
+        if (code != NULL && code[0] != '\0')
+            json_object_set_new(s, "code", json_string(code));
+        json_object_set_new(s, "error", json_string(og_webhook_delivery_error(channel, code)));
+        if (message != NULL && message[0] != '\0')
+            json_object_set_new(s, "message", json_string(og_provider_copy_utf8(msg, sizeof(msg), message)));
+    }
+    json_array_append_new(out, s);
+    return true;
+}
+
+/* A JSON integer or a string of digits (Meta sends Unix seconds as a string) as seconds. */
+static bool json_seconds(const json_t *v, double *out)
+{
+    if (json_is_integer(v)) {
+        *out = (double)json_integer_value(v);
+        return *out >= 0;
+    }
+    const char *s = json_string_value(v);
+    if (s == NULL || s[0] == '\0' || strlen(s) > 12 || strspn(s, "0123456789") != strlen(s))
+        return false;
+    *out = strtod(s, NULL);
+    return true;
+}
+
+/* A provider code as text: Meta's integers, Twilio's digits. */
+static const char *code_text(const json_t *v, char buf[CODE_MAX])
+{
+    if (json_is_integer(v)) {
+        snprintf(buf, CODE_MAX, "%lld", (long long)json_integer_value(v));
+        return buf;
+    }
+    const char *s = json_string_value(v);
+    if (s != NULL && strlen(s) < CODE_MAX)
+        return s;
+    return NULL;
+}
+
+static json_t *parse_json(const char *body, size_t len, og_err_t *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL)
+        og_err_fail(err, "invalid_json", NULL, "body is not valid JSON: %s", jerr.text);
+    else if (!json_is_object(root)) {
+        og_err_fail(err, "invalid_json", NULL, "body is not a JSON object");
+        json_decref(root);
+        root = NULL;
+    }
+    return root;
+}
+
+/* One Meta status object of value.statuses[]. */
+static bool meta_status(json_t *out, json_t *st, og_err_t *err)
+{
+    const char *id = json_string_value(json_object_get(st, "id"));
+    const char *status = json_string_value(json_object_get(st, "status"));
+    double at;
+    if (!json_is_object(st) || id == NULL || status == NULL ||
+        !json_seconds(json_object_get(st, "timestamp"), &at))
+        return og_err_fail(err, "invalid_payload", NULL,
+                           "a status needs string id and status and a timestamp of Unix seconds");
+    const char *mapped = NULL;
+    if (strcmp(status, "sent") == 0 || strcmp(status, "delivered") == 0 || strcmp(status, "failed") == 0)
+        mapped = status;
+    else if (strcmp(status, "read") == 0 || strcmp(status, "played") == 0)
+        mapped = "read";
+    if (mapped == NULL)
+        return true; /* a status Meta may add one day ("deleted", "warning"): nothing to record */
+    char codebuf[CODE_MAX];
+    const char *code = NULL, *message = NULL;
+    json_t *errors = json_object_get(st, "errors");
+    if (errors != NULL && !json_is_array(errors))
+        return og_err_fail(err, "invalid_payload", NULL, "errors is not an array");
+    json_t *e0 = json_array_get(errors, 0);
+    if (e0 != NULL) {
+        code = code_text(json_object_get(e0, "code"), codebuf);
+        message = json_string_value(json_object_get(e0, "title"));
+        if (message == NULL)
+            message = json_string_value(json_object_get(e0, "message"));
+    }
+    return add_status(out, "whatsapp_meta", id, mapped, at, code, message, err);
+}
+
+json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err)
+{
+    json_t *root = parse_json(body, len, err);
+    if (root == NULL)
+        return NULL;
+    json_t *out = json_array();
+    json_t *entries = json_object_get(root, "entry");
+    bool ok = out != NULL;
+    if (ok && !json_is_array(entries))
+        ok = og_err_fail(err, "invalid_payload", "entry", "entry is not an array");
+    size_t i, j, k;
+    json_t *entry, *change, *st;
+    json_array_foreach(ok ? entries : NULL, i, entry)
+    {
+        json_t *changes = json_object_get(entry, "changes");
+        if (!json_is_object(entry) || !json_is_array(changes)) {
+            ok = og_err_fail(err, "invalid_payload", "entry", "an entry has no changes array");
+            break;
+        }
+        json_array_foreach(changes, j, change)
+        {
+            json_t *value = json_object_get(change, "value");
+            const char *field = json_string_value(json_object_get(change, "field"));
+            if (!json_is_object(change) || field == NULL) {
+                ok = og_err_fail(err, "invalid_payload", "entry", "a change has no field");
+                break;
+            }
+            if (strcmp(field, "messages") != 0)
+                continue; /* templates, account updates, ...: not ours to record */
+            json_t *statuses = json_object_get(value, "statuses");
+            if (!json_is_object(value) || (statuses != NULL && !json_is_array(statuses))) {
+                ok = og_err_fail(err, "invalid_payload", "entry", "a messages change has no value object");
+                break;
+            }
+            json_array_foreach(statuses, k, st)
+            {
+                if (!(ok = meta_status(out, st, err)))
+                    break;
+            }
+            if (!ok)
+                break;
+        }
+        if (!ok)
+            break;
+    }
+    json_decref(root);
+    if (!ok) {
+        json_decref(out);
+        return NULL;
+    }
+    (void)now;
+    return out;
+}
+
+json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err)
+{
+    json_t *root = parse_json(body, len, err);
+    if (root == NULL)
+        return NULL;
+    json_t *out = json_array();
+    const char *event = json_string_value(json_object_get(root, "event"));
+    json_t *payload = json_object_get(root, "payload");
+    bool ok = out != NULL;
+    if (ok && event == NULL)
+        ok = og_err_fail(err, "invalid_payload", "event", "event is not a string");
+    if (ok && strcmp(event, "message.ack") == 0) {
+        const char *id = json_string_value(json_object_get(payload, "id"));
+        json_t *ack = json_object_get(payload, "ack");
+        if (!json_is_object(payload) || id == NULL || !json_is_integer(ack)) {
+            ok = og_err_fail(err, "invalid_payload", "payload",
+                             "message.ack needs payload.id and an integer payload.ack");
+        } else {
+            /* The envelope's timestamp is in milliseconds; without it, the time we got it. */
+            json_t *ts = json_object_get(root, "timestamp");
+            double at =
+                json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) / 1000.0 : now;
+            static const char *const by_ack[] = {"failed", NULL, "sent", "delivered", "read", "read"};
+            json_int_t a = json_integer_value(ack);
+            const char *status = a >= -1 && a <= 4 ? by_ack[a + 1] : NULL;
+            if (status != NULL)
+                ok = add_status(out, "whatsapp_qr", id, status, at, a == -1 ? "ERROR" : NULL,
+                                json_string_value(json_object_get(payload, "ackName")), err);
+        }
+    }
+    json_decref(root);
+    if (!ok) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* ---- forms (Twilio) ------------------------------------------------------------------------ */
+
+#define FORM_MAX_FIELDS 128
+
+typedef struct form {
+    struct {
+        const char *name, *value;
+    } f[FORM_MAX_FIELDS];
+    size_t n;
+    char *buf; /* every decoded name and value, NUL-terminated */
+} form_t;
+
+/* Decodes every field of body into form; false on a malformed one or too many. */
+static bool form_parse(const char *body, size_t len, form_t *form)
+{
+    form->n = 0;
+    form->buf = malloc(len + 2 * FORM_MAX_FIELDS + 1);
+    if (form->buf == NULL)
+        return false;
+    char *o = form->buf;
+    size_t pos = 0;
+    og_form_pair_t p;
+    while (og_form_next(body, len, &pos, &p)) {
+        if (form->n == FORM_MAX_FIELDS)
+            return false;
+        int kn = og_form_decode(p.key, p.key_len, o, p.key_len + 1);
+        if (kn < 0)
+            return false;
+        form->f[form->n].name = o;
+        o += kn + 1;
+        int vn = og_form_decode(p.value != NULL ? p.value : "", p.value_len, o, p.value_len + 1);
+        if (vn < 0)
+            return false;
+        form->f[form->n++].value = o;
+        o += vn + 1;
+    }
+    return true;
+}
+
+static const char *form_get(const form_t *form, const char *name)
+{
+    for (size_t i = 0; i < form->n; i++)
+        if (strcmp(form->f[i].name, name) == 0)
+            return form->f[i].value;
+    return NULL;
+}
+
+static int field_cmp(const void *a, const void *b)
+{
+    const char *const *x = a, *const *y = b;
+    int c = strcmp(x[0], y[0]);
+    return c != 0 ? c : strcmp(x[1], y[1]);
+}
+
+bool og_webhook_twilio_signed(const char *token, const char *url, const char *body, size_t len,
+                              const char *sig, size_t siglen)
+{
+    form_t form;
+    bool ok = form_parse(body, len, &form);
+    if (ok) {
+        qsort(form.f, form.n, sizeof(form.f[0]), field_cmp);
+        const void *parts[1 + 2 * FORM_MAX_FIELDS];
+        size_t lens[1 + 2 * FORM_MAX_FIELDS];
+        parts[0] = url;
+        lens[0] = strlen(url);
+        for (size_t i = 0; i < form.n; i++) {
+            parts[1 + 2 * i] = form.f[i].name;
+            lens[1 + 2 * i] = strlen(form.f[i].name);
+            parts[2 + 2 * i] = form.f[i].value;
+            lens[2 + 2 * i] = strlen(form.f[i].value);
+        }
+        ok = og_hmac_check_b64(OG_HMAC_SHA1, token, parts, lens, 1 + 2 * form.n, sig, siglen);
+    }
+    free(form.buf);
+    return ok;
+}
+
+json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err_t *err)
+{
+    form_t form;
+    json_t *out = NULL;
+    if (!form_parse(body, len, &form)) {
+        og_err_fail(err, "invalid_payload", NULL, "body is not a valid form");
+        goto done;
+    }
+    const char *sid = form_get(&form, "MessageSid");
+    const char *status = form_get(&form, "MessageStatus");
+    if (sid == NULL)
+        sid = form_get(&form, "SmsSid");
+    if (status == NULL)
+        status = form_get(&form, "SmsStatus");
+    if (sid == NULL || status == NULL) {
+        og_err_fail(err, "invalid_payload", "MessageSid", "MessageSid and MessageStatus are required");
+        goto done;
+    }
+    static const char *const kept[] = {"sent", "delivered", "undelivered", "failed", "read"};
+    const char *mapped = NULL;
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+        if (strcmp(status, kept[i]) == 0)
+            mapped = kept[i];
+    out = json_array();
+    /* queued, sending, accepted, scheduled, canceled ...: nothing the recipient got. */
+    if (out != NULL && mapped != NULL) {
+        const char *code = form_get(&form, "ErrorCode");
+        if (!add_status(out, "sms", sid, mapped, now, code != NULL && code[0] ? code : NULL,
+                        form_get(&form, "ErrorMessage"), err)) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+done:
+    free(form.buf);
+    return out;
+}
+
+/* ---- the routes ---------------------------------------------------------------------------- */
+
+typedef struct wh_op {
+    og_db_op_t op;
+    og_gw_t *gw;
+    og_http_req_t *req;
+    og_channel_t ch;
+    char *json;
+} wh_op_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void not_configured(og_http_req_t *req)
+{
+    og_api_error(req, "not_found", NULL, "no such route");
+}
+
+static void bad_signature(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, const char *header)
+{
+    og_metrics_callback(gw->w->m, ch, OG_M_CB_BAD_SIGNATURE, 1);
+    og_err_t err;
+    og_err_fail(&err, "invalid_signature", header, "missing or wrong %s", header);
+    og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
+    og_api_send_error(req, &err, NULL, NULL, &h, 1);
+}
+
+static void answer_counts(og_http_req_t *req, long long applied, long long duplicate, long long unknown)
+{
+    og_api_reply(req, 200, "ok",
+                 json_pack("{s:I,s:I,s:I}", "applied", (json_int_t)applied, "duplicate",
+                           (json_int_t)duplicate, "unknown", (json_int_t)unknown),
+                 NULL, 0);
+}
+
+static long long cell(const PGresult *res, int col)
+{
+    return res != NULL && PQntuples(res) == 1 && !PQgetisnull(res, 0, col)
+               ? strtoll(PQgetvalue(res, 0, col), NULL, 10)
+               : 0;
+}
+
+static void recorded(og_db_op_t *op, og_db_status_t st)
+{
+    wh_op_t *o = (wh_op_t *)op;
+    if (st == OG_DB_OK) {
+        long long applied = cell(op->res[0], 0), duplicate = cell(op->res[0], 1),
+                  unknown = cell(op->res[0], 2);
+        og_metrics_slot_t *m = o->gw->w->m;
+        og_metrics_callback(m, o->ch, OG_M_CB_APPLIED, (uint64_t)applied);
+        og_metrics_callback(m, o->ch, OG_M_CB_DUPLICATE, (uint64_t)duplicate);
+        og_metrics_callback(m, o->ch, OG_M_CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
+        answer_counts(o->req, applied, duplicate, unknown);
+    } else {
+        og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",
+                             "database unavailable: nothing was recorded");
+    }
+    og_db_op_clear(op);
+    free(o->json);
+    free(o);
+}
+
+/* Parses the verified body with `parse` and records what it holds, answering after COMMIT. */
+static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
+                   json_t *(*parse)(const char *, size_t, double, og_err_t *))
+{
+    og_err_t err = {0};
+    json_t *statuses = parse(req->body, req->body_len, now_s(), &err);
+    if (statuses == NULL) {
+        og_metrics_callback(gw->w->m, ch, OG_M_CB_BAD_BODY, 1);
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+        return;
+    }
+    if (json_array_size(statuses) == 0) {
+        json_decref(statuses);
+        answer_counts(req, 0, 0, 0);
+        return;
+    }
+    wh_op_t *o = gw->db != NULL ? calloc(1, sizeof(*o)) : NULL;
+    if (o != NULL)
+        o->json = json_dumps(statuses, JSON_COMPACT);
+    if (o == NULL || o->json == NULL) {
+        json_decref(statuses);
+        free(o);
+        og_api_error(req, "unavailable", NULL, gw->db == NULL ? "no database" : "out of memory");
+        return;
+    }
+    o->gw = gw;
+    o->req = req;
+    o->ch = ch;
+    o->op.stmts[0].stmt = OG_Q_STATUS_APPLY;
+    o->op.stmts[0].values[0] = o->json;
+    /* In the same transaction: what the statuses say about numbers without WhatsApp. */
+    o->op.nstmts = 1 + og_nowa_statuses_stmt(gw->nowa, &o->op, 1, statuses, o->json);
+    json_decref(statuses);
+    o->op.write = true;
+    o->op.done = recorded;
+    og_db_submit(gw->db, &o->op);
+}
+
+static bool configured(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
+void og_webhook_meta_verify(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    const og_config_t *cfg = og_gw(ctx)->w->cfg;
+    if (!configured(cfg->meta_verify_token)) {
+        not_configured(req);
+        return;
+    }
+    char mode[32], token[256], challenge[256];
+    bool ok = og_query_param(req->query, req->query_len, "hub.mode", mode, sizeof(mode)) >= 0 &&
+              strcmp(mode, "subscribe") == 0;
+    int tn = og_query_param(req->query, req->query_len, "hub.verify_token", token, sizeof(token));
+    int cn = og_query_param(req->query, req->query_len, "hub.challenge", challenge, sizeof(challenge));
+    ok = ok && tn >= 0 && (size_t)tn == strlen(cfg->meta_verify_token) &&
+         og_ct_equal(token, cfg->meta_verify_token, (size_t)tn) && cn >= 0;
+    if (!ok) {
+        og_api_error(req, "forbidden", NULL, "verification refused");
+        return;
+    }
+    og_http_respond(req, 200, NULL, 0, "text/plain", challenge, (size_t)cn);
+}
+
+void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    const char *secret = gw->w->cfg->meta_app_secret;
+    if (!configured(secret)) {
+        not_configured(req);
+        return;
+    }
+    size_t n;
+    const char *sig = og_http_req_header(req, "x-hub-signature-256", &n);
+    if (sig == NULL || n < 7 || memcmp(sig, "sha256=", 7) != 0 ||
+        !og_hmac_check_hex(OG_HMAC_SHA256, secret, req->body, req->body_len, sig + 7, n - 7)) {
+        bad_signature(gw, req, OG_CH_WHATSAPP_META, "X-Hub-Signature-256");
+        return;
+    }
+    record(gw, req, OG_CH_WHATSAPP_META, og_webhook_parse_meta);
+}
+
+void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    const char *secret = gw->w->cfg->qr_webhook_secret;
+    if (!configured(secret)) {
+        not_configured(req);
+        return;
+    }
+    size_t n, an;
+    const char *sig = og_http_req_header(req, "x-webhook-hmac", &n);
+    const char *alg = og_http_req_header(req, "x-webhook-hmac-algorithm", &an);
+    if (sig == NULL || (alg != NULL && !(an == 6 && strncasecmp(alg, "sha512", 6) == 0)) ||
+        !og_hmac_check_hex(OG_HMAC_SHA512, secret, req->body, req->body_len, sig, n)) {
+        bad_signature(gw, req, OG_CH_WHATSAPP_QR, "X-Webhook-Hmac");
+        return;
+    }
+    record(gw, req, OG_CH_WHATSAPP_QR, og_webhook_parse_waha);
+}
+
+void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    const og_config_t *cfg = gw->w->cfg;
+    /* The signature covers the URL Twilio called, which only OMNIGATE_PUBLIC_URL can tell. */
+    if (!configured(cfg->sms_auth_token) || !configured(cfg->public_url)) {
+        not_configured(req);
+        return;
+    }
+    size_t n;
+    const char *sig = og_http_req_header(req, "x-twilio-signature", &n);
+    size_t base = strlen(cfg->public_url);
+    while (base > 0 && cfg->public_url[base - 1] == '/')
+        base--;
+    char *url = NULL;
+    int un =
+        asprintf(&url, "%.*s%.*s%s%.*s", (int)base, cfg->public_url, (int)req->path_len, req->path,
+                 req->query != NULL ? "?" : "", (int)req->query_len, req->query != NULL ? req->query : "");
+    if (un < 0) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return;
+    }
+    bool ok =
+        sig != NULL && og_webhook_twilio_signed(cfg->sms_auth_token, url, req->body, req->body_len, sig, n);
+    free(url);
+    if (!ok) {
+        bad_signature(gw, req, OG_CH_SMS, "X-Twilio-Signature");
+        return;
+    }
+    record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
+}

@@ -1,0 +1,255 @@
+/*
+ * Idempotency keys. See include/product/omnigate/idem.h.
+ */
+#include "omnigate/messaging/idem.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+#include "omnigate/app/answer.h"
+#include "omnigate/store.h"
+
+bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
+{
+    i->req = req;
+    size_t len;
+    const char *v = og_http_req_header(i->req, "idempotency-key", &len);
+    i->has_key = false;
+    if (v == NULL)
+        return true;
+    bool ok = len >= 1 && len <= 255;
+    for (size_t k = 0; ok && k < len; k++)
+        ok = v[k] >= 0x20 && v[k] <= 0x7e;
+    if (!ok)
+        return og_err_fail(err, "validation_failed", "Idempotency-Key",
+                           "Idempotency-Key must be 1-255 printable ASCII characters");
+    i->key = malloc(len + 1 + 2 * SHA256_DIGEST_LENGTH + 1);
+    if (i->key == NULL)
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
+    memcpy(i->key, v, len);
+    i->key[len] = '\0';
+    i->hash = i->key + len + 1;
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)i->req->body, i->req->body_len, md);
+    for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
+        snprintf(i->hash + 2 * k, 3, "%02x", md[k]);
+    i->has_key = true;
+    return true;
+}
+
+void og_idem_clear(og_idem_t *i)
+{
+    free(i->key);
+    i->key = i->hash = NULL;
+    i->has_key = false;
+}
+
+char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *message, size_t *len)
+{
+    json_t *data = json_pack("{s:s,s:s,s:o}", "reference", reference, "status", "unknown", "attempts",
+                             attempts != NULL ? attempts : json_array());
+    og_err_t err = {0};
+    og_err_fail(&err, "outcome_unknown", NULL, "%s", message);
+    return og_api_envelope(og_api_status(err.code), err.message, data, &err, NULL, len);
+}
+
+void og_idem_answer_unknown(og_http_req_t *req, const char *reference, json_t *attempts, const char *message)
+{
+    size_t len;
+    char *body = og_idem_unknown_body(reference, attempts, message, &len);
+    if (body == NULL) {
+        og_api_error(req, "internal_error", NULL, "out of memory");
+        return;
+    }
+    og_http_header_t h = {"X-Omnigate-Reference", 20, reference, strlen(reference)};
+    og_http_respond(req, 502, &h, 1, "application/json", body, len);
+    free(body);
+}
+
+static void in_progress(og_idem_t *i)
+{
+    og_http_header_t h = {"Retry-After", 11, "1", 1};
+    og_err_t err = {0};
+    og_err_fail(&err, "idempotency_in_progress", NULL,
+                "the first request with this Idempotency-Key is still in flight");
+    og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
+}
+
+static void finish(og_idem_t *i)
+{
+    og_db_op_clear(i->op);
+    free(i->stale_body);
+    i->stale_body = NULL;
+    i->done(i);
+}
+
+/* The 502 outcome_unknown answer is stored for every later repeat: now answer this one. */
+static void stale_stored(og_db_op_t *op, og_db_status_t st)
+{
+    og_idem_t *i = op->arg;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(i->req, i->log, op, st, "storing an outcome_unknown answer failed",
+                             "database unavailable: nothing was sent");
+    } else {
+        og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
+        og_http_respond(i->req, 502, &h, 1, "application/json", i->stale_body, strlen(i->stale_body));
+    }
+    finish(i);
+}
+
+/* An unfinished claim past its lease was resolved (sql/007 og_idem_stale). */
+static void stale_resolved(og_db_op_t *op, og_db_status_t st)
+{
+    og_idem_t *i = op->arg;
+    const PGresult *r = op->res[0];
+    if (st != OG_DB_OK || r == NULL || PQntuples(r) != 1) {
+        og_answer_db_failure(i->req, i->log, op, st != OG_DB_OK ? st : OG_DB_ERROR,
+                             "resolving a stale claim failed", "database unavailable: nothing was sent");
+        i->answered = true;
+        finish(i);
+        return;
+    }
+    const char *action = PQgetvalue(r, 0, 0);
+    if (strcmp(action, "takeover") == 0) {
+        i->claimed = true;
+        finish(i);
+        return;
+    }
+    i->answered = true;
+    if (strcmp(action, "unknown") != 0) {
+        in_progress(i);
+        finish(i);
+        return;
+    }
+    size_t len;
+    i->stale_body = og_idem_unknown_body(
+        PQgetvalue(r, 0, 1), json_loads(PQgetvalue(r, 0, 2), 0, NULL),
+        "the instance serving the first request with this Idempotency-Key stopped before recording its "
+        "outcome; it is never sent again",
+        &len);
+    if (i->stale_body == NULL) {
+        og_api_error(i->req, "unavailable", NULL, "out of memory");
+        finish(i);
+        return;
+    }
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_IDEM_COMPLETE;
+    op->stmts[0].values[0] = i->tenant_id;
+    op->stmts[0].values[1] = i->key;
+    op->stmts[0].values[2] = "502";
+    op->stmts[0].values[3] = i->stale_body;
+    op->write = true;
+    op->done = stale_stored;
+    op->arg = i;
+    og_db_submit(i->db, op);
+}
+
+static void resolve_stale(og_idem_t *i)
+{
+    og_db_op_t *op = i->op;
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_IDEM_STALE;
+    op->stmts[0].values[0] = i->tenant_id;
+    op->stmts[0].values[1] = i->key;
+    op->stmts[0].values[2] = i->lease_s;
+    op->write = true;
+    op->done = stale_resolved;
+    op->arg = i;
+    og_db_submit(i->db, op);
+}
+
+static void claimed(og_db_op_t *op, og_db_status_t st)
+{
+    og_idem_t *i = op->arg;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(i->req, i->log, op, st, "claiming an idempotency key failed",
+                             "database unavailable: nothing was sent");
+        i->answered = true;
+    } else if (op->res[0] != NULL && PQntuples(op->res[0]) == 1) {
+        i->claimed = true;
+    } else {
+        PGresult *k = op->res[1];
+        i->answered = true;
+        if (k == NULL || PQntuples(k) == 0) {
+            /* The row vanished between the two statements (expired and pruned): rare; let
+             * the client retry. */
+            in_progress(i);
+        } else if (strcmp(PQgetvalue(k, 0, 0), i->route) != 0 || strcmp(PQgetvalue(k, 0, 1), i->hash) != 0) {
+            og_api_error(i->req, "idempotency_key_reused", "Idempotency-Key",
+                         "this Idempotency-Key was used with a different request");
+        } else if (PQgetisnull(k, 0, 2) && PQgetvalue(k, 0, 5)[0] == 't') {
+            /* Unfinished past its lease: its instance died (API.md §15). */
+            i->answered = false;
+            resolve_stale(i);
+            return;
+        } else if (PQgetisnull(k, 0, 2)) {
+            in_progress(i);
+        } else {
+            const char *body = PQgetvalue(k, 0, 3);
+            og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
+            og_http_respond(i->req, atoi(PQgetvalue(k, 0, 2)), &h, 1, "application/json", body, strlen(body));
+        }
+    }
+    finish(i);
+}
+
+void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, const char *tenant_id,
+                   const char *route, uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg)
+{
+    i->op = op;
+    snprintf(i->lease_s, sizeof(i->lease_s), "%u", lease_ms);
+    i->db = db;
+    i->log = log;
+    i->tenant_id = tenant_id;
+    i->route = route;
+    i->done = done;
+    i->arg = arg;
+    i->claimed = i->answered = false;
+    if (!i->has_key) {
+        i->done(i);
+        return;
+    }
+    og_db_op_clear(op);
+    op->nstmts = 2;
+    op->stmts[0].stmt = OG_Q_IDEM_CLAIM;
+    op->stmts[0].values[0] = i->tenant_id;
+    op->stmts[0].values[1] = i->key;
+    op->stmts[0].values[2] = i->route;
+    op->stmts[0].values[3] = i->hash;
+    op->stmts[0].values[4] = i->lease_s;
+    op->stmts[1].stmt = OG_Q_IDEM_GET;
+    op->stmts[1].values[0] = i->tenant_id;
+    op->stmts[1].values[1] = i->key;
+    op->write = true;
+    op->done = claimed;
+    op->arg = i;
+    og_db_submit(i->db, op);
+}
+
+int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *status, const char *body)
+{
+    if (!i->claimed)
+        return 0;
+    op->stmts[slot].stmt = OG_Q_IDEM_COMPLETE;
+    op->stmts[slot].values[0] = i->tenant_id;
+    op->stmts[slot].values[1] = i->key;
+    op->stmts[slot].values[2] = status;
+    op->stmts[slot].values[3] = body;
+    return 1;
+}
+
+int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *reference)
+{
+    if (!i->claimed)
+        return 0;
+    op->stmts[slot].stmt = OG_Q_IDEM_REFERENCE;
+    op->stmts[slot].values[0] = i->tenant_id;
+    op->stmts[slot].values[1] = i->key;
+    op->stmts[slot].values[2] = reference;
+    return 1;
+}

@@ -1,0 +1,719 @@
+/*
+ * POST /api/omni/send (API.md §2, §6): validation against the tenant's settings, the pending
+ * message row committed before any provider is called, the attempts run by the engine
+ * (fallback chain or all at once) through the provider adapters, then attempts, final status,
+ * the SMS record and the idempotent answer committed together, and only then the answer.
+ * A client that disconnects cancels nothing: the request object lives until answered.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/app/answer.h"
+#include "omnigate/api.h"
+#include "omnigate/tenants/auth.h"
+#include "omnigate/messaging/engine.h"
+#include "omnigate/messaging/send.h"
+#include "omnigate/app/ctx.h"
+#include "omnigate/messaging/idem.h"
+#include "omnigate/messaging/nowa.h"
+#include "omnigate/ids.h"
+#include "omnigate/json.h"
+#include "omnigate/jw.h"
+#include "omnigate/phone.h"
+#include "omnigate/providers/provider.h"
+#include "omnigate/tenants/settings.h"
+#include "omnigate/smsenc.h"
+#include "omnigate/store.h"
+
+#define SMS_MAX_SEGMENTS 10
+
+typedef struct send_ctx {
+    og_auth_req_t auth; /* first: the auth callback finds us from it */
+    og_gw_t *gw;
+    og_http_req_t *req;
+    og_engine_t engine;
+    /* The database work of each step in turn: auth lookup, nowa check, idem claim, pending insert,
+     * then (another) completion. Not held while the providers are called: most of a send's life
+     * at a slow provider, when it would be 1.5 KiB of every send in flight. */
+    og_db_op_t *op;
+
+    char reference[32];
+    char to[20];
+    char *text;
+    bool all;
+    const char *fallback_on; /* "delivered" or "read": a delivery-based fallback (API.md §11) */
+    long long fallback_after;
+    og_channel_t ch[OG_ENGINE_MAX];
+    int nch;
+    /* Channels asked for but not tried, in order, with why (API.md §2 "skipped"). */
+    struct {
+        og_channel_t ch;
+        const char *reason; /* static: channel_disabled, not_on_whatsapp */
+    } skip[OG_CH__COUNT];
+    int nskip;
+    char wa_from[20];
+    char sender[20];
+    og_sms_info_t sms;
+    /* What the WhatsApp channels' providers need beyond the number (the tenant's settings
+     * hold the strings); the attempt's parameters are made from these when it starts. */
+    const char *qr_session;
+    const char *meta_phone_number_id;
+    const char *meta_access_token;
+    bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
+    /* Allocated as each attempt starts (most sends make one): NULL when never started, or
+     * when out of memory (its result is then oom_result). */
+    og_attempt_t *att[OG_ENGINE_MAX];
+    uint64_t att_at_ms[OG_ENGINE_MAX];
+
+    og_idem_t idem;
+
+    /* SQL parameters that must outlive the op */
+    char channels_lit[64];
+    char *skipped_text;
+    char *attempts_text;
+    char *response_text;
+    size_t response_len;
+    int response_status;
+    char response_status_s[4];
+    char status_s[8];
+    char segments_s[8];
+    char fallback_after_s[24];
+    bool nowa_in_insert; /* the pending insert checks the number (msg_insert_unless_nowa) */
+    bool chain_goes_on;  /* a fallback step follows the completion write */
+    int schedule_stmt;   /* its statement in the completion write */
+    char *sms_error_text;
+    const char *sms_status;
+    const char *sms_provider_id;
+} send_ctx_t;
+
+/* The outcome of an attempt that could not be made for want of memory. */
+static const og_attempt_result_t oom_result = {
+    .error_code = OG_ERR_PROVIDER_ERROR,
+    .error_message = "out of memory: the attempt was not made",
+};
+
+/* Attempt k's result (k < started). */
+static const og_attempt_result_t *result_of(const send_ctx_t *c, int k)
+{
+    return c->att[k] != NULL ? &c->att[k]->result : &oom_result;
+}
+
+static void ctx_free(send_ctx_t *c)
+{
+    og_db_op_free(c->op);
+    og_tenant_release(c->auth.tenant);
+    free(c->text);
+    free(c->skipped_text);
+    free(c->attempts_text);
+    for (int k = 0; k < OG_ENGINE_MAX; k++)
+        free(c->att[k]);
+    free(c->response_text);
+    free(c->sms_error_text);
+    og_idem_clear(&c->idem);
+    free(c);
+}
+
+/* ---- validation ------------------------------------------------------------------------- */
+
+/* fallbackOn and fallbackAfterSeconds (API.md §11): a fallback on what the recipient got, only
+ * in fallback mode; the seconds only with it (else they would be silently ignored). */
+static bool read_fallback(send_ctx_t *c, const char *on, long long after, og_err_t *err)
+{
+    if (strcmp(on, "accepted") != 0 && strcmp(on, "delivered") != 0 && strcmp(on, "read") != 0)
+        return og_err_fail(err, "validation_failed", "fallbackOn",
+                           "fallbackOn must be accepted, delivered or read");
+    bool on_delivery = strcmp(on, "accepted") != 0;
+    if (on_delivery && c->all)
+        return og_err_fail(err, "validation_failed", "fallbackOn",
+                           "fallbackOn %s needs deliveryMode fallback", on);
+    if (after >= 0 && !on_delivery)
+        return og_err_fail(err, "validation_failed", "fallbackAfterSeconds",
+                           "fallbackAfterSeconds needs fallbackOn delivered or read");
+    c->fallback_on = on_delivery ? (strcmp(on, "read") == 0 ? "read" : "delivered") : NULL;
+    c->fallback_after = after >= 0 ? after : 60;
+    snprintf(c->fallback_after_s, sizeof(c->fallback_after_s), "%lld", c->fallback_after);
+    return true;
+}
+
+/* Reads the fields of the body and checks their form; keeps to and text in `c`, and hands back
+ * the requested whatsappFrom and sender (borrowed from `body`, NULL when absent). */
+static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const char **sender, og_err_t *err)
+{
+    const char *to = NULL, *text = NULL, *mode = "fallback", *fallback_on = "accepted";
+    long long after = -1;
+    if (!og_json_get_string(body, "to", true, &to, err) ||
+        !og_json_get_string(body, "text", true, &text, err) ||
+        !og_json_get_string(body, "deliveryMode", false, &mode, err) ||
+        !og_json_get_string(body, "whatsappFrom", false, wa_from, err) ||
+        !og_json_get_string(body, "sender", false, sender, err) ||
+        !og_json_get_string(body, "fallbackOn", false, &fallback_on, err) ||
+        !og_json_get_int(body, "fallbackAfterSeconds", false, 10, 86400, &after, err))
+        return false;
+    if (!og_phone_e164_valid(to))
+        return og_err_fail(err, "validation_failed", "to",
+                           "to must be an E.164 number: + then 8-15 digits, the first 1-9");
+    size_t nchars = 0;
+    if (!og_text_validate(text, strlen(text), &nchars))
+        return og_err_fail(err, "validation_failed", "text",
+                           "text must be 1-4096 characters of valid UTF-8, not only whitespace");
+    if (strcmp(mode, "fallback") != 0 && strcmp(mode, "all") != 0)
+        return og_err_fail(err, "validation_failed", "deliveryMode", "deliveryMode must be fallback or all");
+    if (*wa_from != NULL && !og_phone_wa_from_valid(*wa_from))
+        return og_err_fail(err, "validation_failed", "whatsappFrom",
+                           "whatsappFrom must be 8-15 digits, no +");
+    if (*sender != NULL && !og_phone_sender_valid(*sender))
+        return og_err_fail(err, "validation_failed", "sender",
+                           "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
+    c->all = strcmp(mode, "all") == 0;
+    if (!read_fallback(c, fallback_on, after, err))
+        return false;
+    snprintf(c->to, sizeof(c->to), "%s", to);
+    c->text = strdup(text);
+    if (c->text == NULL)
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
+    return true;
+}
+
+static void skip(send_ctx_t *c, og_channel_t ch, const char *reason)
+{
+    c->skip[c->nskip].ch = ch;
+    c->skip[c->nskip++].reason = reason;
+}
+
+/* The "skipped" array of the answer and the message row. */
+static void write_skipped(const send_ctx_t *c, og_jw_t *w)
+{
+    og_jw_array(w);
+    for (int i = 0; i < c->nskip; i++) {
+        og_jw_object(w);
+        og_jw_kstring(w, "channel", og_channel_name(c->skip[i].ch));
+        og_jw_kstring(w, "reason", c->skip[i].reason);
+        og_jw_object_end(w);
+    }
+    og_jw_array_end(w);
+}
+
+/* Chooses the channels to try: the requested ones (else the tenant's defaults) that the tenant
+ * has enabled, in order, into c->ch; the others into c->skipped. */
+static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
+    json_t *channels = json_object_get(body, "channels");
+    og_channel_t wanted[OG_CH__COUNT];
+    int nwanted = 0;
+    if (channels == NULL) {
+        const char *defaults[OG_SETTINGS_CHANNELS];
+        size_t n = og_settings_default_channels(settings, defaults);
+        for (size_t i = 0; i < n; i++)
+            if (og_channel_parse(defaults[i], &wanted[nwanted]))
+                nwanted++;
+    } else {
+        if (!json_is_array(channels) || json_array_size(channels) == 0 ||
+            json_array_size(channels) > OG_CH__COUNT)
+            return og_err_fail(err, "validation_failed", "channels",
+                               "channels must be a non-empty array of whatsapp_qr, whatsapp_meta, sms");
+        size_t i;
+        json_t *v;
+        json_array_foreach(channels, i, v)
+        {
+            og_channel_t ch;
+            if (!json_is_string(v) || !og_channel_parse(json_string_value(v), &ch))
+                return og_err_fail(err, "validation_failed", "channels",
+                                   "channels[%zu] must be one of whatsapp_qr, whatsapp_meta, sms", i);
+            for (int k = 0; k < nwanted; k++)
+                if (wanted[k] == ch)
+                    return og_err_fail(err, "validation_failed", "channels", "channels must be distinct");
+            wanted[nwanted++] = ch;
+        }
+    }
+    for (int i = 0; i < nwanted; i++) {
+        if (og_settings_channel_enabled(settings, og_channel_name(wanted[i])))
+            c->ch[c->nch++] = wanted[i];
+        else
+            skip(c, wanted[i], "channel_disabled");
+    }
+    if (c->nch == 0)
+        return og_err_fail(err, "no_channel_available", "channels",
+                           "none of the requested channels is enabled for this tenant");
+    return true;
+}
+
+/* Resolves, for each channel to try, the number or sender id it sends from (the requested one,
+ * else the tenant's default), and keeps what its provider needs from the tenant's settings. */
+static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *sender, og_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
+    for (int i = 0; i < c->nch; i++) {
+        if (c->ch[i] == OG_CH_SMS) {
+            if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
+                return false;
+            og_sms_encode_info(c->text, strlen(c->text), &c->sms);
+            if (c->sms.segments > SMS_MAX_SEGMENTS)
+                return og_err_fail(err, "text_too_long", "text", "text needs %d SMS segments, more than %d",
+                                   (int)c->sms.segments, SMS_MAX_SEGMENTS);
+            continue;
+        }
+        if (c->wa_from[0] == '\0') {
+            const char *def = wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
+            if (def == NULL)
+                return og_err_fail(err, "validation_failed", "whatsappFrom",
+                                   "whatsappFrom is required: the tenant has no default WhatsApp number");
+            snprintf(c->wa_from, sizeof(c->wa_from), "%s", def);
+        }
+        og_settings_wa_number_t num;
+        if (!og_settings_wa_number(settings, og_channel_name(c->ch[i]), c->wa_from, &num))
+            return og_err_fail(err, "whatsapp_from_not_registered", "whatsappFrom",
+                               "%s is not registered for %s", c->wa_from, og_channel_name(c->ch[i]));
+        if (c->ch[i] == OG_CH_WHATSAPP_QR) {
+            c->qr_session = num.session;
+        } else {
+            c->meta_phone_number_id = num.phone_number_id;
+            c->meta_access_token = num.access_token;
+        }
+        c->token_sealed[i] = num.access_token_sealed;
+    }
+    return true;
+}
+
+/* Checks the body against the tenant's settings and fills the plan of attempts. */
+static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
+{
+    const char *wa_from = NULL, *sender = NULL;
+    return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
+           resolve_senders(c, wa_from, sender, err);
+}
+
+/* ---- answers ---------------------------------------------------------------------------- */
+
+/* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
+ * (msg_complete in sql/queries/messages.sql reads these names). */
+static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
+                          uint64_t at_ms)
+{
+    og_jw_object(w);
+    og_jw_kstring(w, "channel", og_channel_name(ch));
+    og_jw_kstring(w, "status", r->sent ? "sent" : "failed");
+    og_jw_kint(w, for_db ? "latency_ms" : "latencyMs", (long long)(r->latency_us / 1000));
+    if (for_db) {
+        og_jw_kint(w, "seq", seq);
+        og_jw_kint(w, "attempted_at_ms", (long long)at_ms);
+        if (r->sent) {
+            og_jw_kstring(w, "provider_message_id", r->provider_message_id);
+        } else {
+            og_jw_kstring(w, "error_code", r->error_code);
+            og_jw_kstring(w, "error_message", r->error_message);
+            if (r->provider_code[0])
+                og_jw_kstring(w, "provider_code", r->provider_code);
+            if (r->http_status)
+                og_jw_kint(w, "http_status", r->http_status);
+        }
+    } else if (r->sent) {
+        og_jw_kstring(w, "providerMessageId", r->provider_message_id);
+    } else {
+        og_jw_key(w, "error");
+        og_provider_write_error(w, r);
+    }
+    og_jw_object_end(w);
+}
+
+/* The attempts started so far, in channel order (in `all` mode they ran at once). */
+static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool for_db)
+{
+    og_jw_array(w);
+    for (int k = 0; k < started; k++)
+        write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k]);
+    og_jw_array_end(w);
+}
+
+static void complete_done(og_db_op_t *op, og_db_status_t st)
+{
+    send_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        /* The providers were called but the outcome could not be recorded: the message stays
+         * pending until the sweep marks it unknown, and a repeat with the key gets 409 and then
+         * outcome_unknown (API.md §15). This answer says so now, with what the attempts gave;
+         * never "nothing was sent". */
+        og_log(&c->gw->w->log, OG_LOG_ERROR, "recording a send failed; its outcome is unknown",
+               "\"requestId\":\"%s\",\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
+               c->req->request_id, c->reference, op->sqlstate, op->error);
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_attempts(&w, c, c->engine.started, false);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *attempts = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        og_idem_answer_unknown(c->req, c->reference, attempts,
+                               "the providers were called but the outcome could not be recorded; do not "
+                               "send again before checking the logs for the reference");
+    } else {
+        /* A status that beat this commit may have made the next step due at once: run it. */
+        const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;
+        if (sched != NULL && PQntuples(sched) == 1 && PQgetvalue(sched, 0, 0)[0] == 't')
+            og_jobs_wake(c->gw->jobs);
+        og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
+        og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text,
+                        c->response_len);
+    }
+    ctx_free(c);
+}
+
+/* The winning channel's name, or NULL when no attempt succeeded. */
+static const char *winner_name(const send_ctx_t *c, const og_engine_t *e)
+{
+    return e->winner >= 0 ? og_channel_name(c->ch[e->winner]) : NULL;
+}
+
+/* Builds the answer of API.md §2 into c->response_text and c->response_status: 200 when a
+ * channel won, else delivery_failed with the same data. False when out of memory. */
+static bool build_answer(send_ctx_t *c, const og_engine_t *e)
+{
+    const char *winner = winner_name(c, e);
+    char message[64];
+    og_err_t err = {0};
+    if (winner != NULL)
+        snprintf(message, sizeof(message), "Message sent via %s", winner);
+    else
+        og_err_fail(&err, "delivery_failed", NULL, "every attempted channel failed");
+    c->response_status = winner != NULL ? 200 : og_api_status(err.code);
+    snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
+    og_jw_t w;
+    og_jw_init(&w, 384 + 256 * (size_t)e->started);
+    og_api_envelope_open(&w, c->response_status, winner != NULL ? message : err.message);
+    og_jw_object(&w);
+    og_jw_kstring(&w, "reference", c->reference);
+    og_jw_kstring(&w, "deliveryMode", c->all ? "all" : "fallback");
+    og_jw_kstring(&w, "winningChannel", winner);
+    og_jw_key(&w, "attempts");
+    write_attempts(&w, c, e->started, false);
+    og_jw_key(&w, "skipped");
+    write_skipped(c, &w);
+    og_jw_object_end(&w);
+    og_api_envelope_close(&w, winner != NULL ? NULL : &err);
+    c->response_text = og_jw_finish(&w, &c->response_len);
+    return c->response_text != NULL;
+}
+
+/* Fills statement n of `op` with the SMS record of the sms attempt `r`; returns 1. */
+static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attempt_result_t *r)
+{
+    snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
+    c->sms_status = r->sent ? "sent" : "failed";
+    c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
+    if (!r->sent) {
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        og_provider_write_error(&w, r);
+        c->sms_error_text = og_jw_finish(&w, NULL);
+    }
+    op->stmts[n].stmt = OG_Q_SMS_RECORD;
+    const char **v = op->stmts[n].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = "omni";
+    v[3] = NULL;
+    v[4] = c->to;
+    v[5] = c->sender;
+    v[6] = c->text;
+    v[7] = c->segments_s;
+    v[8] = og_sms_encoding_name(c->sms.encoding);
+    v[9] = c->sms_status;
+    v[10] = c->sms_provider_id;
+    v[11] = c->sms_error_text;
+    return 1;
+}
+
+/* Builds the completion write into c->op: the message's final status and attempts, the SMS
+ * record when the sms channel was attempted, and the answer stored for idempotent repeats.
+ * False when out of memory. */
+static bool build_completion(send_ctx_t *c, const og_engine_t *e)
+{
+    const char *winner = winner_name(c, e);
+    int sms_idx = -1;
+    for (int k = 0; k < e->started; k++)
+        if (c->ch[k] == OG_CH_SMS)
+            sms_idx = k;
+    og_jw_t w;
+    og_jw_init(&w, 256 * (size_t)e->started + 16);
+    write_attempts(&w, c, e->started, true);
+    c->attempts_text = og_jw_finish(&w, NULL);
+    if (c->attempts_text == NULL)
+        return false;
+    snprintf(c->status_s, sizeof(c->status_s), "%s", winner != NULL ? "sent" : "failed");
+
+    og_db_op_t *op = c->op = og_db_op_new(); /* the pending insert's went before the attempts */
+    if (op == NULL)
+        return false;
+    int n = 0;
+    op->stmts[n].stmt = OG_Q_MSG_COMPLETE;
+    const char **v = op->stmts[n++].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = c->status_s;
+    v[3] = winner;
+    v[4] = c->attempts_text;
+    /* A delivery-based fallback goes on while channels remain after the accepted one. */
+    c->chain_goes_on = c->fallback_on != NULL && e->winner >= 0 && e->winner < c->nch - 1;
+    v[5] = c->chain_goes_on ? "true" : "false";
+    if (c->chain_goes_on) {
+        c->schedule_stmt = n;
+        op->stmts[n].stmt = OG_Q_FALLBACK_SCHEDULE;
+        op->stmts[n].values[0] = c->auth.tenant->id;
+        op->stmts[n++].values[1] = c->reference;
+    }
+    if (sms_idx >= 0)
+        n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
+    /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
+    for (int k = 0; k < e->started; k++) {
+        if (result_of(c, k)->not_on_whatsapp && c->gw->nowa != NULL) {
+            n += og_nowa_mark_stmt(c->gw->nowa, op, n, c->to);
+            break;
+        }
+    }
+    n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
+    op->nstmts = n;
+    op->write = true;
+    op->done = complete_done;
+    op->arg = c;
+    return true;
+}
+
+/* Every attempt is over: build the answer and record it with the outcome; the answer is sent
+ * once that write commits (complete_done). */
+static void engine_done(og_engine_t *e)
+{
+    send_ctx_t *c = e->arg;
+    if (!build_answer(c, e) || !build_completion(c, e)) {
+        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        ctx_free(c);
+        return;
+    }
+    og_db_submit(c->gw->db, c->op);
+}
+
+static void attempt_done(og_attempt_t *a)
+{
+    send_ctx_t *c = a->arg;
+    int i = 0;
+    while (c->att[i] != a)
+        i++;
+    /* The adapter saw no token; the reason it had none is ours to give. */
+    if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
+    og_engine_attempt_done(&c->engine, i, a->result.sent);
+}
+
+static void engine_start(og_engine_t *e, int i)
+{
+    send_ctx_t *c = e->arg;
+    c->att_at_ms[i] = og_ids_now_ms();
+    og_attempt_t *a = c->att[i] = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        og_engine_attempt_done(e, i, false); /* result_of gives oom_result */
+        return;
+    }
+    a->done = attempt_done;
+    a->arg = c;
+    og_channel_t ch = c->ch[i];
+    og_send_params_t p = {.to = c->to, .text = c->text, .from = ch == OG_CH_SMS ? c->sender : c->wa_from};
+    if (ch == OG_CH_WHATSAPP_QR) {
+        p.session = c->qr_session;
+    } else if (ch == OG_CH_WHATSAPP_META) {
+        p.phone_number_id = c->meta_phone_number_id;
+        p.access_token = c->meta_access_token;
+    }
+    og_attempt_start(&c->gw->prov, ch, &p, a);
+}
+
+static void nowa_checked(void *arg, bool remembered);
+
+/* The pending row (and the idempotency key) is committed: call the providers, or replay. */
+static void inserted(og_db_op_t *op, og_db_status_t st)
+{
+    send_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(c->req, &c->gw->w->log, op, st, "inserting a message failed",
+                             "database unavailable: nothing was sent");
+        ctx_free(c);
+        return;
+    }
+    if (c->nowa_in_insert) {
+        /* The insert looked the number up (authed): learn its answer; when it is remembered
+         * nothing was written, and the send goes on without its WhatsApp channels. */
+        const PGresult *r = op->res[0];
+        bool written = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
+        bool remembered = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 1);
+        og_nowa_learn(c->gw->nowa, c->to, remembered,
+                      remembered ? strtoull(PQgetvalue(r, 0, 1), NULL, 10) : OG_NOWA_CACHE_MS);
+        c->nowa_in_insert = false;
+        if (!written) {
+            og_db_op_clear(op);
+            free(c->skipped_text);
+            c->skipped_text = NULL;
+            nowa_checked(c, true);
+            return;
+        }
+    }
+    og_db_op_free(op); /* c->op: none is held while the providers are called */
+    c->op = NULL;
+    free(c->skipped_text); /* the insert's parameter; the answer writes its own */
+    c->skipped_text = NULL;
+    c->engine =
+        (og_engine_t){.n = c->nch, .all = c->all, .start = engine_start, .done = engine_done, .arg = c};
+    og_engine_run(&c->engine);
+}
+
+/* The key (if any) is ours: commit the pending message row. */
+static void claimed(og_idem_t *i)
+{
+    send_ctx_t *c = i->arg;
+    if (i->answered) {
+        ctx_free(c);
+        return;
+    }
+    og_ids_reference(c->reference, og_ids_now_us());
+    char *p = c->channels_lit;
+    *p++ = '{';
+    for (int k = 0; k < c->nch; k++)
+        p += sprintf(p, "%s%s", k ? "," : "", og_channel_name(c->ch[k]));
+    strcpy(p, "}");
+    og_jw_t w;
+    og_jw_init(&w, 0);
+    write_skipped(c, &w);
+    c->skipped_text = og_jw_finish(&w, NULL);
+    if (c->skipped_text == NULL) {
+        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        ctx_free(c);
+        return;
+    }
+    og_db_op_t *op = c->op;
+    const char **v = op->stmts[0].values;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = c->to;
+    v[3] = c->text;
+    v[4] = c->all ? "all" : "fallback";
+    v[5] = c->channels_lit;
+    v[6] = c->skipped_text;
+    v[7] = c->fallback_on;
+    v[8] = c->fallback_on != NULL ? c->fallback_after_s : NULL;
+    v[9] = c->wa_from[0] ? c->wa_from : NULL;
+    v[10] = c->sender[0] ? c->sender : NULL;
+    op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
+    op->stmts[0].stmt = c->nowa_in_insert ? OG_Q_MSG_INSERT_UNLESS_NOWA : OG_Q_MSG_INSERT;
+    op->write = true;
+    op->done = inserted;
+    op->arg = c;
+    og_db_submit(c->gw->db, op);
+}
+
+/* Claims the key (if any), then inserts the pending message (claimed). */
+static void claim(send_ctx_t *c)
+{
+    /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
+    uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
+                  c);
+}
+
+/* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are
+ * skipped (reason not_on_whatsapp) and the plan starts with the next channel. */
+static void nowa_checked(void *arg, bool remembered)
+{
+    send_ctx_t *c = arg;
+    if (!remembered) {
+        claim(c);
+        return;
+    }
+    int kept = 0;
+    for (int i = 0; i < c->nch; i++) {
+        if (c->ch[i] == OG_CH_SMS) {
+            c->ch[kept] = c->ch[i];
+            c->token_sealed[kept++] = c->token_sealed[i];
+        } else {
+            skip(c, c->ch[i], "not_on_whatsapp");
+        }
+    }
+    c->nch = kept;
+    if (c->gw->w->m != NULL)
+        og_metrics_add(&c->gw->w->m->not_on_whatsapp_skips, 1);
+    if (c->nch == 0) {
+        og_err_t err = {0};
+        og_err_fail(&err, "no_channel_available", "channels",
+                    "the number has no WhatsApp (a provider said so) and no other channel was requested");
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        write_skipped(c, &w);
+        char *text = og_jw_finish(&w, NULL);
+        json_t *skipped = text != NULL ? json_loads(text, 0, NULL) : NULL;
+        free(text);
+        og_api_send_error(c->req, &err, json_pack("{s:o*}", "skipped", skipped), NULL, NULL, 0);
+        ctx_free(c);
+        return;
+    }
+    claim(c);
+}
+
+static void authed(og_auth_req_t *a)
+{
+    send_ctx_t *c = (send_ctx_t *)a;
+    if (a->tenant == NULL) {
+        ctx_free(c);
+        return;
+    }
+    static const char *const allowed[] = {"to",
+                                          "text",
+                                          "channels",
+                                          "deliveryMode",
+                                          "whatsappFrom",
+                                          "sender",
+                                          "fallbackOn",
+                                          "fallbackAfterSeconds",
+                                          NULL};
+    og_err_t err = {0};
+    json_t *body = og_json_decode_body(c->req, allowed, &err);
+    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
+    json_decref(body);
+    if (!ok) {
+        og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
+        ctx_free(c);
+        return;
+    }
+    og_http_req_drop_input(c->req); /* all read: not kept through the providers' wait */
+    bool whatsapp = false;
+    for (int i = 0; i < c->nch; i++)
+        whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
+    if (whatsapp && c->gw->nowa != NULL) {
+        bool remembered;
+        if (og_nowa_cached(c->gw->nowa, c->to, &remembered)) {
+            nowa_checked(c, remembered);
+        } else if (!c->idem.has_key) {
+            /* The lookup rides on the pending insert (inserted). With a key it cannot: the
+             * claim comes first, and a send refused for want of a channel must not hold it. */
+            c->nowa_in_insert = true;
+            claim(c);
+        } else {
+            og_nowa_check(c->gw->nowa, c->op, c->to, nowa_checked, c);
+        }
+        return;
+    }
+    claim(c);
+}
+
+void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    send_ctx_t *c = calloc(1, sizeof(*c));
+    if (c == NULL || (c->op = og_db_op_new()) == NULL) {
+        free(c);
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return;
+    }
+    c->gw = gw;
+    c->req = req;
+    c->auth.req = req;
+    c->auth.scope = OG_SCOPE_SEND;
+    c->auth.unified = true;
+    c->auth.done = authed;
+    c->auth.op = c->op;
+    og_auth_tenant(gw->auth, &c->auth);
+}

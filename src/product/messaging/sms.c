@@ -1,0 +1,95 @@
+/*
+ * POST /api/sms/send (API.md §3): one SMS, recorded in the SMS log with its segments and
+ * encoding. The steps it shares with the OTP routes are in messaging/sms_req.c.
+ */
+#include "omnigate/messaging/sms.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/api.h"
+#include "omnigate/ids.h"
+#include "omnigate/json.h"
+#include "omnigate/messaging/sms_req.h"
+#include "omnigate/phone.h"
+#include "omnigate/store.h"
+
+static void sms_attempted(og_attempt_t *a)
+{
+    og_smsreq_t *c = a->arg;
+    const og_attempt_result_t *r = &a->result;
+    json_t *data =
+        json_pack("{s:s,s:s,s:i,s:s}", "reference", c->reference, "status", r->sent ? "sent" : "failed",
+                  "segments", (int)c->sms.segments, "encoding", og_sms_encoding_name(c->sms.encoding));
+    og_err_t err = {0};
+    if (r->sent) {
+        json_object_set_new(data, "providerMessageId", json_string(r->provider_message_id));
+    } else {
+        json_t *e = og_attempt_error_json(r);
+        c->error_text = json_dumps(e, JSON_COMPACT);
+        json_object_set_new(data, "error", e);
+        og_err_fail(&err, "delivery_failed", NULL, "the SMS provider did not accept the message");
+    }
+    if (!og_smsreq_build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err) ||
+        !og_smsreq_new_op(c))
+        return;
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = OG_Q_SMS_FINISH;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = r->sent ? "sent" : "failed";
+    v[3] = r->sent ? r->provider_message_id : NULL;
+    v[4] = c->error_text;
+    int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
+    og_smsreq_submit(c, n, true, og_smsreq_committed);
+}
+
+static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
+{
+    og_smsreq_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        og_smsreq_db_failed(c, st);
+        return;
+    }
+    og_smsreq_start_sms(c, sms_attempted);
+}
+
+static void sms_claimed(og_smsreq_t *c)
+{
+    og_ids_reference(c->reference, og_ids_now_us());
+    const char **v = c->op->stmts[0].values;
+    c->op->stmts[0].stmt = OG_Q_SMS_PENDING;
+    v[0] = c->auth.tenant->id;
+    v[1] = c->reference;
+    v[2] = c->to;
+    v[3] = c->sender;
+    v[4] = c->text;
+    v[5] = c->segments_s;
+    v[6] = og_sms_encoding_name(c->sms.encoding);
+    og_smsreq_submit(c, 1 + og_idem_reference_stmt(&c->idem, c->op, 1, c->reference), true, sms_pending_done);
+}
+
+static bool sms_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
+{
+    const char *to = NULL, *text = NULL, *sender = NULL;
+    if (!og_json_get_string(body, "to", true, &to, err) ||
+        !og_json_get_string(body, "text", true, &text, err) ||
+        !og_json_get_string(body, "sender", false, &sender, err))
+        return false;
+    if (!og_phone_e164_valid(to))
+        return og_err_fail(err, "validation_failed", "to",
+                           "to must be an E.164 number: + then 8-15 digits, the first 1-9");
+    snprintf(c->to, sizeof(c->to), "%s", to);
+    if ((c->text = strdup(text)) == NULL)
+        return og_err_fail(err, "unavailable", NULL, "out of memory");
+    return og_smsreq_text_segments(c, "text", err) && og_smsreq_sender(c, sender, err);
+}
+
+static const char *const sms_fields[] = {"to", "text", "sender", NULL};
+static const og_smsreq_kind_t sms_kind = {"sms", sms_fields, OG_SCOPE_SEND, true, sms_validate, sms_claimed};
+
+void og_sms_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_smsreq_start(req, ctx, &sms_kind);
+}

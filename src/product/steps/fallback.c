@@ -1,0 +1,366 @@
+/*
+ * Delivery-based fallback (API.md §11): the runner of `fallback` steps. See
+ * include/product/omnigate/fallback.h; the SQL is sql/queries/fallback.sql and
+ * sql/006_steps.sql, the scheduler src/data/jobs.c.
+ *
+ * A step is due when the chain's accepted attempt failed by status (made due at once by the
+ * status write, which notifies every worker) or when its fallbackAfterSeconds ran out. The run:
+ *   load    the message, its attempts, the tenant's settings, in one read;
+ *   decide  wanted status reached -> close; a 'pending' attempt left by a holder that died ->
+ *           'unknown', close (never a second provider call); no channel left -> settle, close;
+ *   begin   record the next attempt 'pending' (commit), then call its provider;
+ *   end     record the answer; accepted -> schedule the next step if channels remain, settle,
+ *           close; failed -> the next channel at once (same step), or settle and close.
+ * Every write that ends the step carries og_jobs_close_stmt: a holder whose lease was taken
+ * over records nothing.
+ */
+#include "omnigate/steps/fallback.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/app/ctx.h"
+#include "omnigate/ids.h"
+#include "omnigate/providers/provider.h"
+#include "omnigate/tenants/settings.h"
+#include "omnigate/smsenc.h"
+#include "omnigate/store.h"
+
+typedef struct fb {
+    og_step_t *step;
+    og_gw_t *gw;
+    og_db_op_t op;
+
+    char to[20];
+    char *text;
+    og_channel_t ch[OG_CH__COUNT];
+    int nch;
+    char wa_from[20];
+    char sender[20];
+    json_t *settings;
+    int next; /* index of the channel (= seq of the attempt) being tried */
+    const char *reason;
+
+    og_send_params_t params;
+    bool token_sealed; /* the channel's access token did not open (settings.h) */
+    og_attempt_t att;
+    og_sms_info_t sms;
+    int schedule_stmt; /* in the ending write, -1 when none */
+
+    /* SQL parameters that must outlive the op */
+    char seq_s[12], next_seq_s[12], latency_s[24], http_s[12], segments_s[12];
+    char *sms_error_text;
+} fb_t;
+
+static void begin(fb_t *f);
+
+static void fb_free(fb_t *f, bool ok)
+{
+    og_db_op_clear(&f->op);
+    og_jobs_finish(f->step, ok);
+    free(f->text);
+    free(f->sms_error_text);
+    json_decref(f->settings);
+    free(f);
+}
+
+static og_log_t *fb_log(const fb_t *f)
+{
+    return &f->gw->w->log;
+}
+
+static void write_failed(fb_t *f, og_db_status_t st, const char *what)
+{
+    og_log(fb_log(f), st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN, what,
+           "\"step\":\"%s\",\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", f->step->id,
+           f->step->reference, f->op.sqlstate, f->op.error);
+}
+
+/* ---- the writes ---------------------------------------------------------------------------- */
+
+static int stmt(og_db_op_t *op, int n, int which, const fb_t *f)
+{
+    op->stmts[n].stmt = which;
+    op->stmts[n].values[0] = f->step->tenant_id;
+    op->stmts[n].values[1] = f->step->reference;
+    return 1;
+}
+
+static void ended(og_db_op_t *op, og_db_status_t st)
+{
+    fb_t *f = op->arg;
+    if (st != OG_DB_OK) {
+        write_failed(f, st, "fallback step: recording failed");
+        fb_free(f, false);
+        return;
+    }
+    const PGresult *sched = f->schedule_stmt >= 0 ? op->res[f->schedule_stmt] : NULL;
+    bool due_now = sched != NULL && PQntuples(sched) == 1 && PQgetvalue(sched, 0, 0)[0] == 't';
+    og_gw_t *gw = f->gw;
+    fb_free(f, true);
+    if (due_now)
+        og_jobs_wake(gw->jobs);
+}
+
+/* Submits the step's last write: `n` statements already in f->op, then the close and (if
+ * asked) the next step and the message's status. */
+static void finish_with(fb_t *f, int n, bool schedule, bool settle)
+{
+    og_db_op_t *op = &f->op;
+    /* Close first: the next step of this message replaces it (one per message and kind). */
+    n += og_jobs_close_stmt(f->step, op, n);
+    f->schedule_stmt = -1;
+    if (schedule) {
+        f->schedule_stmt = n;
+        n += stmt(op, n, OG_Q_FALLBACK_SCHEDULE, f);
+    }
+    if (settle)
+        n += stmt(op, n, OG_Q_FALLBACK_SETTLE, f);
+    op->nstmts = n;
+    op->write = true;
+    op->done = ended;
+    op->arg = f;
+    og_db_submit(f->gw->db, op);
+}
+
+/* The attempt's outcome: fallback_end (and its SMS record) at op->stmts[0..); returns the
+ * count. */
+static int end_stmts(fb_t *f)
+{
+    og_db_op_t *op = &f->op;
+    const og_attempt_result_t *r = &f->att.result;
+    snprintf(f->latency_s, sizeof(f->latency_s), "%llu", (unsigned long long)(r->latency_us / 1000));
+    snprintf(f->http_s, sizeof(f->http_s), "%d", r->http_status);
+    int n = stmt(op, 0, OG_Q_FALLBACK_END, f);
+    const char **v = op->stmts[0].values;
+    v[2] = f->seq_s;
+    v[3] = r->sent ? "sent" : "failed";
+    v[4] = r->sent ? r->provider_message_id : NULL;
+    v[5] = r->sent ? NULL : r->error_code;
+    v[6] = r->sent ? NULL : r->error_message;
+    v[7] = !r->sent && r->provider_code[0] ? r->provider_code : NULL;
+    v[8] = r->http_status ? f->http_s : NULL;
+    v[9] = f->latency_s;
+    if (f->ch[f->next] == OG_CH_SMS) {
+        free(f->sms_error_text);
+        f->sms_error_text = NULL;
+        if (!r->sent) {
+            json_t *e = og_attempt_error_json(r);
+            f->sms_error_text = json_dumps(e, JSON_COMPACT);
+            json_decref(e);
+        }
+        snprintf(f->segments_s, sizeof(f->segments_s), "%d", (int)f->sms.segments);
+        op->stmts[n].stmt = OG_Q_SMS_RECORD;
+        v = op->stmts[n++].values;
+        v[0] = f->step->tenant_id;
+        v[1] = f->step->reference;
+        v[2] = "omni";
+        v[3] = NULL;
+        v[4] = f->to;
+        v[5] = f->sender;
+        v[6] = f->text;
+        v[7] = f->segments_s;
+        v[8] = og_sms_encoding_name(f->sms.encoding);
+        v[9] = r->sent ? "sent" : "failed";
+        v[10] = r->sent ? r->provider_message_id : NULL;
+        v[11] = f->sms_error_text;
+    }
+    return n;
+}
+
+/* A 'pending' attempt is committed: now its provider may be called. */
+static void begun(og_db_op_t *op, og_db_status_t st);
+
+static void attempted(og_attempt_t *a)
+{
+    fb_t *f = a->arg;
+    /* The adapter saw no token; the reason it had none is ours to give. */
+    if (f->token_sealed && a->result.error_code == OG_ERR_NOT_CONFIGURED)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
+    og_db_op_clear(&f->op);
+    int n = end_stmts(f);
+    bool sent = a->result.sent;
+    bool more = f->next + 1 < f->nch;
+    if (sent || !more) {
+        finish_with(f, n, sent && more, true);
+        return;
+    }
+    /* Failed at the provider's API: the next channel at once, within this step. */
+    f->next++;
+    snprintf(f->next_seq_s, sizeof(f->next_seq_s), "%d", f->next);
+    og_db_op_t *op = &f->op;
+    const char **v = op->stmts[n].values;
+    n += stmt(op, n, OG_Q_FALLBACK_BEGIN, f);
+    v[2] = f->next_seq_s; /* seq_s still holds the failed attempt's, for fallback_end */
+    v[3] = og_channel_name(f->ch[f->next]);
+    v[4] = f->reason;
+    op->nstmts = n;
+    op->write = true;
+    op->done = begun;
+    op->arg = f;
+    og_db_submit(f->gw->db, op);
+}
+
+/* ---- the provider call ---------------------------------------------------------------------- */
+
+/* Fills f->params for channel f->ch[f->next] from the senders the send resolved and the
+ * tenant's settings now; what is missing makes the attempt fail not_configured. */
+static void params_for(fb_t *f)
+{
+    og_channel_t ch = f->ch[f->next];
+    f->params = (og_send_params_t){.to = f->to, .text = f->text};
+    f->token_sealed = false;
+    if (ch == OG_CH_SMS) {
+        f->params.from = f->sender[0] ? f->sender : NULL;
+        og_sms_encode_info(f->text, strlen(f->text), &f->sms);
+        return;
+    }
+    og_settings_wa_number_t num;
+    if (f->wa_from[0] && og_settings_wa_number(f->settings, og_channel_name(ch), f->wa_from, &num)) {
+        f->params.from = f->wa_from;
+        f->params.session = num.session;
+        f->params.phone_number_id = num.phone_number_id;
+        f->params.access_token = num.access_token;
+        f->token_sealed = num.access_token_sealed;
+    }
+}
+
+static void call_provider(fb_t *f)
+{
+    snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
+    params_for(f);
+    f->att = (og_attempt_t){.done = attempted, .arg = f};
+    og_attempt_start(&f->gw->prov, f->ch[f->next], &f->params, &f->att);
+}
+
+static void begun(og_db_op_t *op, og_db_status_t st)
+{
+    fb_t *f = op->arg;
+    if (st != OG_DB_OK) {
+        write_failed(f, st, "fallback step: recording an attempt failed");
+        fb_free(f, false);
+        return;
+    }
+    og_db_op_clear(op);
+    call_provider(f);
+}
+
+static void begin(fb_t *f)
+{
+    snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
+    og_db_op_t *op = &f->op;
+    og_db_op_clear(op);
+    int n = stmt(op, 0, OG_Q_FALLBACK_BEGIN, f);
+    op->stmts[0].values[2] = f->seq_s;
+    op->stmts[0].values[3] = og_channel_name(f->ch[f->next]);
+    op->stmts[0].values[4] = f->reason;
+    op->nstmts = n;
+    op->write = true;
+    op->done = begun;
+    op->arg = f;
+    og_db_submit(f->gw->db, op);
+}
+
+/* ---- deciding -------------------------------------------------------------------------------- */
+
+/* Parses "a,b,c" into f->ch; false on a name we do not know. */
+static bool parse_channels(fb_t *f, const char *list)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", list);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t != NULL; t = strtok_r(NULL, ",", &save)) {
+        if (f->nch == OG_CH__COUNT || !og_channel_parse(t, &f->ch[f->nch]))
+            return false;
+        f->nch++;
+    }
+    return f->nch > 0;
+}
+
+static void loaded(og_db_op_t *op, og_db_status_t st)
+{
+    fb_t *f = op->arg;
+    if (st != OG_DB_OK) {
+        write_failed(f, st, "fallback step: loading failed");
+        fb_free(f, false);
+        return;
+    }
+    const PGresult *r = op->res[0];
+    if (PQntuples(r) != 1) { /* the message is gone (retention): nothing to do */
+        og_db_op_clear(op);
+        finish_with(f, 0, false, false);
+        return;
+    }
+    snprintf(f->to, sizeof(f->to), "%s", PQgetvalue(r, 0, 0));
+    f->text = strdup(PQgetvalue(r, 0, 1));
+    bool channels_ok = parse_channels(f, PQgetvalue(r, 0, 2));
+    snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, 4));
+    snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, 5));
+    f->settings = json_loads(PQgetvalue(r, 0, 6), 0, NULL);
+    og_seal_key_t key;
+    if (f->settings != NULL) { /* the credentials are clear in memory only */
+        og_settings_key(&key, f->gw->w->cfg->secret);
+        og_settings_open(f->settings, &key, f->step->tenant_id, fb_log(f));
+        og_seal_key_clear(&key);
+    }
+    int last_seq = atoi(PQgetvalue(r, 0, 7));
+    bool reached = PQgetvalue(r, 0, 8)[0] == 't';
+    const char *last_status = PQgetvalue(r, 0, 9);
+    int pending = atoi(PQgetvalue(r, 0, 10));
+    f->reason = strcmp(last_status, "failed") == 0        ? "status_failed"
+                : strcmp(last_status, "undelivered") == 0 ? "status_undelivered"
+                                                          : "no_status_in_time";
+    og_db_op_clear(op);
+    if (f->text == NULL || f->settings == NULL || !channels_ok) {
+        og_log(fb_log(f), OG_LOG_ERROR, "fallback step: cannot read its message",
+               "\"step\":\"%s\",\"reference\":\"%s\"", f->step->id, f->step->reference);
+        fb_free(f, false);
+        return;
+    }
+    if (reached) {
+        finish_with(f, 0, false, false);
+        return;
+    }
+    if (pending >= 0) {
+        /* An earlier holder recorded this attempt and died: it may have reached the provider. */
+        og_log(fb_log(f), OG_LOG_WARN, "fallback step: an attempt was left pending; not sending it again",
+               "\"step\":\"%s\",\"reference\":\"%s\",\"seq\":%d,\"claims\":%d", f->step->id,
+               f->step->reference, pending, f->step->claims);
+        snprintf(f->seq_s, sizeof(f->seq_s), "%d", pending);
+        int n = stmt(op, 0, OG_Q_FALLBACK_ABANDON, f);
+        op->stmts[0].values[2] = f->seq_s;
+        finish_with(f, n, false, false);
+        return;
+    }
+    f->next = last_seq + 1;
+    if (f->next >= f->nch) {
+        finish_with(f, 0, false, true);
+        return;
+    }
+    begin(f);
+}
+
+static void run(og_step_t *step, void *arg)
+{
+    og_gw_t *gw = arg;
+    fb_t *f = calloc(1, sizeof(*f));
+    if (f == NULL) {
+        og_jobs_finish(step, false);
+        return;
+    }
+    f->step = step;
+    f->gw = gw;
+    int n = stmt(&f->op, 0, OG_Q_FALLBACK_LOAD, f);
+    f->op.nstmts = n;
+    f->op.done = loaded;
+    f->op.arg = f;
+    og_db_submit(gw->db, &f->op);
+}
+
+int og_fallback_register(og_gw_t *gw)
+{
+    /* The longest run: three attempts of one timeout each, plus the writes around them. */
+    uint32_t lease_ms = 3u * (uint32_t)gw->w->cfg->attempt_timeout_ms + 10000u;
+    return og_jobs_register(gw->jobs, "fallback", lease_ms, run, gw) >= 0 ? 0 : -1;
+}

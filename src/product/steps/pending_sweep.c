@@ -1,0 +1,58 @@
+/*
+ * The sweep step. See include/product/omnigate/sweep.h; the SQL is og_sweep_pending in
+ * sql/007_stale_claims.sql, which also seeds the one sweep step of a database.
+ */
+#include "omnigate/steps/pending_sweep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "omnigate/store.h"
+
+typedef struct sweep_run {
+    og_db_op_t op;
+    og_step_t *step;
+    og_gw_t *gw;
+    char older_s[16];
+} sweep_run_t;
+
+static void swept(og_db_op_t *op, og_db_status_t st)
+{
+    sweep_run_t *r = (sweep_run_t *)op;
+    const PGresult *res = op->res[0];
+    if (st == OG_DB_OK && res != NULL && PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) > 0)
+        og_log(&r->gw->w->log, OG_LOG_WARN, "pending messages marked unknown", "\"count\":%s",
+               PQgetvalue(res, 0, 0));
+    og_db_op_clear(op);
+    og_jobs_finish(r->step, st == OG_DB_OK);
+    free(r);
+}
+
+static void run(og_step_t *step, void *arg)
+{
+    og_gw_t *gw = arg;
+    sweep_run_t *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        og_jobs_finish(step, false);
+        return;
+    }
+    r->step = step;
+    r->gw = gw;
+    /* Older than any send could still take: three channels' timeouts and the writes. */
+    snprintf(r->older_s, sizeof(r->older_s), "%d", 3 * gw->w->cfg->attempt_timeout_ms + 5000);
+    og_db_op_t *op = &r->op;
+    op->stmts[0].stmt = OG_Q_SWEEP_PENDING;
+    op->stmts[0].values[0] = r->older_s;
+    int n = 1 + og_jobs_close_stmt(step, op, 1);
+    op->stmts[n++].stmt = OG_Q_SWEEP_NEXT;
+    op->stmts[n++].stmt = OG_Q_NOWA_PRUNE; /* numbers no longer remembered as not on WhatsApp */
+    op->nstmts = n;
+    op->write = true;
+    op->done = swept;
+    og_db_submit(gw->db, op);
+}
+
+int og_sweep_register(og_gw_t *gw)
+{
+    return og_jobs_register(gw->jobs, "sweep", 30000, run, gw) >= 0 ? 0 : -1;
+}

@@ -1,0 +1,472 @@
+/*
+ * The routes of tenant webhooks (API.md §12). See include/product/omnigate/webhook_api.h.
+ *
+ * The secret is generated here (webhooks.h), sealed with the tenant's id as associated data
+ * before it reaches the database, and opened only to be shown once (creation, rotation) or
+ * masked. It never reaches a log line: the admin routes log nothing of their bodies.
+ *
+ * The admin mirrors of the tenant's delivery routes (GET /admin/tenants/{id}/webhook/deliveries,
+ * POST /admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry; API.md §17) run the tenant
+ * routes' code with the admin token and the tenant of the path instead of a tenant token.
+ */
+#include "omnigate/tenant_webhooks/webhook_api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+
+#include "omnigate/app/answer.h"
+#include "omnigate/api.h"
+#include "omnigate/tenants/auth.h"
+#include "omnigate/app/ctx.h"
+#include "omnigate/json.h"
+#include "omnigate/logs/page.h"
+#include "omnigate/store.h"
+#include "omnigate/tenant_webhooks/webhooks.h"
+
+json_t *og_wh_row_json(const PGresult *r, int row, const og_seal_key_t *key, const char *tenant_id,
+                       bool reveal)
+{
+    char secret[OG_WH_SECRET_LEN + 1] = "", masked[OG_WH_MASKED_MAX] = "";
+    if (og_wh_secret_open(key, tenant_id, PQgetvalue(r, row, OG_WH_SECRET), secret) && !reveal)
+        og_wh_secret_mask(secret, masked);
+    json_t *events = json_loads(PQgetvalue(r, row, OG_WH_EVENTS), 0, NULL);
+    bool enabled = PQgetisnull(r, row, OG_WH_DISABLED);
+    json_t *j = json_pack(
+        "{s:s,s:o,s:s,s:b,s:o,s:o,s:s,s:s}", "url", PQgetvalue(r, row, OG_WH_URL), "events",
+        events ? events : json_array(), "secret", reveal ? secret : masked, "enabled", enabled, "disabledAt",
+        enabled ? json_null() : json_string(PQgetvalue(r, row, OG_WH_DISABLED)), "disabledReason",
+        enabled ? json_null() : json_string(PQgetvalue(r, row, OG_WH_DISABLED_REASON)), "createdAt",
+        PQgetvalue(r, row, OG_WH_CREATED), "updatedAt", PQgetvalue(r, row, OG_WH_UPDATED));
+    OPENSSL_cleanse(secret, sizeof(secret));
+    return j;
+}
+
+/* ---- admin ------------------------------------------------------------------------------------ */
+
+typedef enum { W_PUT, W_GET, W_DELETE, W_ROTATE } wh_admin_kind_t;
+
+/* One admin request in flight: owns its parameters until the database answers. */
+typedef struct wh_admin {
+    og_db_op_t op;
+    og_http_req_t *req;
+    og_gw_t *gw;
+    wh_admin_kind_t kind;
+    char id[37]; /* lower case, as PostgreSQL prints it: the associated data of the seal */
+    char *url;
+    char events[200];
+    char secret[OG_WH_SECRET_LEN + 1];
+    char *sealed;
+    og_seal_key_t key;
+} wh_admin_t;
+
+static void admin_free(wh_admin_t *a)
+{
+    og_db_op_clear(&a->op);
+    free(a->url);
+    free(a->sealed);
+    OPENSSL_cleanse(a->secret, sizeof(a->secret));
+    og_seal_key_clear(&a->key);
+    free(a);
+}
+
+static void admin_done(og_db_op_t *op, og_db_status_t st)
+{
+    wh_admin_t *a = op->arg;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(a->req, &a->gw->w->log, op, st, "webhook admin query failed",
+                             "database unavailable");
+        admin_free(a);
+        return;
+    }
+    PGresult *r = op->res[0];
+    if (PQntuples(r) == 0) {
+        og_api_error(a->req, "not_found", NULL,
+                     a->kind == W_PUT ? "no such tenant" : "the tenant has no webhook");
+        admin_free(a);
+        return;
+    }
+    bool created = a->kind == W_PUT && PQgetvalue(r, 0, OG_WH_INSERTED)[0] == 't';
+    bool reveal = created || a->kind == W_ROTATE;
+    const char *message = a->kind == W_GET      ? "webhook"
+                          : a->kind == W_DELETE ? "webhook deleted"
+                          : reveal              ? "the webhook's secret is shown only this once"
+                                                : "webhook updated";
+    og_api_reply(a->req, 200, message, og_wh_row_json(r, 0, &a->key, a->id, reveal), NULL, 0);
+    admin_free(a);
+}
+
+static wh_admin_t *admin_new(og_http_req_t *req, const og_route_match_t *m, void *ctx, wh_admin_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+        return NULL;
+    if (gw->db == NULL) {
+        og_api_error(req, "unavailable", NULL, "no database configured");
+        return NULL;
+    }
+    char id[37];
+    if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        return NULL;
+    }
+    wh_admin_t *a = calloc(1, sizeof(*a));
+    if (a == NULL || !og_wh_seal_key(&a->key, gw->w->cfg->secret)) {
+        free(a);
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof(id); i++)
+        a->id[i] = id[i] >= 'A' && id[i] <= 'F' ? (char)(id[i] - 'A' + 'a') : id[i];
+    a->req = req;
+    a->gw = gw;
+    a->kind = kind;
+    return a;
+}
+
+/* A new secret, sealed for the tenant into a->sealed. False when out of memory. */
+static bool new_secret(wh_admin_t *a)
+{
+    og_wh_secret_new(a->secret);
+    a->sealed = og_seal(&a->key, a->id, a->secret, strlen(a->secret));
+    return a->sealed != NULL;
+}
+
+static void admin_submit(wh_admin_t *a, int stmt, bool write)
+{
+    og_db_op_t *op = &a->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = stmt;
+    op->stmts[0].values[0] = a->id;
+    op->write = write;
+    op->done = admin_done;
+    op->arg = a;
+    og_db_submit(a->gw->db, op);
+}
+
+void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"url", "events", NULL};
+    wh_admin_t *a = admin_new(req, m, ctx, W_PUT);
+    if (a == NULL)
+        return;
+    const og_config_t *cfg = a->gw->w->cfg;
+    og_err_t err = {0};
+    const char *url = NULL;
+    json_t *body = og_json_decode_body(req, allowed, &err);
+    if (body == NULL || !og_json_get_string(body, "url", true, &url, &err) ||
+        !og_wh_url_check(url, cfg->webhook_allow_http, cfg->webhook_allow_private, &err) ||
+        !og_wh_events_parse(json_object_get(body, "events"), a->events, &err)) {
+        json_decref(body);
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+        admin_free(a);
+        return;
+    }
+    a->url = strdup(url);
+    json_decref(body);
+    if (a->url == NULL || !new_secret(a)) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        admin_free(a);
+        return;
+    }
+    a->op.stmts[0].values[1] = a->url;
+    a->op.stmts[0].values[2] = a->events;
+    a->op.stmts[0].values[3] = a->sealed;
+    admin_submit(a, OG_Q_WH_PUT, true);
+}
+
+void og_wh_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    wh_admin_t *a = admin_new(req, m, ctx, W_GET);
+    if (a != NULL)
+        admin_submit(a, OG_Q_WH_GET, false);
+}
+
+void og_wh_admin_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    wh_admin_t *a = admin_new(req, m, ctx, W_DELETE);
+    if (a != NULL)
+        admin_submit(a, OG_Q_WH_DELETE, true);
+}
+
+void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    wh_admin_t *a = admin_new(req, m, ctx, W_ROTATE);
+    if (a == NULL)
+        return;
+    if (req->body_len > 0) {
+        og_api_error(req, "validation_failed", NULL, "rotate-secret takes no body");
+        admin_free(a);
+        return;
+    }
+    if (!new_secret(a)) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        admin_free(a);
+        return;
+    }
+    a->op.stmts[0].values[1] = a->sealed;
+    admin_submit(a, OG_Q_WH_ROTATE, true);
+}
+
+/* ---- the tenant's deliveries ------------------------------------------------------------------ */
+
+static const char *const statuses[] = {"pending", "failed", "delivered", "exhausted", NULL};
+
+typedef struct wh_list {
+    og_auth_req_t auth; /* first: the auth callback finds us from it */
+    og_db_op_t op;
+    og_gw_t *gw;
+    og_http_req_t *req;
+    char tenant_id[37]; /* admin mirror: the tenant of the path */
+    int limit;
+    char limit_s[12];
+    char status[16];
+    char cursor[24];
+} wh_list_t;
+
+static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *err)
+{
+    /* Paged like the logs (logs_api.h): the same limit and unknown-parameter rules. */
+    static const char *const known[] = {"limit", "cursor", "status", NULL};
+    size_t len = req->query ? req->query_len : 0;
+    if (!og_page_check_params(req->query, len, known, err) || !og_page_limit(req->query, len, &l->limit, err))
+        return false;
+    snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
+    int n = og_query_param(req->query, req->query_len, "status", l->status, sizeof(l->status));
+    if (n == 0 || n < -1)
+        return og_err_fail(err, "validation_failed", "status", "status is empty or malformed");
+    if (n == -1) {
+        l->status[0] = '\0';
+    } else {
+        bool ok = false;
+        for (const char *const *s = statuses; *s && !ok; s++)
+            ok = strcmp(l->status, *s) == 0;
+        if (!ok)
+            return og_err_fail(err, "validation_failed", "status",
+                               "status must be pending, failed, delivered or exhausted");
+    }
+    n = og_query_param(req->query, req->query_len, "cursor", l->cursor, sizeof(l->cursor));
+    if (n == -1) {
+        l->cursor[0] = '\0';
+    } else if (n <= 0 || n > 18 || strspn(l->cursor, "0123456789") != (size_t)n || l->cursor[0] == '0') {
+        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
+    }
+    return true;
+}
+
+static void list_done(og_db_op_t *op, og_db_status_t st)
+{
+    wh_list_t *l = op->arg;
+    og_http_req_t *req = l->req;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(req, &l->gw->w->log, op, st, "webhook deliveries query failed",
+                             "database unavailable");
+        goto out;
+    }
+    /* The admin mirror reads the tenant after the page: none is a 404, not an empty page. */
+    if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        goto out;
+    }
+    /* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
+    og_page_answer(req, op->res[0], l->limit, "webhook deliveries");
+out:
+    og_db_op_clear(op);
+    og_tenant_release(l->auth.tenant);
+    free(l);
+}
+
+/* Sends the page for `tenant_id` (living as long as l), with the tenant's existence when
+ * `check_tenant`. */
+static void list_submit(wh_list_t *l, const char *tenant_id, bool check_tenant)
+{
+    og_db_op_t *op = &l->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_WH_DELIVERIES;
+    op->stmts[0].values[0] = tenant_id;
+    op->stmts[0].values[1] = l->status[0] ? l->status : NULL;
+    op->stmts[0].values[2] = l->cursor[0] ? l->cursor : NULL;
+    op->stmts[0].values[3] = l->limit_s;
+    if (check_tenant) {
+        op->nstmts = 2;
+        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
+        op->stmts[1].values[0] = tenant_id;
+    }
+    op->done = list_done;
+    op->arg = l;
+    og_db_submit(l->gw->db, op);
+}
+
+static void list_authed(og_auth_req_t *a)
+{
+    wh_list_t *l = (wh_list_t *)a;
+    if (a->tenant == NULL) {
+        free(l);
+        return;
+    }
+    list_submit(l, a->tenant->id, false);
+}
+
+/* A page request with its parameters checked; NULL when answered already (422, 503). */
+static wh_list_t *list_new(og_http_req_t *req, og_gw_t *gw)
+{
+    wh_list_t *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return NULL;
+    }
+    og_err_t err = {0};
+    if (!parse_list_query(req, l, &err)) {
+        free(l);
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+        return NULL;
+    }
+    l->gw = gw;
+    l->req = req;
+    return l;
+}
+
+void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    wh_list_t *l = list_new(req, gw);
+    if (l == NULL)
+        return;
+    l->auth.req = req;
+    l->auth.scope = OG_SCOPE_LOGS;
+    l->auth.done = list_authed;
+    l->auth.op = &l->op;
+    og_auth_tenant(gw->auth, &l->auth);
+}
+
+/* The tenant id of an admin mirror's path into `id`; false after answering (401, 404, 503). */
+static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37])
+{
+    if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
+        return false;
+    if (gw->db == NULL) {
+        og_api_error(req, "unavailable", NULL, "no database configured");
+        return false;
+    }
+    return true;
+}
+
+void og_wh_admin_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!admin_tenant(req, m, gw, id))
+        return;
+    wh_list_t *l = list_new(req, gw);
+    if (l == NULL)
+        return;
+    memcpy(l->tenant_id, id, sizeof(id));
+    list_submit(l, l->tenant_id, true);
+}
+
+typedef struct wh_retry_op {
+    og_auth_req_t auth; /* first: the auth callback finds us from it */
+    og_db_op_t op;
+    og_gw_t *gw;
+    og_http_req_t *req;
+    char id[40];
+    char tenant_id[37]; /* admin mirror: the tenant of the path */
+} wh_retry_op_t;
+
+static void retry_done(og_db_op_t *op, og_db_status_t st)
+{
+    wh_retry_op_t *t = op->arg;
+    og_http_req_t *req = t->req;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(req, &t->gw->w->log, op, st, "webhook retry failed", "database unavailable");
+    } else {
+        const char *outcome = PQgetvalue(op->res[0], 0, 0);
+        if (strcmp(outcome, "ok") == 0) {
+            json_t *item = json_loads(PQgetvalue(op->res[0], 0, 1), 0, NULL);
+            og_api_reply(req, 200, "one more try is queued", item, NULL, 0);
+            og_jobs_wake(t->gw->jobs);
+        } else if (strcmp(outcome, "disabled") == 0) {
+            og_api_error(req, "webhook_disabled", NULL,
+                         "the tenant has no enabled webhook: set it again (PUT) before retrying");
+        } else {
+            og_api_error(req, "not_found", NULL, "no such delivery");
+        }
+    }
+    og_db_op_clear(op);
+    og_tenant_release(t->auth.tenant);
+    free(t);
+}
+
+static void retry_submit(wh_retry_op_t *t, const char *tenant_id)
+{
+    og_db_op_t *op = &t->op;
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_WH_RETRY;
+    op->stmts[0].values[0] = tenant_id;
+    op->stmts[0].values[1] = t->id;
+    op->write = true;
+    op->done = retry_done;
+    op->arg = t;
+    og_db_submit(t->gw->db, op);
+}
+
+static void retry_authed(og_auth_req_t *a)
+{
+    wh_retry_op_t *t = (wh_retry_op_t *)a;
+    if (a->tenant == NULL) {
+        free(t);
+        return;
+    }
+    retry_submit(t, a->tenant->id);
+}
+
+/* A delivery id: "msg_" + 32 lower-case hex digits. */
+static bool delivery_id_valid(const char *s)
+{
+    return strncmp(s, "msg_", 4) == 0 && strlen(s) == 36 && strspn(s + 4, "0123456789abcdef") == 32;
+}
+
+/* A retry with the delivery id of the path (param `name`); a malformed id is some other
+ * tenant's as much as a missing one: 404 from the statement, after the token. */
+static wh_retry_op_t *retry_new(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, const char *name)
+{
+    wh_retry_op_t *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        og_api_error(req, "unavailable", NULL, "out of memory");
+        return NULL;
+    }
+    if (!og_route_param(m, name, t->id, sizeof(t->id)) || !delivery_id_valid(t->id))
+        t->id[0] = '\0';
+    t->gw = gw;
+    t->req = req;
+    return t;
+}
+
+void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    wh_retry_op_t *t = retry_new(req, m, gw, "id");
+    if (t == NULL)
+        return;
+    t->auth.req = req;
+    t->auth.scope = OG_SCOPE_LOGS;
+    t->auth.done = retry_authed;
+    t->auth.op = &t->op;
+    og_auth_tenant(gw->auth, &t->auth);
+}
+
+/* An unknown tenant has no such delivery: 404 not_found from the same statement. */
+void og_wh_admin_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!admin_tenant(req, m, gw, id))
+        return;
+    wh_retry_op_t *t = retry_new(req, m, gw, "deliveryId");
+    if (t == NULL)
+        return;
+    memcpy(t->tenant_id, id, sizeof(id));
+    retry_submit(t, t->tenant_id);
+}

@@ -1,0 +1,385 @@
+/*
+ * Tenant authentication with a per-worker cache. See include/product/omnigate/auth.h.
+ */
+#include "omnigate/tenants/auth.h"
+
+#include "omnigate/app/answer.h"
+#include "omnigate/metrics.h"
+#include "omnigate/tenants/ratelimit.h"
+#include "omnigate/tenants/settings.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+#include "omnigate/hmac.h"
+#include "omnigate/api.h"
+#include "omnigate/store.h"
+#include "omnigate/router.h"
+#include "omnigate/token.h"
+
+typedef struct slot {
+    char hash[65]; /* "" when empty */
+    bool found;    /* false: a negative entry (unknown token) */
+    bool revoked;
+    unsigned scopes;
+    char token_id[37];
+    og_tenant_t *tenant;
+    uint64_t fetched_ms;
+} slot_t;
+
+struct og_auth {
+    uv_loop_t *loop;
+    og_db_t *db;
+    og_log_t *log;
+    char *secret;
+    og_hmac_key_t token_key;    /* HMAC-SHA256 keyed by the secret, made ready once: token hashes */
+    int ttl_ms;                 /* OMNIGATE_AUTH_TTL_MS: how long a cache entry is trusted */
+    og_seal_key_t seal_key;     /* opens the sealed secrets of tenant settings (settings.h) */
+    og_rl_t *rl;                /* per-tenant rate limit, or NULL */
+    og_metrics_slot_t *metrics; /* counts refusals, or NULL */
+    slot_t slots[OG_AUTH_CACHE_SLOTS];
+
+    /* last_used_at batching: ids gathered since the last flush, one update in flight. */
+    uv_timer_t touch_timer;
+    char touch_ids[OG_AUTH_TOUCH_MAX][37];
+    int ntouch;
+    og_db_op_t touch_op;
+    bool touch_inflight;
+    char touch_param[OG_AUTH_TOUCH_MAX * 38 + 3];
+
+    bool closing;
+    void (*closed)(void *arg);
+    void *closed_arg;
+};
+
+og_tenant_t *og_tenant_ref(og_tenant_t *t)
+{
+    t->refs++;
+    return t;
+}
+
+void og_tenant_release(og_tenant_t *t)
+{
+    if (t != NULL && --t->refs == 0) {
+        json_decref(t->settings);
+        free(t);
+    }
+}
+
+static unsigned parse_scopes(const char *s)
+{
+    unsigned out = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        if (n == 4 && memcmp(s, "send", 4) == 0)
+            out |= OG_SCOPE_SEND;
+        else if (n == 3 && memcmp(s, "otp", 3) == 0)
+            out |= OG_SCOPE_OTP;
+        else if (n == 4 && memcmp(s, "logs", 4) == 0)
+            out |= OG_SCOPE_LOGS;
+        s += n;
+        if (*s == ',')
+            s++;
+    }
+    return out;
+}
+
+static slot_t *slot_for(og_auth_t *auth, const char *hash)
+{
+    /* The hash is uniformly distributed hex: its first 4 digits pick the slot. */
+    unsigned idx = (unsigned)strtoul((char[5]){hash[0], hash[1], hash[2], hash[3], 0}, NULL, 16);
+    return &auth->slots[idx % OG_AUTH_CACHE_SLOTS];
+}
+
+static void slot_clear(slot_t *s)
+{
+    og_tenant_release(s->tenant);
+    memset(s, 0, sizeof(*s));
+}
+
+static void touch(og_auth_t *auth, const char *token_id)
+{
+    for (int i = 0; i < auth->ntouch; i++)
+        if (strcmp(auth->touch_ids[i], token_id) == 0)
+            return;
+    if (auth->ntouch < OG_AUTH_TOUCH_MAX)
+        memcpy(auth->touch_ids[auth->ntouch++], token_id, 37);
+    /* Beyond that many distinct tokens in one second the extra ones wait for a later second. */
+}
+
+static void answer_error(og_http_req_t *req, const char *code, const char *message)
+{
+    og_api_error(req, code, NULL, message);
+}
+
+/* Takes a token from the tenant's bucket and puts the RateLimit-* headers on the response;
+ * answers 429 rate_limited (with Retry-After) and returns false when there is none. */
+static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
+{
+    if (auth->rl == NULL)
+        return true;
+    og_rl_result_t r = og_rl_take(auth->rl, t->id, og_settings_rate_limit(t->settings), uv_hrtime() / 1000);
+    og_rl_headers(&r, req);
+    if (r.allowed)
+        return true;
+    if (auth->metrics != NULL)
+        og_metrics_add(&auth->metrics->rate_limited, 1);
+    og_api_error(req, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
+    return false;
+}
+
+/* Decides a request from a fresh cache slot. */
+static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
+{
+    if (!s->found || s->revoked) {
+        answer_error(a->req, "unauthorized", s->revoked ? "token revoked" : "unknown token");
+    } else if (a->unified && !s->tenant->unified_api_enabled) {
+        answer_error(a->req, "unified_api_locked", "the tenant's plan does not include the unified API");
+    } else if ((s->scopes & a->scope) != a->scope) {
+        answer_error(a->req, "insufficient_scope", "the token lacks the scope this route needs");
+    } else if (!rate_ok(auth, a->req, s->tenant)) {
+        /* answered 429 rate_limited */
+    } else {
+        a->tenant = og_tenant_ref(s->tenant);
+        memcpy(a->token_id, s->token_id, sizeof(a->token_id));
+        touch(auth, s->token_id);
+    }
+    a->done(a);
+}
+
+static void lookup_done(og_db_op_t *op, og_db_status_t st)
+{
+    og_auth_req_t *a = op->arg;
+    og_auth_t *auth = a->auth;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(a->req, auth->log, op, st, "auth lookup failed", "database unavailable");
+        og_db_op_clear(op);
+        a->done(a);
+        return;
+    }
+    PGresult *r = op->res[0];
+    slot_t *s = slot_for(auth, a->hash);
+    slot_clear(s);
+    memcpy(s->hash, a->hash, sizeof(s->hash));
+    s->fetched_ms = uv_now(auth->loop);
+    if (r != NULL && PQntuples(r) == 1) {
+        og_tenant_t *t = calloc(1, sizeof(*t));
+        json_t *settings = json_loads(PQgetvalue(r, 0, 5), 0, NULL);
+        if (t == NULL || settings == NULL) {
+            free(t);
+            json_decref(settings);
+            memset(s, 0, sizeof(*s));
+            og_db_op_clear(op);
+            answer_error(a->req, "unavailable", "out of memory");
+            a->done(a);
+            return;
+        }
+        t->refs = 1;
+        snprintf(t->id, sizeof(t->id), "%s", PQgetvalue(r, 0, 1));
+        t->unified_api_enabled = PQgetvalue(r, 0, 4)[0] == 't';
+        /* Cached tenants hold their credentials clear, in memory only. */
+        og_settings_open(settings, &auth->seal_key, t->id, auth->log);
+        t->settings = settings;
+        s->tenant = t;
+        s->found = true;
+        s->revoked = PQgetvalue(r, 0, 3)[0] == 't';
+        s->scopes = parse_scopes(PQgetvalue(r, 0, 2));
+        snprintf(s->token_id, sizeof(s->token_id), "%s", PQgetvalue(r, 0, 0));
+    }
+    og_db_op_clear(op);
+    decide(auth, a, s);
+}
+
+void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
+{
+    a->auth = auth;
+    a->tenant = NULL;
+    a->token_id[0] = '\0';
+    size_t len;
+    const char *v = og_http_req_header(a->req, "authorization", &len);
+    if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
+        answer_error(a->req, "unauthorized", "missing bearer token");
+        a->done(a);
+        return;
+    }
+    const char *tok = v + 7;
+    size_t tlen = len - 7;
+    while (tlen > 0 && *tok == ' ')
+        tok++, tlen--;
+    if (!og_token_format_valid(tok, tlen)) {
+        answer_error(a->req, "unauthorized", "malformed bearer token");
+        a->done(a);
+        return;
+    }
+    if (a->op == NULL) { /* a route that gave no operation (auth.h): a bug, not the client's */
+        og_api_error(a->req, "internal_error", NULL, "authentication has no database operation");
+        a->done(a);
+        return;
+    }
+    if (auth->db == NULL) {
+        answer_error(a->req, "unavailable", "no database configured");
+        a->done(a);
+        return;
+    }
+    og_token_hash_with(&auth->token_key, tok, tlen, a->hash);
+    slot_t *s = slot_for(auth, a->hash);
+    if (s->hash[0] != '\0' && strcmp(s->hash, a->hash) == 0 &&
+        uv_now(auth->loop) - s->fetched_ms < (uint64_t)auth->ttl_ms) {
+        decide(auth, a, s);
+        return;
+    }
+    og_db_op_t *op = a->op;
+    og_db_op_clear(op);
+    op->nstmts = 1;
+    op->stmts[0].stmt = OG_Q_AUTH_LOOKUP;
+    op->stmts[0].values[0] = a->hash;
+    op->write = false;
+    op->done = lookup_done;
+    op->arg = a;
+    og_db_submit(auth->db, op);
+}
+
+bool og_auth_admin(og_http_req_t *req, const char *admin_token)
+{
+    size_t len;
+    const char *v = og_http_req_header(req, "authorization", &len);
+    if (admin_token == NULL) {
+        answer_error(req, "unauthorized", "the admin API is disabled (OMNIGATE_ADMIN_TOKEN is not set)");
+        return false;
+    }
+    if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
+        answer_error(req, "unauthorized", "missing bearer token");
+        return false;
+    }
+    /* Compare digests so neither the content nor the length of the admin token leaks
+     * through timing. */
+    unsigned char want[SHA256_DIGEST_LENGTH], got[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)admin_token, strlen(admin_token), want);
+    SHA256((const unsigned char *)v + 7, len - 7, got);
+    if (CRYPTO_memcmp(want, got, sizeof(want)) != 0) {
+        answer_error(req, "unauthorized", "invalid admin token");
+        return false;
+    }
+    return true;
+}
+
+/* ---- last_used_at batching -------------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h);
+
+static void touch_done(og_db_op_t *op, og_db_status_t st)
+{
+    og_auth_t *auth = op->arg;
+    if (st == OG_DB_ERROR)
+        og_log(auth->log, OG_LOG_WARN, "last_used_at update failed", "\"error\":\"%s\"", op->error);
+    og_db_op_clear(op);
+    auth->touch_inflight = false;
+    if (auth->closing)
+        uv_close((uv_handle_t *)&auth->touch_timer, on_timer_closed);
+}
+
+static void touch_flush(og_auth_t *auth)
+{
+    if (auth->ntouch == 0 || auth->touch_inflight || auth->db == NULL)
+        return;
+    char *p = auth->touch_param;
+    *p++ = '{';
+    for (int i = 0; i < auth->ntouch; i++) {
+        if (i > 0)
+            *p++ = ',';
+        size_t n = strlen(auth->touch_ids[i]);
+        memcpy(p, auth->touch_ids[i], n);
+        p += n;
+    }
+    *p++ = '}';
+    *p = '\0';
+    auth->ntouch = 0;
+    memset(&auth->touch_op, 0, sizeof(auth->touch_op));
+    auth->touch_op.nstmts = 1;
+    auth->touch_op.stmts[0].stmt = OG_Q_TOKENS_TOUCH;
+    auth->touch_op.stmts[0].values[0] = auth->touch_param;
+    auth->touch_op.write = true;
+    auth->touch_op.done = touch_done;
+    auth->touch_op.arg = auth;
+    auth->touch_inflight = true;
+    og_db_submit(auth->db, &auth->touch_op);
+}
+
+static void on_touch_timer(uv_timer_t *t)
+{
+    touch_flush(t->data);
+}
+
+bool og_auth_admin_tenant(og_http_req_t *req, const og_route_match_t *m, const char *admin_token, char id[37])
+{
+    if (!og_auth_admin(req, admin_token))
+        return false;
+    if (!og_route_param(m, "id", id, 37) || !og_store_uuid_valid(id)) {
+        og_api_error(req, "not_found", NULL, "no such tenant");
+        return false;
+    }
+    return true;
+}
+
+void og_auth_set_rate_limit(og_auth_t *auth, og_rl_t *rl, og_metrics_slot_t *metrics)
+{
+    auth->rl = rl;
+    auth->metrics = metrics;
+}
+
+og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret, int ttl_ms)
+{
+    og_auth_t *auth = calloc(1, sizeof(*auth));
+    if (auth == NULL)
+        return NULL;
+    auth->secret = strdup(secret ? secret : "");
+    if (auth->secret == NULL) {
+        free(auth);
+        return NULL;
+    }
+    /* Without a usable key every sealed credential stays sealed: its channel fails
+     * not_configured, which is what a wrong OMNIGATE_SECRET does too. */
+    og_settings_key(&auth->seal_key, secret);
+    /* Not ready (OpenSSL failed): every hash is "" and matches no token, as og_token_hash. */
+    og_hmac_key_init(&auth->token_key, OG_HMAC_SHA256, auth->secret, strlen(auth->secret));
+    auth->loop = loop;
+    auth->db = db;
+    auth->log = log;
+    auth->ttl_ms = ttl_ms > 0 ? ttl_ms : 1000;
+    uv_timer_init(loop, &auth->touch_timer);
+    auth->touch_timer.data = auth;
+    uv_timer_start(&auth->touch_timer, on_touch_timer, 1000, 1000);
+    uv_unref((uv_handle_t *)&auth->touch_timer);
+    return auth;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    og_auth_t *auth = h->data;
+    for (int i = 0; i < OG_AUTH_CACHE_SLOTS; i++)
+        slot_clear(&auth->slots[i]);
+    void (*cb)(void *) = auth->closed;
+    void *arg = auth->closed_arg;
+    OPENSSL_cleanse(auth->secret, strlen(auth->secret));
+    og_seal_key_clear(&auth->seal_key);
+    og_hmac_key_clear(&auth->token_key);
+    free(auth->secret);
+    free(auth);
+    if (cb != NULL)
+        cb(arg);
+}
+
+void og_auth_close(og_auth_t *auth, void (*closed)(void *arg), void *arg)
+{
+    auth->closing = true;
+    auth->closed = closed;
+    auth->closed_arg = arg;
+    /* The last batch of last_used_at goes out first; the caller closes the pool after us. */
+    touch_flush(auth);
+    if (!auth->touch_inflight)
+        uv_close((uv_handle_t *)&auth->touch_timer, on_timer_closed);
+}

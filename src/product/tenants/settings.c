@@ -1,0 +1,583 @@
+/*
+ * Tenant settings (API.md §5). Validation walks the document in schema order and stops at the
+ * first fault, naming it by a dotted path from "settings" ("settings.channels.sms.senders[1]");
+ * map keys chosen by the client (phone numbers) appear in the path as sent, cut to a printable
+ * ASCII excerpt, so the path is always short, valid UTF-8 and safe to echo.
+ */
+#include "omnigate/tenants/settings.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/phone.h"
+
+/* NULL-terminated so it doubles as the key list of settings.channels. */
+static const char *const channel_names[OG_SETTINGS_CHANNELS + 1] = {"whatsapp_qr", "whatsapp_meta", "sms",
+                                                                    NULL};
+
+bool og_settings_channel_name_valid(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < OG_SETTINGS_CHANNELS; i++)
+        if (strcmp(name, channel_names[i]) == 0)
+            return true;
+    return false;
+}
+
+/* ---- validation ---------------------------------------------------------------------------- */
+
+typedef char path_t[sizeof(((og_err_t *)0)->field)];
+
+static void path_fmt(path_t out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void path_fmt(path_t out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, sizeof(path_t), fmt, ap);
+    va_end(ap);
+}
+
+/* A client-chosen key as it may appear in a path: at most 32 bytes, bytes outside printable
+ * ASCII (and the quote and backslash) shown as '?', "..." when cut. */
+static void key_excerpt(const char *key, char out[40])
+{
+    size_t n = 0;
+    for (; key[n] != '\0' && n < 32; n++) {
+        unsigned char c = (unsigned char)key[n];
+        out[n] = c > 0x20 && c < 0x7f && c != '"' && c != '\\' ? (char)c : '?';
+    }
+    strcpy(out + n, key[n] != '\0' ? "..." : "");
+}
+
+/* validation_failed for `field`, with "<field> <what>" as the message. */
+static bool invalid(og_err_t *err, const char *field, const char *what)
+{
+    return og_err_fail(err, "validation_failed", field, "%s %s", field, what);
+}
+
+/* Requires `obj` to be an object whose keys are all in `known` (NULL-terminated); `path` names
+ * the object. */
+static bool object_with_keys(const json_t *obj, const char *path, const char *const *known, og_err_t *err)
+{
+    if (!json_is_object(obj))
+        return invalid(err, path, "must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; known[i] != NULL && !ok; i++)
+            ok = strcmp(key, known[i]) == 0;
+        if (!ok) {
+            path_t field;
+            char ex[40];
+            key_excerpt(key, ex);
+            path_fmt(field, "%s.%s", path, ex);
+            return og_err_fail(err, "unknown_field", field, "%s is not a known setting", field);
+        }
+    }
+    return true;
+}
+
+static bool optional_bool(const json_t *obj, const char *key, const char *path, og_err_t *err)
+{
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL || json_is_boolean(v))
+        return true;
+    path_t field;
+    path_fmt(field, "%s.%s", path, key);
+    return invalid(err, field, "must be true or false");
+}
+
+/* Non-empty, at most `max` bytes, every byte in [A-Za-z0-9_-] (when `name_chars`), or only
+ * printable ASCII without space (else). */
+static bool token_chars(const char *s, size_t max, bool name_chars)
+{
+    size_t n = 0;
+    for (; s[n] != '\0'; n++) {
+        unsigned char c = (unsigned char)s[n];
+        bool ok = name_chars ? (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                   c == '_' || c == '-'
+                             : c > 0x20 && c < 0x7f;
+        if (!ok || n >= max)
+            return false;
+    }
+    return n > 0;
+}
+
+static bool digits_only(const char *s, size_t max)
+{
+    size_t n = 0;
+    for (; s[n] != '\0'; n++)
+        if (s[n] < '0' || s[n] > '9' || n >= max)
+            return false;
+    return n > 0;
+}
+
+/* The per-number object of a WhatsApp channel; `path` names it. */
+typedef bool (*number_check_fn)(const json_t *num, const char *path, og_err_t *err);
+
+static bool qr_number(const json_t *num, const char *path, og_err_t *err)
+{
+    static const char *const keys[] = {"session", NULL};
+    if (!object_with_keys(num, path, keys, err))
+        return false;
+    path_t field;
+    path_fmt(field, "%s.session", path);
+    const char *s = json_string_value(json_object_get(num, "session"));
+    if (s == NULL || !token_chars(s, OG_SETTINGS_SESSION_MAX, true))
+        return invalid(err, field, "must be a string of 1-64 letters, digits, _ or -");
+    return true;
+}
+
+static bool meta_number(const json_t *num, const char *path, og_err_t *err)
+{
+    static const char *const keys[] = {"phoneNumberId", "accessToken", NULL};
+    if (!object_with_keys(num, path, keys, err))
+        return false;
+    path_t field;
+    path_fmt(field, "%s.phoneNumberId", path);
+    const char *id = json_string_value(json_object_get(num, "phoneNumberId"));
+    if (id == NULL || !digits_only(id, OG_SETTINGS_PHONE_ID_MAX))
+        return invalid(err, field, "must be a string of 1-32 digits");
+    path_fmt(field, "%s.accessToken", path);
+    json_t *tv = json_object_get(num, "accessToken");
+    const char *tok = json_string_value(tv);
+    if (og_seal_is_sealed(tok)) {
+        if (!og_seal_well_formed(tok, json_string_length(tv)))
+            return invalid(err, field, "is not a well-formed sealed value; send the clear access token");
+        return true;
+    }
+    if (tok == NULL || !token_chars(tok, OG_SETTINGS_ACCESS_TOKEN_MAX, false))
+        return invalid(err, field, "must be a string of 1-1024 printable ASCII characters without spaces");
+    /* A masked value can only come from echoing a GET back where no stored secret matched it
+     * (og_settings_merge_patch): storing it would break the channel silently. */
+    if (strncmp(tok, "****", 4) == 0)
+        return invalid(err, field, "is a masked value; send the full access token");
+    return true;
+}
+
+static bool wa_channel(const json_t *ch, const char *name, number_check_fn check, og_err_t *err)
+{
+    static const char *const keys[] = {"enabled", "numbers", NULL};
+    path_t path, npath, field;
+    path_fmt(path, "settings.channels.%s", name);
+    if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
+        return false;
+    json_t *numbers = json_object_get(ch, "numbers");
+    if (numbers == NULL)
+        return true;
+    path_fmt(npath, "%s.numbers", path);
+    if (!json_is_object(numbers))
+        return invalid(err, npath, "must be an object keyed by phone number");
+    const char *key;
+    json_t *v;
+    json_object_foreach(numbers, key, v)
+    {
+        char ex[40];
+        key_excerpt(key, ex);
+        path_fmt(field, "%s.%s", npath, ex);
+        if (!og_phone_wa_from_valid(key))
+            return invalid(err, field, "is not a phone number: 8-15 digits, the first 1-9, no +");
+        if (!check(v, field, err))
+            return false;
+    }
+    return true;
+}
+
+static bool sms_channel(const json_t *ch, og_err_t *err)
+{
+    static const char *const keys[] = {"enabled", "senders", "defaultSender", NULL};
+    static const char path[] = "settings.channels.sms";
+    path_t field;
+    if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
+        return false;
+    json_t *senders = json_object_get(ch, "senders");
+    if (senders != NULL && !json_is_array(senders))
+        return invalid(err, "settings.channels.sms.senders", "must be an array of sender ids");
+    size_t i;
+    json_t *v;
+    json_array_foreach(senders, i, v)
+    {
+        path_fmt(field, "%s.senders[%zu]", path, i);
+        const char *s = json_string_value(v);
+        if (s == NULL || !og_phone_sender_valid(s))
+            return invalid(err, field,
+                           "must be a sender id: 1-11 letters, digits or spaces with at least one letter, "
+                           "up to 15 digits, or + and 8-15 digits");
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(s, json_string_value(json_array_get(senders, k))) == 0)
+                return invalid(err, field, "repeats an earlier sender");
+    }
+    json_t *def = json_object_get(ch, "defaultSender");
+    if (def != NULL) {
+        const char *d = json_string_value(def);
+        bool found = false;
+        json_array_foreach(senders, i, v)
+        {
+            if (d != NULL && strcmp(d, json_string_value(v)) == 0)
+                found = true;
+        }
+        if (!found)
+            return invalid(err, "settings.channels.sms.defaultSender",
+                           "must be one of settings.channels.sms.senders");
+    }
+    return true;
+}
+
+static bool validate_channels(const json_t *chs, og_err_t *err)
+{
+    if (!object_with_keys(chs, "settings.channels", channel_names, err))
+        return false;
+    json_t *v;
+    if ((v = json_object_get(chs, "whatsapp_qr")) != NULL && !wa_channel(v, "whatsapp_qr", qr_number, err))
+        return false;
+    if ((v = json_object_get(chs, "whatsapp_meta")) != NULL &&
+        !wa_channel(v, "whatsapp_meta", meta_number, err))
+        return false;
+    if ((v = json_object_get(chs, "sms")) != NULL && !sms_channel(v, err))
+        return false;
+    return true;
+}
+
+static bool validate_default_channels(const json_t *dc, og_err_t *err)
+{
+    static const char path[] = "settings.defaultChannels";
+    if (!json_is_array(dc) || json_array_size(dc) == 0)
+        return invalid(err, path, "must be a non-empty array of whatsapp_qr, whatsapp_meta, sms");
+    size_t i;
+    json_t *v;
+    path_t field;
+    json_array_foreach(dc, i, v)
+    {
+        path_fmt(field, "%s[%zu]", path, i);
+        if (!og_settings_channel_name_valid(json_string_value(v)))
+            return invalid(err, field, "must be one of whatsapp_qr, whatsapp_meta, sms");
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(json_string_value(v), json_string_value(json_array_get(dc, k))) == 0)
+                return invalid(err, field, "repeats an earlier channel");
+    }
+    return true;
+}
+
+bool og_settings_validate(json_t *settings, og_err_t *err)
+{
+    static const char *const keys[] = {"defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond",
+                                       "channels", NULL};
+    if (!object_with_keys(settings, "settings", keys, err))
+        return false;
+    json_t *v;
+    if ((v = json_object_get(settings, "defaultChannels")) != NULL && !validate_default_channels(v, err))
+        return false;
+    if ((v = json_object_get(settings, "defaultWhatsappFrom")) != NULL &&
+        !og_phone_wa_from_valid(json_string_value(v)))
+        return invalid(err, "settings.defaultWhatsappFrom",
+                       "must be a phone number: 8-15 digits, the first 1-9, no +");
+    if ((v = json_object_get(settings, "rateLimitPerSecond")) != NULL &&
+        (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > OG_SETTINGS_RATE_MAX))
+        return invalid(err, "settings.rateLimitPerSecond", "must be an integer from 1 to 1000000");
+    if ((v = json_object_get(settings, "channels")) != NULL && !validate_channels(v, err))
+        return false;
+    return true;
+}
+
+/* ---- secrets: masking, sealing, opening ---------------------------------------------------- */
+
+#define MASKED_SIZE (4 + 4 * 4 + 1) /* "****" + up to 4 UTF-8 characters + NUL */
+
+/* The masked form of a secret: "****" + its last 4 characters when it has at least 12, else
+ * "****". Characters are code points, so a non-ASCII secret is never cut mid-character. A sealed
+ * value (one that did not open) shows nothing: its tail is ciphertext. */
+static void mask_secret(const json_t *secret, char out[MASKED_SIZE])
+{
+    memcpy(out, "****", 5);
+    const char *s = json_string_value(secret);
+    if (s == NULL || og_seal_is_sealed(s))
+        return;
+    size_t len = json_string_length(secret), chars = 0, tail = len;
+    for (size_t i = 0; i < len; i++)
+        chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    if (chars < 12)
+        return;
+    for (int k = 0; k < 4; k++)
+        do
+            tail--;
+        while (tail > 0 && ((unsigned char)s[tail] & 0xC0) == 0x80);
+    if (len - tail > MASKED_SIZE - 5)
+        return; /* not UTF-8 after all (jansson strings are): show nothing rather than overflow */
+    memcpy(out + 4, s + tail, len - tail);
+    out[4 + len - tail] = '\0';
+}
+
+static const char access_token_key[] = "accessToken";
+
+/* What to do with one secret: the member at `it` of object `obj`, which it may replace with
+ * json_object_iter_set_new. False stops the walk (out of memory). */
+typedef bool (*secret_fn)(json_t *obj, void *it, void *ctx);
+
+/* Calls fn on every secret (an accessToken member, at any depth) under `v`. */
+static bool each_secret(json_t *v, secret_fn fn, void *ctx)
+{
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e)
+        {
+            if (!each_secret(e, fn, ctx))
+                return false;
+        }
+        return true;
+    }
+    if (!json_is_object(v))
+        return true;
+    for (void *it = json_object_iter(v); it != NULL; it = json_object_iter_next(v, it)) {
+        bool ok = strcmp(json_object_iter_key(it), access_token_key) == 0
+                      ? fn(v, it, ctx)
+                      : each_secret(json_object_iter_value(it), fn, ctx);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static bool mask_one(json_t *obj, void *it, void *ctx)
+{
+    (void)ctx;
+    char masked[MASKED_SIZE];
+    mask_secret(json_object_iter_value(it), masked);
+    return json_object_iter_set_new(obj, it, json_string(masked)) == 0;
+}
+
+json_t *og_settings_mask(const json_t *settings)
+{
+    json_t *copy = json_deep_copy(settings);
+    if (copy != NULL && !each_secret(copy, mask_one, NULL)) {
+        json_decref(copy);
+        return NULL;
+    }
+    return copy;
+}
+
+/* RFC 7396 MergePatch(target, patch), consuming the reference to `target` (NULL: absent) and
+ * returning a new one, or NULL when out of memory. Objects of `target` are changed in place:
+ * the caller owns a private deep copy. */
+static json_t *merge(json_t *target, const json_t *patch)
+{
+    if (!json_is_object(patch)) {
+        json_decref(target);
+        return json_deep_copy(patch);
+    }
+    if (!json_is_object(target)) {
+        json_decref(target);
+        target = json_object();
+        if (target == NULL)
+            return NULL;
+    }
+    const char *key;
+    json_t *pv;
+    json_object_foreach((json_t *)patch, key, pv)
+    {
+        if (json_is_null(pv)) {
+            json_object_del(target, key);
+            continue;
+        }
+        json_t *tv = json_object_get(target, key);
+        if (strcmp(key, access_token_key) == 0 && json_is_string(pv) && json_is_string(tv)) {
+            char masked[MASKED_SIZE];
+            mask_secret(tv, masked);
+            if (strcmp(masked, json_string_value(pv)) == 0)
+                continue; /* the client sent back what GET showed: keep the secret */
+        }
+        json_t *nv = merge(json_incref(tv), pv);
+        if (nv == NULL || json_object_set_new(target, key, nv) != 0) {
+            json_decref(target);
+            return NULL;
+        }
+    }
+    return target;
+}
+
+json_t *og_settings_merge_patch(const json_t *stored, const json_t *patch)
+{
+    json_t *copy = NULL;
+    if (stored != NULL && (copy = json_deep_copy(stored)) == NULL)
+        return NULL;
+    if (patch == NULL)
+        return copy != NULL ? copy : json_object();
+    return merge(copy, patch);
+}
+
+/* The key, the associated data and the count of og_settings_seal and og_settings_open. */
+typedef struct seal_ctx {
+    const og_seal_key_t *key;
+    const char *tenant_id;
+    int count;
+} seal_ctx_t;
+
+static bool seal_one(json_t *obj, void *it, void *arg)
+{
+    seal_ctx_t *c = arg;
+    json_t *v = json_object_iter_value(it);
+    const char *s = json_string_value(v);
+    if (s == NULL || og_seal_is_sealed(s))
+        return true;
+    char *sealed = og_seal(c->key, c->tenant_id, s, json_string_length(v));
+    bool ok = sealed != NULL && json_object_iter_set_new(obj, it, json_string(sealed)) == 0;
+    free(sealed);
+    c->count++;
+    return ok;
+}
+
+bool og_settings_key(og_seal_key_t *key, const char *secret)
+{
+    return og_seal_key_derive(key, secret, secret != NULL ? strlen(secret) : 0, OG_SETTINGS_SEAL_INFO);
+}
+
+int og_settings_seal(json_t *settings, const og_seal_key_t *key, const char *tenant_id)
+{
+    seal_ctx_t c = {key, tenant_id, 0};
+    return each_secret(settings, seal_one, &c) ? c.count : -1;
+}
+
+static bool open_one(json_t *obj, void *it, void *arg)
+{
+    seal_ctx_t *c = arg;
+    json_t *v = json_object_iter_value(it);
+    if (!og_seal_is_sealed(json_string_value(v)))
+        return true;
+    char *plain = NULL;
+    size_t len = 0;
+    json_t *clear = NULL;
+    if (og_seal_open(c->key, c->tenant_id, json_string_value(v), json_string_length(v), &plain, &len) ==
+        OG_SEAL_OK)
+        clear = json_stringn(plain, len); /* NULL unless valid UTF-8: then it stays sealed */
+    og_seal_free_plain(plain, len);
+    if (clear == NULL || json_object_iter_set_new(obj, it, clear) != 0)
+        c->count++;
+    return true;
+}
+
+int og_settings_open(json_t *settings, const og_seal_key_t *key, const char *tenant_id, og_log_t *log)
+{
+    seal_ctx_t c = {key, tenant_id, 0};
+    each_secret(settings, open_one, &c);
+    if (c.count > 0 && log != NULL)
+        og_log(log, OG_LOG_WARN,
+               "a sealed credential in the tenant's settings does not open with this OMNIGATE_SECRET: its "
+               "channel fails not_configured until the credential is set again",
+               "\"tenantId\":\"%s\",\"credentials\":%d", tenant_id, c.count);
+    return c.count;
+}
+
+json_t *og_settings_defaults(void)
+{
+    return json_pack("{s:[sss],s:{}}", "defaultChannels", channel_names[0], channel_names[1],
+                     channel_names[2], "channels");
+}
+
+/* ---- getters ----------------------------------------------------------------------------- */
+
+static json_t *channel(const json_t *settings, const char *name)
+{
+    return json_object_get(json_object_get(settings, "channels"), name);
+}
+
+bool og_settings_channel_enabled(const json_t *settings, const char *name)
+{
+    return og_settings_channel_name_valid(name) &&
+           json_is_true(json_object_get(channel(settings, name), "enabled"));
+}
+
+size_t og_settings_default_channels(const json_t *settings, const char *out[OG_SETTINGS_CHANNELS])
+{
+    size_t n = 0, i;
+    json_t *v;
+    json_array_foreach(json_object_get(settings, "defaultChannels"), i, v)
+    {
+        const char *name = json_string_value(v);
+        if (n < OG_SETTINGS_CHANNELS && og_settings_channel_name_valid(name))
+            out[n++] = name;
+    }
+    if (n == 0)
+        for (; n < OG_SETTINGS_CHANNELS; n++)
+            out[n] = channel_names[n];
+    return n;
+}
+
+const char *og_settings_default_whatsapp_from(const json_t *settings)
+{
+    return json_string_value(json_object_get(settings, "defaultWhatsappFrom"));
+}
+
+bool og_settings_wa_number(const json_t *settings, const char *name, const char *from,
+                           og_settings_wa_number_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (name == NULL || from == NULL)
+        return false;
+    json_t *num = json_object_get(json_object_get(channel(settings, name), "numbers"), from);
+    if (!json_is_object(num))
+        return false;
+    if (strcmp(name, "whatsapp_qr") == 0) {
+        out->session = json_string_value(json_object_get(num, "session"));
+        if (out->session != NULL)
+            return true;
+    } else if (strcmp(name, "whatsapp_meta") == 0) {
+        out->phone_number_id = json_string_value(json_object_get(num, "phoneNumberId"));
+        out->access_token = json_string_value(json_object_get(num, "accessToken"));
+        if (og_seal_is_sealed(out->access_token)) {
+            out->access_token = NULL;
+            out->access_token_sealed = true;
+        }
+        if (out->phone_number_id != NULL && (out->access_token != NULL || out->access_token_sealed))
+            return true;
+    }
+    memset(out, 0, sizeof(*out));
+    return false;
+}
+
+bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(json_object_get(channel(settings, "sms"), "senders"), i, v)
+    {
+        const char *s = json_string_value(v);
+        if (sender != NULL && s != NULL && strcmp(s, sender) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool og_settings_sms_sender(const json_t *settings, const char *requested, char *out, size_t outlen,
+                            og_err_t *err)
+{
+    const char *sender = requested;
+    if (sender != NULL) {
+        if (!og_phone_sender_valid(sender))
+            return og_err_fail(
+                err, "validation_failed", "sender",
+                "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
+        if (!og_settings_sms_sender_approved(settings, sender))
+            return og_err_fail(err, "sender_not_approved", "sender",
+                               "sender %s is not on the tenant's approved list", sender);
+    } else if ((sender = og_settings_sms_default_sender(settings)) == NULL) {
+        return og_err_fail(err, "validation_failed", "sender",
+                           "sender is required: the tenant has no default sender");
+    }
+    snprintf(out, outlen, "%s", sender);
+    return true;
+}
+
+const char *og_settings_sms_default_sender(const json_t *settings)
+{
+    return json_string_value(json_object_get(channel(settings, "sms"), "defaultSender"));
+}
+
+uint32_t og_settings_rate_limit(const json_t *settings)
+{
+    json_t *v = json_object_get(settings, "rateLimitPerSecond");
+    json_int_t r = json_is_integer(v) ? json_integer_value(v) : 0;
+    return r >= 1 && r <= OG_SETTINGS_RATE_MAX ? (uint32_t)r : 0;
+}

@@ -1,0 +1,1047 @@
+#!/usr/bin/env python3
+"""Writes the OpenAPI 3.1 document of the gateway (API.md, every route of the router in
+src/product/app/gateway.c) to src/product/static/openapi.json, which the build embeds and GET /openapi.json
+serves.
+
+usage: openapi.py [--check]   (--check: exit 1 when the committed JSON differs from this output)
+
+The document is written from this script rather than by hand so that what every route shares
+(the envelope, the errors of authentication, of a JSON body, of the database and of the HTTP
+core) is written once and is the same on every route. Each operation lists every status its
+handler can answer and, per status, the exact error codes (error.code is an enum per
+response): read from the handlers (src/product/*/*.c, src/net/http_conn.c, og_api_status in
+src/net/api.c). test/e2e/test_openapi.py holds the document, the router and the wire together.
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(os.path.dirname(HERE), "product", "static", "openapi.json")
+
+
+def ref(name):
+    return {"$ref": "#/components/schemas/" + name}
+
+
+def nullable(schema):
+    """schema or null (JSON Schema 2020-12: no `nullable` in OpenAPI 3.1)."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(props, required=None, extra=False, **kw):
+    o = {"type": "object", "properties": props, "required": sorted(required if required is not None else props),
+         "additionalProperties": extra}
+    o.update(kw)
+    return o
+
+
+# ---- shared schemas ------------------------------------------------------------------------
+
+TIME = {"type": "string", "format": "date-time", "pattern": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+        "description": "RFC 3339 UTC with milliseconds.", "examples": ["2026-11-22T14:05:25.123Z"]}
+CHANNELS = ["whatsapp_qr", "whatsapp_meta", "sms"]
+ATTEMPT_ERRORS = ["provider_timeout", "provider_unreachable", "provider_rejected", "provider_error",
+                  "provider_rate_limited", "not_configured", "provider_unavailable"]
+DELIVERY = ["sent", "delivered", "read", "failed", "undelivered"]
+DELIVERY_ERRORS = ["not_on_whatsapp", "outside_window", "recipient_opted_out", "carrier_rejected",
+                   "provider_error"]
+SCOPES = ["send", "otp", "logs"]
+WH_EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
+             "otp.verified", "otp.locked"]
+SENDER_PATTERN = r"^(?=[A-Za-z0-9 ]*[A-Za-z])[A-Za-z0-9 ]{1,11}$|^[0-9]{1,15}$|^\+[1-9][0-9]{7,14}$"
+
+SCHEMAS = {
+    "Timestamp": TIME,
+    "Reference": {"type": "string", "pattern": "^kf_[0-9A-HJKMNP-TV-Z]{26}$",
+                  "description": "kf_ + 26 characters of Crockford base32 (48-bit millisecond time, then 80 "
+                                 "bits: the microsecond within that millisecond in 10, random in 70): "
+                                 "references sort by creation time.",
+                  "examples": ["kf_01JD2W7T9S0QKX3M6F8N2B4C5D"]},
+    "E164": {"type": "string", "pattern": r"^\+[1-9][0-9]{7,14}$",
+             "description": "E.164: +, then 8-15 digits, the first 1-9.", "examples": ["+6281234567890"]},
+    "WhatsappNumber": {"type": "string", "pattern": "^[1-9][0-9]{7,14}$",
+                       "description": "8-15 digits, the first 1-9, no +.", "examples": ["6281234567890"]},
+    "Sender": {"type": "string", "pattern": SENDER_PATTERN,
+               "description": "SMS sender id: 1-11 letters, digits or spaces with at least one letter, a "
+                              "number of up to 15 digits, or an E.164 number.", "examples": ["ACME"]},
+    "Channel": {"type": "string", "enum": CHANNELS},
+    "Uuid": {"type": "string", "format": "uuid",
+             "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
+    "Error": obj({
+        "code": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$",
+                 "description": "snake_case code; each response lists the codes it can carry."},
+        "field": {"type": "string", "description": "The field (body member, query parameter or header) at "
+                                                   "fault, when one is."},
+        "details": {"type": "object"},
+    }, required=["code"]),
+    "AttemptError": obj({
+        "code": {"type": "string", "enum": ATTEMPT_ERRORS},
+        "message": {"type": "string"},
+        "providerCode": {"type": "string"},
+        "httpStatus": {"type": "integer"},
+    }, required=["code", "message"]),
+    "LogAttemptError": obj({
+        "code": {"type": "string", "enum": ATTEMPT_ERRORS + ["outcome_unknown"]},
+        "message": {"type": "string"},
+        "providerCode": {"type": "string"},
+        "httpStatus": {"type": "integer"},
+    }, required=["code"], description="An attempt's error as the log keeps it (members without a value are "
+                                       "left out)."),
+    "SendAttempt": {
+        "type": "object",
+        "oneOf": [
+            obj({"channel": ref("Channel"), "status": {"const": "sent"}, "latencyMs": {"type": "integer", "minimum": 0},
+                 "providerMessageId": {"type": "string"}}),
+            obj({"channel": ref("Channel"), "status": {"const": "failed"}, "latencyMs": {"type": "integer", "minimum": 0},
+                 "error": ref("AttemptError")}),
+        ],
+    },
+    "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
+                                                                                      "not_on_whatsapp"]}}),
+    "SendResult": obj({
+        "reference": ref("Reference"),
+        "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
+        "winningChannel": nullable(ref("Channel")),
+        "attempts": {"type": "array", "items": ref("SendAttempt")},
+        "skipped": {"type": "array", "items": ref("Skipped")},
+    }),
+    "OutcomeUnknown": obj({
+        "reference": ref("Reference"),
+        "status": {"const": "unknown"},
+        "attempts": {"type": "array", "items": {"type": "object", "properties": {
+            "channel": ref("Channel"), "status": {"type": "string", "enum": ["sent", "failed"]}},
+            "required": ["channel", "status"]}},
+    }),
+    "SmsResult": obj({
+        "reference": ref("Reference"),
+        "status": {"type": "string", "enum": ["sent", "failed"]},
+        "providerMessageId": {"type": "string"},
+        "segments": {"type": "integer", "minimum": 1, "maximum": 10},
+        "encoding": {"type": "string", "enum": ["gsm7", "ucs2"]},
+        "error": ref("AttemptError"),
+    }, required=["reference", "status", "segments", "encoding"]),
+    "OtpSendResult": obj({
+        "reference": ref("Reference"),
+        "to": ref("E164"),
+        "expiresAt": ref("Timestamp"),
+        "length": {"type": "integer", "minimum": 4, "maximum": 10},
+        "status": {"type": "string", "enum": ["sent", "failed"]},
+    }),
+    "OtpVerifyResult": obj({"reference": ref("Reference"), "verified": {"const": True}}),
+    "OtpInvalid": obj({"reference": ref("Reference"), "attemptsRemaining": {"type": "integer", "minimum": 0,
+                                                                            "maximum": 4}}),
+    # ---- logs
+    "StatusHistoryEntry": obj({"status": {"type": "string", "enum": DELIVERY}, "at": ref("Timestamp"),
+                               "providerCode": {"type": "string"}}, required=["status", "at"]),
+    "DeliveryError": obj({"code": {"type": "string", "enum": DELIVERY_ERRORS}, "providerCode": {"type": "string"},
+                          "message": {"type": "string"}}, required=["code"]),
+    "LogAttempt": {
+        "type": "object",
+        "description": "An attempt as the unified log shows it: an accepted one has its provider's id and its "
+                       "delivery (API.md §10), a failed one its error and null delivery fields.",
+        "oneOf": [
+            obj({"channel": ref("Channel"), "status": {"const": "sent"},
+                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "providerMessageId": nullable({"type": "string"}),
+                 "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
+                                                                        "no_status_in_time"]}),
+                 "attemptedAt": ref("Timestamp"),
+                 "deliveryStatus": nullable({"type": "string", "enum": DELIVERY}),
+                 "deliveredAt": nullable(ref("Timestamp")), "readAt": nullable(ref("Timestamp")),
+                 "deliveryError": nullable(ref("DeliveryError")),
+                 "statusHistory": {"type": "array", "items": ref("StatusHistoryEntry")}}),
+            obj({"channel": ref("Channel"), "status": {"type": "string", "enum": ["failed", "pending", "unknown"],
+                                                       "description": "pending: a later attempt of a delivery-"
+                                                                      "based fallback, in flight; unknown: its "
+                                                                      "instance stopped before recording the "
+                                                                      "outcome (error outcome_unknown)."},
+                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
+                                                                        "no_status_in_time"]}),
+                 "error": nullable(ref("LogAttemptError")),
+                 "attemptedAt": ref("Timestamp"),
+                 "deliveryStatus": {"type": "null"}, "deliveredAt": {"type": "null"}, "readAt": {"type": "null"},
+                 "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
+        ],
+    },
+    "OmniLogItem": obj({
+        "reference": ref("Reference"), "to": ref("E164"), "text": {"type": "string"},
+        "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
+        "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown", "delivered", "read",
+                                              "undelivered"]},
+        "winningChannel": nullable(ref("Channel")),
+        "fallbackOn": nullable({"type": "string", "enum": ["delivered", "read"]}),
+        "fallbackAfterSeconds": nullable({"type": "integer", "minimum": 10, "maximum": 86400}),
+        "attempts": {"type": "array", "items": ref("LogAttempt")},
+        "skipped": {"type": "array", "items": ref("Skipped")},
+        "createdAt": ref("Timestamp"), "completedAt": nullable(ref("Timestamp")),
+    }),
+    "SmsLogItem": obj({
+        "reference": ref("Reference"),
+        "source": {"type": "string", "enum": ["sms", "omni", "otp"]},
+        "to": ref("E164"), "sender": nullable({"type": "string"}),
+        "text": {"type": "string", "description": "As sent; OTP codes masked with *."},
+        "segments": {"type": "integer", "minimum": 1}, "encoding": {"type": "string", "enum": ["gsm7", "ucs2"]},
+        "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown"]},
+        "providerMessageId": nullable({"type": "string"}),
+        "error": nullable(ref("LogAttemptError")),
+        "deliveryStatus": nullable({"type": "string", "enum": DELIVERY}),
+        "deliveredAt": nullable(ref("Timestamp")),
+        "createdAt": ref("Timestamp"),
+    }),
+    "OtpLogItem": obj({
+        "reference": ref("Reference"), "to": ref("E164"),
+        "status": {"type": "string", "enum": ["pending", "verified", "expired", "locked", "failed", "superseded"]},
+        "length": {"type": "integer", "minimum": 4, "maximum": 10},
+        "expiresAt": ref("Timestamp"), "createdAt": ref("Timestamp"), "verifiedAt": nullable(ref("Timestamp")),
+        "failedAttempts": {"type": "integer", "minimum": 0},
+        "history": {"type": "array", "items": obj({
+            "event": {"type": "string", "enum": ["sent", "send_failed", "verify_success", "verify_failed", "locked",
+                                                 "expired"]},
+            "at": ref("Timestamp")})},
+    }),
+    # ---- tenants and tokens
+    "WhatsappQrChannel": obj({
+        "enabled": {"type": "boolean"},
+        "numbers": {"type": "object", "propertyNames": ref("WhatsappNumber"),
+                    "additionalProperties": obj({"session": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}})},
+    }, required=[]),
+    "WhatsappMetaChannel": obj({
+        "enabled": {"type": "boolean"},
+        "numbers": {"type": "object", "propertyNames": ref("WhatsappNumber"),
+                    "additionalProperties": obj({
+                        "phoneNumberId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
+                        "accessToken": {"type": "string", "minLength": 1, "maxLength": 1024,
+                                        "description": "Write-only: answers show it masked (**** and its last 4 "
+                                                       "characters when it has 12 or more)."}})},
+    }, required=[]),
+    "SmsChannel": obj({
+        "enabled": {"type": "boolean"},
+        "senders": {"type": "array", "uniqueItems": True, "items": ref("Sender")},
+        "defaultSender": {"type": "string", "description": "One of senders."},
+    }, required=[]),
+    "Settings": obj({
+        "defaultChannels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,
+                            "items": ref("Channel")},
+        "defaultWhatsappFrom": ref("WhatsappNumber"),
+        "rateLimitPerSecond": {"type": "integer", "minimum": 1, "maximum": 1000000},
+        "channels": obj({"whatsapp_qr": ref("WhatsappQrChannel"), "whatsapp_meta": ref("WhatsappMetaChannel"),
+                         "sms": ref("SmsChannel")}, required=[]),
+    }, required=[], examples=[{
+        "defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
+        "defaultWhatsappFrom": "6281234567890",
+        "rateLimitPerSecond": 200,
+        "channels": {
+            "whatsapp_qr": {"enabled": True, "numbers": {"6281234567890": {"session": "default"}}},
+            "whatsapp_meta": {"enabled": True, "numbers": {"6281234567890": {"phoneNumberId": "109876543210",
+                                                                             "accessToken": "EAAG..."}}},
+            "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}}]),
+    "Tenant": obj({
+        "id": ref("Uuid"), "name": {"type": "string", "minLength": 1, "maxLength": 200},
+        "unifiedApiEnabled": {"type": "boolean"}, "settings": ref("Settings"),
+        "createdAt": ref("Timestamp"), "updatedAt": ref("Timestamp"),
+    }),
+    "TokenCreated": obj({
+        "id": ref("Uuid"), "name": {"type": "string", "maxLength": 100},
+        "token": {"type": "string", "pattern": "^kft_[0-9A-Za-z]{40}$",
+                  "description": "Shown only in this answer; stored only as a hash."},
+        "prefix": {"type": "string"}, "scopes": ref("Scopes"), "createdAt": ref("Timestamp"),
+    }),
+    "Token": obj({
+        "id": ref("Uuid"), "name": {"type": "string", "maxLength": 100}, "prefix": {"type": "string"},
+        "scopes": ref("Scopes"), "createdAt": ref("Timestamp"),
+        "lastUsedAt": nullable(ref("Timestamp")), "revokedAt": nullable(ref("Timestamp")),
+    }),
+    "Scopes": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,
+               "items": {"type": "string", "enum": SCOPES}},
+    # ---- webhooks out (API.md §12)
+    "Webhook": obj({
+        "url": {"type": "string", "format": "uri", "maxLength": 2048},
+        "events": {"type": "array", "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS}},
+        "secret": {"type": "string", "description": "whsec_ + base64 of 32 bytes when created or rotated; "
+                                                    "masked otherwise."},
+        "enabled": {"type": "boolean"},
+        "disabledAt": nullable(ref("Timestamp")),
+        "disabledReason": nullable({"type": "string"}),
+        "createdAt": ref("Timestamp"), "updatedAt": ref("Timestamp"),
+    }),
+    "WebhookDelivery": obj({
+        "id": {"type": "string", "pattern": "^msg_[0-9a-f]{32}$", "description": "The webhook-id header."},
+        "type": {"type": "string", "enum": WH_EVENTS},
+        "reference": {"type": "string"},
+        "status": {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
+        "createdAt": ref("Timestamp"), "deliveredAt": nullable(ref("Timestamp")),
+        "nextTryAt": nullable(ref("Timestamp")), "lastError": nullable({"type": "string"}),
+        "tries": {"type": "array", "items": obj({
+            "at": ref("Timestamp"), "httpStatus": nullable({"type": "integer"}),
+            "latencyMs": nullable({"type": "integer"}),
+            "error": nullable(obj({"code": {"type": "string", "enum": ["http_error", "timeout", "unreachable",
+                                                                        "blocked_address", "error"]},
+                                   "message": {"type": "string"}}, required=["code"]))})},
+    }),
+    "StatusCounts": obj({"applied": {"type": "integer", "minimum": 0}, "duplicate": {"type": "integer", "minimum": 0},
+                         "unknown": {"type": "integer", "minimum": 0}}),
+}
+
+
+def page_of(item):
+    return obj({"items": {"type": "array", "items": item}, "nextCursor": nullable({"type": "string"})})
+
+
+SCHEMAS["OmniLogPage"] = page_of(ref("OmniLogItem"))
+SCHEMAS["SmsLogPage"] = page_of(ref("SmsLogItem"))
+SCHEMAS["OtpLogPage"] = page_of(ref("OtpLogItem"))
+SCHEMAS["TenantPage"] = page_of(ref("Tenant"))
+SCHEMAS["WebhookDeliveryPage"] = page_of(ref("WebhookDelivery"))
+
+# ---- responses ----------------------------------------------------------------------------
+
+HEADERS = {
+    "X-Request-Id": {"description": "The inbound X-Request-Id when it is 1-64 characters of [A-Za-z0-9._-], "
+                                    "else a new one; the same id is in the access log line.",
+                     "required": True, "schema": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}},
+    "Retry-After": {"description": "Seconds to wait before retrying.", "required": True,
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "WWW-Authenticate": {"description": "Bearer (tenant and admin routes) or HMAC realm=\"webhooks\" "
+                                        "(provider webhooks).", "required": True, "schema": {"type": "string"}},
+    "Allow": {"description": "The methods the path has.", "required": True, "schema": {"type": "string"}},
+    "RateLimit-Limit": {"description": "The tenant's rate limit per second (when it has one).",
+                        "schema": {"type": "string"}},
+    "RateLimit-Remaining": {"description": "Requests left in the tenant's bucket.", "schema": {"type": "string"}},
+    "RateLimit-Reset": {"description": "Seconds until the bucket is full again.", "schema": {"type": "string"}},
+    "Idempotency-Replayed": {"description": "true when this is the stored answer of an earlier request with the "
+                                            "same Idempotency-Key (API.md §6).",
+                             "schema": {"type": "string", "const": "true"}},
+    "X-Omnigate-Reference": {"description": "The message's reference.", "schema": ref("Reference")},
+    "ETag": {"description": "A hash of the file's bytes.", "required": True, "schema": {"type": "string"}},
+    "Content-Security-Policy": {"description": "Everything from this origin only; nothing inline.",
+                                "required": True, "schema": {"type": "string"}},
+}
+
+
+def hdr(name):
+    return {"$ref": "#/components/headers/" + name}
+
+
+def success_env(data_schema):
+    return obj({"success": {"const": True}, "message": {"type": "string"}, "data": data_schema})
+
+
+def error_env(codes, data_schema=None):
+    """The failure envelope whose error.code is one of `codes`."""
+    return {
+        "type": "object",
+        "required": ["success", "message", "data", "error"],
+        "additionalProperties": False,
+        "properties": {
+            "success": {"const": False},
+            "message": {"type": "string", "minLength": 1},
+            "data": data_schema if data_schema is not None else {"type": "null"},
+            "error": {"allOf": [ref("Error")],
+                      "properties": {"code": {"enum": sorted(codes)} if len(codes) > 1 else {"const": codes[0]}}},
+        },
+    }
+
+
+STATUS_TEXT = {200: "OK", 201: "Created", 304: "Not Modified", 400: "Bad Request", 401: "Unauthorized",
+               403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+               409: "Conflict", 410: "Gone", 413: "Content Too Large", 415: "Unsupported Media Type",
+               422: "Unprocessable Content", 429: "Too Many Requests", 431: "Request Header Fields Too Large",
+               500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+
+# What each error code means, for the response descriptions.
+CODE_TEXT = {
+    "bad_request": "malformed HTTP (the connection is then closed)",
+    "invalid_json": "the body is not valid JSON, not an object, or nested deeper than 16",
+    "invalid_payload": "the provider's body does not have the provider's shape",
+    "request_timeout": "the request line, headers or body did not arrive in time (the connection is then "
+                       "closed)",
+    "payload_too_large": "the body is over the route's limit (64 KiB by default, 4 MiB for the provider "
+                         "webhooks), refused without reading it",
+    "headers_too_large": "request line and headers over 16 KiB",
+    "unsupported_media_type": "a body without Content-Type: application/json",
+    "unauthorized": "no, malformed, unknown or revoked bearer token",
+    "invalid_signature": "the provider's signature header is missing or wrong; nothing is recorded",
+    "forbidden": "hub.mode is not subscribe or hub.verify_token is wrong",
+    "unified_api_locked": "the tenant's plan locks the unified API",
+    "insufficient_scope": "the token lacks the route's scope",
+    "not_found": "no such resource (another tenant's is not found either)",
+    "conflict": "the tenant kept changing during the update; try again",
+    "idempotency_in_progress": "the first request with this Idempotency-Key is still in flight (Retry-After: 1)",
+    "otp_already_verified": "the OTP was verified already",
+    "webhook_disabled": "the tenant has no enabled webhook",
+    "otp_expired": "the OTP expired, or was superseded by a newer one",
+    "validation_failed": "a field, query parameter or header is missing or invalid (error.field names it)",
+    "unknown_field": "a body member the route does not know (error.field names it)",
+    "idempotency_key_reused": "the Idempotency-Key was used with another body",
+    "whatsapp_from_not_registered": "whatsappFrom is not registered for a WhatsApp channel to try",
+    "sender_not_approved": "sender is not on the tenant's approved list",
+    "text_too_long": "the text needs more than 10 SMS segments",
+    "no_channel_available": "none of the channels to try is enabled (or left after not-on-WhatsApp skips, "
+                            "then error.details.skipped lists them)",
+    "otp_invalid": "wrong code; data.attemptsRemaining says how many tries are left",
+    "rate_limited": "the tenant's rate limit, or 5 OTPs per number an hour (Retry-After)",
+    "otp_cooldown": "one OTP per number every 30 s (Retry-After)",
+    "otp_locked": "5 wrong codes: the OTP is locked (Retry-After)",
+    "internal_error": "the database refused a statement (a bug or a broken schema; not worth retrying)",
+    "delivery_failed": "every attempted channel failed; data holds the reference and the attempts",
+    "outcome_unknown": "a repeat of a request whose outcome could not be recorded (its instance died, or "
+                       "the final write failed): it is never sent again",
+    "unavailable": "the database is unreachable, the instance is draining, or out of memory (Retry-After)",
+    "query_timeout": "the log query ran past OMNIGATE_LOG_QUERY_TIMEOUT_MS and was cancelled (Retry-After)",
+}
+
+# The message of each error example (what the gateway says, near enough).
+ERROR_MESSAGES = {
+    "validation_failed": "to must be an E.164 number: + then 8-15 digits, the first 1-9",
+    "unknown_field": "unknown field \"deliverymode\"",
+    "unauthorized": "missing bearer token",
+    "not_found": "no such tenant",
+    "method_not_allowed": "method DELETE is not allowed here; allowed: GET, HEAD",
+    "rate_limited": "the tenant's rate limit is exhausted: retry later",
+    "unavailable": "database unavailable",
+}
+
+# Every operation can get these from the HTTP core before any handler runs (src/net/http_conn.c).
+CORE = {400: ["bad_request"], 408: ["request_timeout"], 413: ["payload_too_large"], 431: ["headers_too_large"]}
+DB = {500: ["internal_error"], 503: ["unavailable"]}
+JSON_BODY = {400: ["invalid_json"], 415: ["unsupported_media_type"], 422: ["validation_failed", "unknown_field"]}
+TENANT = {401: ["unauthorized"], 403: ["insufficient_scope"], 429: ["rate_limited"]}
+ADMIN = {401: ["unauthorized"]}
+IDEM = {409: ["idempotency_in_progress"], 422: ["idempotency_key_reused"], 502: ["outcome_unknown"]}
+
+
+def merge(*maps):
+    out = {}
+    for m in maps:
+        for k, v in m.items():
+            out.setdefault(k, [])
+            for c in v:
+                if c not in out[k]:
+                    out[k].append(c)
+    return out
+
+
+def error_response(status, codes, data=None, headers=()):
+    """One failure response; `data` maps a code to the schema of its data (default null)."""
+    data = data or {}
+    if any(c in data for c in codes) and len(codes) > 1:
+        schema = {"oneOf": [error_env([c], data.get(c)) for c in sorted(codes)]}
+    else:
+        schema = error_env(codes, data.get(codes[0]) if len(codes) == 1 else None)
+    hs = {"X-Request-Id": hdr("X-Request-Id")}
+    if status == 401:
+        hs["WWW-Authenticate"] = hdr("WWW-Authenticate")
+    if status in (429, 503) or "idempotency_in_progress" in codes:
+        if status != 409 or codes == ["idempotency_in_progress"]:
+            hs["Retry-After"] = hdr("Retry-After")
+    for h in headers:
+        hs[h] = hdr(h)
+    desc = "; ".join("`%s`: %s" % (c, CODE_TEXT.get(c, c)) for c in sorted(codes))
+    media = {"schema": schema}
+    plain = [c for c in sorted(codes) if c not in data]
+    if plain:
+        c = plain[0]
+        error = {"code": c}
+        if c in ("validation_failed", "unknown_field"):
+            error["field"] = "to" if c == "validation_failed" else "deliverymode"
+        media["example"] = {"success": False, "message": ERROR_MESSAGES.get(c, CODE_TEXT.get(c, c)), "data": None,
+                            "error": error}
+    return {"description": desc, "headers": hs, "content": {"application/json": media}}
+
+
+# Failure responses shared by operations, by name: components.responses.
+SHARED = {}
+
+
+def shared_response(status, codes, data, headers):
+    """A $ref to the failure response of these codes (with their data schemas and headers),
+    registered once in components.responses under a name made of the status and the codes."""
+    data = {c: data[c] for c in codes if data and c in data}
+    r = error_response(status, codes, data, headers)
+    name = "E%d_%s" % (status, "_".join("".join(w.capitalize() for w in c.split("_")) for c in sorted(codes)))
+    if headers:
+        name += "_" + "".join(h.replace("-", "") for h in headers if h != "RateLimit-Remaining" and
+                              h != "RateLimit-Reset").replace("RateLimitLimit", "RL")
+    for c in sorted(data):
+        name += "_" + data[c]["$ref"].rsplit("/", 1)[1]
+    base, n = name, 2
+    while name in SHARED and SHARED[name] != r:
+        name, n = "%s_%d" % (base, n), n + 1
+    SHARED[name] = r
+    return {"$ref": "#/components/responses/" + name}
+
+
+def ok_response(status, data_schema, description, example=None, headers=()):
+    hs = {"X-Request-Id": hdr("X-Request-Id")}
+    for h in headers:
+        hs[h] = hdr(h)
+    media = {"schema": success_env(data_schema)}
+    if example is not None:
+        media["example"] = example
+    return {"description": description, "headers": hs, "content": {"application/json": media}}
+
+
+def op(summary, tags, ok, errors, security=None, params=(), body=None, description=None, data=None,
+       error_headers=(), op_id=None):
+    """An operation: `ok` is {status: response}, `errors` {status: [codes]} (the HTTP core's are added)."""
+    responses = {str(k): v for k, v in ok.items()}
+    for status, codes in sorted(merge(CORE, errors).items()):
+        # The HTTP core's answers (CORE) carry none of the route's own headers.
+        extra = tuple(h for h in error_headers if status != 401 and codes != CORE.get(status))
+        responses[str(status)] = shared_response(status, codes, data, extra)
+    o = {"operationId": op_id, "summary": summary, "tags": tags, "responses": dict(sorted(responses.items()))}
+    if description:
+        o["description"] = description
+    if params:
+        o["parameters"] = list(params)
+    if body is not None:
+        o["requestBody"] = body
+    o["security"] = security if security is not None else []
+    return o
+
+
+def json_body(schema_name, examples, required=True):
+    return {"required": required, "content": {"application/json": {
+        "schema": ref(schema_name), "examples": {k: {"value": v} for k, v in examples.items()}}}}
+
+
+def qparam(name, schema, description):
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+def pparam(name, schema, description):
+    return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
+
+
+IDEM_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
+            "description": "For 24 h the same tenant + key + body answers the first response again "
+                          "(Idempotency-Replayed: true) without sending again (API.md §6)."}
+TENANT_ID = pparam("id", ref("Uuid"), "The tenant's id (anything else is 404).")
+
+TENANT_SEC = [{"tenantToken": []}]
+ADMIN_SEC = [{"adminToken": []}]
+RL = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
+
+# ---- request bodies ------------------------------------------------------------------------
+
+SCHEMAS["SendRequest"] = obj({
+    "to": ref("E164"),
+    "text": {"type": "string", "minLength": 1, "maxLength": 4096,
+             "description": "1-4096 Unicode characters, not only whitespace."},
+    "channels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True, "items": ref("Channel"),
+                 "description": "The fallback order; default: the tenant's defaultChannels."},
+    "deliveryMode": {"type": "string", "enum": ["fallback", "all"], "default": "fallback"},
+    "whatsappFrom": ref("WhatsappNumber"),
+    "sender": ref("Sender"),
+    "fallbackOn": {"type": "string", "enum": ["accepted", "delivered", "read"], "default": "accepted",
+                   "description": "delivered/read only with deliveryMode fallback (API.md §11)."},
+    "fallbackAfterSeconds": {"type": "integer", "minimum": 10, "maximum": 86400, "default": 60,
+                             "description": "Only with fallbackOn delivered or read."},
+}, required=["to", "text"])
+SCHEMAS["SmsSendRequest"] = obj({"to": ref("E164"), "text": {"type": "string", "minLength": 1, "maxLength": 4096},
+                                 "sender": ref("Sender")}, required=["to", "text"])
+SCHEMAS["OtpSendRequest"] = obj({
+    "to": ref("E164"),
+    "length": {"type": "integer", "minimum": 4, "maximum": 10, "default": 6},
+    "ttlSeconds": {"type": "integer", "minimum": 60, "maximum": 1800, "default": 300},
+    "template": {"type": "string", "maxLength": 480, "pattern": r"\{code\}",
+                 "default": "Your verification code is {code}",
+                 "description": "Must contain {code} exactly once; at most 480 bytes."},
+    "sender": ref("Sender"),
+}, required=["to"])
+SCHEMAS["OtpVerifyRequest"] = {
+    "type": "object",
+    "properties": {"reference": ref("Reference"), "to": ref("E164"),
+                   "code": {"type": "string", "pattern": "^[0-9]{4,10}$"}},
+    "required": ["code"],
+    "additionalProperties": False,
+    "oneOf": [{"required": ["reference"]}, {"required": ["to"]}],
+    "description": "Either reference or to (the newest pending OTP of that number), not both.",
+}
+SCHEMAS["TenantCreateRequest"] = obj({
+    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+    "unifiedApiEnabled": {"type": "boolean", "default": False},
+    "settings": nullable(ref("Settings")),
+}, required=["name"])
+SCHEMAS["TenantPatchRequest"] = obj({
+    "name": {"type": "string", "minLength": 1, "maxLength": 200},
+    "unifiedApiEnabled": {"type": "boolean"},
+    "settings": {"type": "object", "description": "A JSON merge patch (RFC 7396) of the settings: null removes "
+                                                  "a member. The merged settings must be valid Settings; a "
+                                                  "masked secret sent back keeps the stored one."},
+}, required=[])
+SCHEMAS["TokenCreateRequest"] = obj({"name": {"type": "string", "maxLength": 100}, "scopes": ref("Scopes")},
+                                    required=[])
+SCHEMAS["WebhookPutRequest"] = obj({
+    "url": {"type": "string", "minLength": 1, "maxLength": 2048, "format": "uri",
+            "description": "https:// (http:// with OMNIGATE_WEBHOOK_ALLOW_HTTP=true); not a loopback, private, "
+                           "link-local or multicast address unless OMNIGATE_WEBHOOK_ALLOW_PRIVATE=true."},
+    "events": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS},
+               "description": "Default: all."},
+}, required=["url"])
+
+# ---- examples ------------------------------------------------------------------------------
+
+REF_EX = "kf_01JD2W7T9S0QKX3M6F8N2B4C5D"
+SEND_EX = {"success": True, "message": "Message sent via whatsapp_meta", "data": {
+    "reference": REF_EX, "deliveryMode": "fallback", "winningChannel": "whatsapp_meta",
+    "attempts": [
+        {"channel": "whatsapp_qr", "status": "failed", "latencyMs": 10001,
+         "error": {"code": "provider_timeout", "message": "no answer in 10000 ms"}},
+        {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
+         "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2"}],
+    "skipped": []}}
+TENANT_EX = {"id": "3f0c6b9e-2a4d-4e8b-9c1f-5d7a8b6c4e21", "name": "acme", "unifiedApiEnabled": True,
+             "settings": {"defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
+                          "channels": {"sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}},
+             "createdAt": "2026-11-22T14:05:25.123Z", "updatedAt": "2026-11-22T14:05:25.123Z"}
+TOKEN_EX = {"id": "8a1d2c3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "name": "backend",
+            "token": "kft_Qm3x9ZbV1cT7yLw2Nf8Hk4Rj6Pd0Sa5Ge1Uo3XiT", "prefix": "kft_Qm3x9ZbV",
+            "scopes": ["send", "otp", "logs"], "createdAt": "2026-11-22T14:05:25.123Z"}
+TOKEN_ITEM_EX = {"id": "8a1d2c3b-4e5f-4a6b-8c7d-9e0f1a2b3c4d", "name": "backend", "prefix": "kft_Qm3x9ZbV",
+                 "scopes": ["send", "otp", "logs"], "createdAt": "2026-11-22T14:05:25.123Z",
+                 "lastUsedAt": "2026-11-22T15:00:01.002Z", "revokedAt": None}
+WEBHOOK_EX = {"url": "https://example.com/omnigate", "events": WH_EVENTS,
+              "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw0nqGk/TKm3A=", "enabled": True, "disabledAt": None,
+              "disabledReason": None, "createdAt": "2026-11-22T14:05:25.123Z",
+              "updatedAt": "2026-11-22T14:05:25.123Z"}
+WEBHOOK_MASKED_EX = dict(WEBHOOK_EX, secret="whsec_****m3A=")
+DELIVERY_EX = {"id": "msg_0000000000000001a3f09c1d2e4b5f67", "type": "message.delivered", "reference": REF_EX,
+               "status": "failed", "createdAt": "2026-11-22T14:05:27.010Z", "deliveredAt": None,
+               "nextTryAt": "2026-11-22T14:10:32.400Z", "lastError": "http_error",
+               "tries": [{"at": "2026-11-22T14:05:27.050Z", "httpStatus": 503, "latencyMs": 41,
+                          "error": {"code": "http_error", "message": "HTTP 503"}},
+                         {"at": "2026-11-22T14:05:32.400Z", "httpStatus": None, "latencyMs": 15000,
+                          "error": {"code": "timeout", "message": "no answer in 15 s"}}]}
+
+
+def ok_ex(message, data):
+    return {"success": True, "message": message, "data": data}
+
+
+OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
+                "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
+                "fallbackAfterSeconds": None, "attempts": [
+                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
+                     "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
+                     "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
+                     "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
+                     "statusHistory": [{"status": "sent", "at": "2026-11-22T14:05:26.000Z"},
+                                       {"status": "delivered", "at": "2026-11-22T14:05:27.001Z"}]}],
+                "skipped": [], "createdAt": "2026-11-22T14:05:25.123Z", "completedAt": "2026-11-22T14:05:25.320Z"}
+
+
+def logs_params(fourth, statuses):
+    ps = [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+          qparam("cursor", {"type": "string"}, "nextCursor of the previous page (opaque)."),
+          qparam("to", ref("E164"), "Only records to this number."),
+          qparam("status", {"type": "string", "enum": statuses}, "Only records in this status."),
+          qparam("reference", ref("Reference"), "Only this record."),
+          qparam("since", ref("Timestamp"), "Created at or after (RFC 3339)."),
+          qparam("until", ref("Timestamp"), "Created before (RFC 3339).")]
+    if fourth == "channel":
+        ps.append(qparam("channel", ref("Channel"), "Only messages with an attempt on this channel."))
+    elif fourth == "source":
+        ps.append(qparam("source", {"type": "string", "enum": ["sms", "omni", "otp"]},
+                         "Only SMS of this source."))
+    return ps
+
+
+LOGS = {
+    "omni": ("OmniLogPage", "channel", ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered"],
+             "Unified log", {"items": [OMNI_ITEM_EX], "nextCursor": None}),
+    "sms": ("SmsLogPage", "source", ["sent", "failed", "delivered", "read", "undelivered"], "SMS log",
+            {"items": [{"reference": REF_EX, "source": "otp", "to": "+6281234567890", "sender": "ACME",
+                        "text": "Your verification code is ******", "segments": 1, "encoding": "gsm7",
+                        "status": "sent", "providerMessageId": "SM0123456789abcdef0123456789abcdef",
+                        "error": None, "deliveryStatus": "delivered", "deliveredAt": "2026-11-22T14:05:27.001Z",
+                        "createdAt": "2026-11-22T14:05:25.123Z"}], "nextCursor": None}),
+    "otp": ("OtpLogPage", None, ["pending", "verified", "expired", "locked", "failed", "superseded"], "OTP log",
+            {"items": [{"reference": REF_EX, "to": "+6281234567890", "status": "verified", "length": 6,
+                        "expiresAt": "2026-11-22T14:10:25.123Z", "createdAt": "2026-11-22T14:05:25.123Z",
+                        "verifiedAt": "2026-11-22T14:06:01.500Z", "failedAttempts": 0,
+                        "history": [{"event": "sent", "at": "2026-11-22T14:05:25.400Z"},
+                                    {"event": "verify_success", "at": "2026-11-22T14:06:01.500Z"}]}],
+             "nextCursor": None}),
+}
+
+
+def build():
+    paths = {}
+
+    def add(path, method, operation):
+        paths.setdefault(path, {})[method] = operation
+
+    # ---- tenant API
+    add("/api/omni/send", "post", op(
+        "Send a message over WhatsApp and/or SMS", ["messages"],
+        {200: ok_response(200, ref("SendResult"), "At least one channel accepted the message.", SEND_EX,
+                          headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference"))},
+        merge(JSON_BODY, TENANT, DB, IDEM, {
+            403: ["unified_api_locked"],
+            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available"],
+            502: ["delivery_failed"]}),
+        TENANT_SEC, [IDEM_KEY],
+        json_body("SendRequest", {"fallback": {"to": "+6281234567890", "text": "Your order has shipped",
+                                               "channels": ["whatsapp_qr", "whatsapp_meta", "sms"]},
+                                  "deliveryBased": {"to": "+6281234567890", "text": "Hello",
+                                                    "fallbackOn": "delivered", "fallbackAfterSeconds": 120}}),
+        "The message row is committed (pending) before any provider is called; the answer is sent once the "
+        "attempts are committed (API.md §2). 200 when a channel accepted it, 502 delivery_failed with the "
+        "same data when none did.",
+        data={"delivery_failed": ref("SendResult"), "outcome_unknown": ref("OutcomeUnknown")},
+        error_headers=RL + ("Idempotency-Replayed",), op_id="omniSend"))
+    add("/api/sms/send", "post", op(
+        "Send an SMS", ["messages"],
+        {200: ok_response(200, ref("SmsResult"), "The SMS provider accepted the message.",
+                          {"success": True, "message": "SMS sent", "data": {
+                              "reference": REF_EX, "status": "sent",
+                              "providerMessageId": "SM0123456789abcdef0123456789abcdef", "segments": 1,
+                              "encoding": "gsm7"}}, headers=RL + ("Idempotency-Replayed",))},
+        merge(JSON_BODY, TENANT, DB, IDEM, {
+            422: ["sender_not_approved", "text_too_long", "no_channel_available"], 502: ["delivery_failed"]}),
+        TENANT_SEC, [IDEM_KEY],
+        json_body("SmsSendRequest", {"sms": {"to": "+6281234567890", "text": "Your order has shipped",
+                                             "sender": "ACME"}}),
+        data={"delivery_failed": ref("SmsResult"), "outcome_unknown": ref("OutcomeUnknown")},
+        error_headers=RL + ("Idempotency-Replayed",), op_id="smsSend"))
+    add("/api/sms/otp/send", "post", op(
+        "Send a one-time password by SMS", ["otp"],
+        {200: ok_response(200, ref("OtpSendResult"), "The code was sent (it is never returned).",
+                          {"success": True, "message": "OTP sent", "data": {
+                              "reference": REF_EX, "to": "+6281234567890", "expiresAt": "2026-11-22T14:10:25.123Z",
+                              "length": 6, "status": "sent"}}, headers=RL + ("Idempotency-Replayed",))},
+        merge(JSON_BODY, TENANT, DB, IDEM, {
+            422: ["sender_not_approved", "text_too_long", "no_channel_available"],
+            429: ["otp_cooldown"], 502: ["delivery_failed"]}),
+        TENANT_SEC, [IDEM_KEY],
+        json_body("OtpSendRequest", {"default": {"to": "+6281234567890"},
+                                     "custom": {"to": "+6281234567890", "length": 8, "ttlSeconds": 600,
+                                                "template": "ACME code: {code}", "sender": "ACME"}}),
+        "A new OTP for the number supersedes the pending one. At most one send per number every 30 s "
+        "(otp_cooldown) and 5 an hour (rate_limited).",
+        data={"delivery_failed": ref("OtpSendResult"), "outcome_unknown": ref("OutcomeUnknown")},
+        error_headers=RL + ("Idempotency-Replayed",), op_id="otpSend"))
+    add("/api/sms/otp/verify", "post", op(
+        "Verify a one-time password", ["otp"],
+        {200: ok_response(200, ref("OtpVerifyResult"), "The right code: the OTP is consumed.",
+                          {"success": True, "message": "OTP verified", "data": {"reference": REF_EX,
+                                                                                 "verified": True}},
+                          headers=RL + ("Idempotency-Replayed",))},
+        merge(JSON_BODY, TENANT, DB, IDEM, {
+            404: ["not_found"], 409: ["otp_already_verified"], 410: ["otp_expired"], 422: ["otp_invalid"],
+            429: ["otp_locked"]}),
+        TENANT_SEC, [IDEM_KEY],
+        json_body("OtpVerifyRequest", {"byReference": {"reference": REF_EX, "code": "123456"},
+                                       "byNumber": {"to": "+6281234567890", "code": "123456"}}),
+        "After 5 wrong codes the OTP is locked (429 otp_locked, also for the right code from then on).",
+        data={"otp_invalid": ref("OtpInvalid"), "outcome_unknown": ref("OutcomeUnknown")},
+        error_headers=RL + ("Idempotency-Replayed",), op_id="otpVerify"))
+    for kind, path in (("omni", "/api/omni/logs"), ("sms", "/api/sms/logs"), ("otp", "/api/sms/otp/logs")):
+        page, fourth, statuses, title, example = LOGS[kind]
+        errs = merge(TENANT, DB, {422: ["validation_failed"], 503: ["query_timeout"]})
+        if kind == "omni":
+            errs = merge(errs, {403: ["unified_api_locked"]})
+        add(path, "get", op(
+            title + ", newest first", ["logs"],
+            {200: ok_response(200, ref(page), "One page.", {"success": True, "message": "logs", "data": example},
+                              headers=RL)},
+            errs, TENANT_SEC, logs_params(fourth, statuses),
+            description="Unknown query parameters are refused (422 validation_failed names them).",
+            error_headers=RL, op_id=kind + "Logs"))
+    add("/api/webhooks/deliveries", "get", op(
+        "The tenant's webhook deliveries, newest first", ["webhooks"],
+        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",
+                          ok_ex("webhook deliveries", {"items": [DELIVERY_EX], "nextCursor": None}), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC,
+        [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+         qparam("cursor", {"type": "string", "pattern": "^[1-9][0-9]{0,17}$"}, "nextCursor of the previous page."),
+         qparam("status", {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
+                "Only deliveries in this status.")],
+        error_headers=RL, op_id="webhookDeliveries"))
+    add("/api/webhooks/deliveries/{id}/retry", "post", op(
+        "Queue one more try of a webhook delivery now", ["webhooks"],
+        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
+                          ok_ex("one more try is queued", DELIVERY_EX), headers=RL)},
+        merge(TENANT, DB, {404: ["not_found"], 409: ["webhook_disabled"]}), TENANT_SEC,
+        [pparam("id", {"type": "string"}, "The delivery's id (its webhook-id, msg_ + 32 hex digits).")],
+        error_headers=RL, op_id="webhookRetry"))
+
+    # ---- admin API
+    not_found = {404: ["not_found"]}
+    add("/admin/tenants", "post", op(
+        "Create a tenant", ["admin"],
+        {201: ok_response(201, ref("Tenant"), "The tenant (settings secrets masked).",
+                          {"success": True, "message": "tenant created", "data": TENANT_EX})},
+        merge(ADMIN, JSON_BODY, DB), ADMIN_SEC, (),
+        json_body("TenantCreateRequest", {"locked": {"name": "acme"},
+                                          "unified": {"name": "acme", "unifiedApiEnabled": True,
+                                                      "settings": SCHEMAS["Settings"]["examples"][0]}}),
+        "A new tenant starts locked (unifiedApiEnabled false) unless the request says otherwise; without "
+        "settings it gets defaultChannels of all three and no channel enabled.", op_id="tenantCreate"))
+    add("/admin/tenants", "get", op(
+        "List tenants", ["admin"],
+        {200: ok_response(200, ref("TenantPage"), "One page.",
+                          ok_ex("tenants", {"items": [TENANT_EX], "nextCursor": None}))},
+        merge(ADMIN, DB, {422: ["validation_failed"]}), ADMIN_SEC,
+        [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+         qparam("cursor", {"type": "string"}, "nextCursor of the previous page (opaque)."),
+         qparam("name", {"type": "string", "minLength": 1, "maxLength": 200}, "Only tenants whose name contains "
+                                                                               "this (case-insensitive).")],
+        op_id="tenantList"))
+    add("/admin/tenants/{id}", "get", op(
+        "Get a tenant", ["admin"], {200: ok_response(200, ref("Tenant"), "The tenant.", ok_ex("tenant", TENANT_EX))},
+        merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID], op_id="tenantGet"))
+    add("/admin/tenants/{id}", "patch", op(
+        "Change a tenant", ["admin"],
+        {200: ok_response(200, ref("Tenant"), "The tenant as it is now.", ok_ex("tenant updated", TENANT_EX))},
+        merge(ADMIN, JSON_BODY, not_found, DB, {409: ["conflict"]}), ADMIN_SEC, [TENANT_ID],
+        json_body("TenantPatchRequest", {"unlock": {"unifiedApiEnabled": True},
+                                         "disableSms": {"settings": {"channels": {"sms": {"enabled": False}}}}}),
+        op_id="tenantPatch"))
+    add("/admin/tenants/{id}/tokens", "post", op(
+        "Create a tenant token", ["admin"],
+        {201: ok_response(201, ref("TokenCreated"), "The token, shown only this once.",
+                          {"success": True, "message": "token created: it is shown only this once",
+                           "data": TOKEN_EX})},
+        merge(ADMIN, JSON_BODY, not_found, DB, {403: ["unified_api_locked"]}), ADMIN_SEC, [TENANT_ID],
+        json_body("TokenCreateRequest", {"all": {}, "logsOnly": {"name": "dashboard", "scopes": ["logs"]}},
+                  required=False),
+        "The body may be empty (all scopes, no name). 403 unified_api_locked while the plan locks the unified "
+        "API.", op_id="tokenCreate"))
+    add("/admin/tenants/{id}/tokens", "get", op(
+        "List a tenant's tokens", ["admin"],
+        {200: ok_response(200, obj({"items": {"type": "array", "items": ref("Token")}}), "Without secrets.",
+                          ok_ex("tokens", {"items": [TOKEN_ITEM_EX]}))},
+        merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID], op_id="tokenList"))
+    add("/admin/tenants/{id}/tokens/{tokenId}", "delete", op(
+        "Revoke a token", ["admin"],
+        {200: ok_response(200, ref("Token"), "Revoked (within 2 s on every instance).",
+                          ok_ex("token revoked", dict(TOKEN_ITEM_EX, revokedAt="2026-11-22T16:00:00.000Z")))},
+        merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID, pparam("tokenId", ref("Uuid"), "The token's id.")],
+        op_id="tokenRevoke"))
+    add("/admin/tenants/{id}/webhook", "put", op(
+        "Set a tenant's webhook", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook; its secret in clear when it was created now.",
+                          ok_ex("the webhook's secret is shown only this once", WEBHOOK_EX))},
+        merge(ADMIN, JSON_BODY, not_found, DB), ADMIN_SEC, [TENANT_ID],
+        json_body("WebhookPutRequest", {"all": {"url": "https://example.com/omnigate"},
+                                        "some": {"url": "https://example.com/omnigate",
+                                                 "events": ["message.delivered", "message.undelivered"]}}),
+        "Creates the webhook (with a new secret, shown once) or changes its url and events (the secret "
+        "stays). Standard Webhooks signing (API.md §12).", op_id="webhookPut"))
+    add("/admin/tenants/{id}/webhook", "get", op(
+        "Get a tenant's webhook", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook.", ok_ex("webhook", WEBHOOK_MASKED_EX))}, merge(ADMIN, not_found, DB), ADMIN_SEC,
+        [TENANT_ID], description="The secret is masked.", op_id="webhookGet"))
+    add("/admin/tenants/{id}/webhook", "delete", op(
+        "Delete a tenant's webhook", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook that was deleted.",
+                          ok_ex("webhook deleted", WEBHOOK_MASKED_EX))}, merge(ADMIN, not_found, DB), ADMIN_SEC,
+        [TENANT_ID], op_id="webhookDelete"))
+    add("/admin/tenants/{id}/webhook/rotate-secret", "post", op(
+        "Rotate a webhook's secret", ["admin", "webhooks"],
+        {200: ok_response(200, ref("Webhook"), "The webhook with its new secret, shown only this once.",
+                          ok_ex("the webhook's secret is shown only this once", WEBHOOK_EX))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID],
+        description="Takes no body (a body is 422 validation_failed).", op_id="webhookRotate"))
+    for kind in ("omni", "sms", "otp"):
+        page, fourth, statuses, title, example = LOGS[kind]
+        add("/admin/tenants/{id}/%s/logs" % kind, "get", op(
+            title + " of any tenant", ["admin", "logs"],
+            {200: ok_response(200, ref(page), "One page.", {"success": True, "message": "logs", "data": example})},
+            merge(ADMIN, not_found, DB, {422: ["validation_failed"], 503: ["query_timeout"]}), ADMIN_SEC,
+            [TENANT_ID] + logs_params(fourth, statuses),
+            description="The admin mirror of the tenant route: same filters, same items.", op_id="admin%sLogs" %
+                                                                                   kind.capitalize()))
+    add("/admin/tenants/{id}/webhook/deliveries", "get", op(
+        "A tenant's webhook deliveries", ["admin", "webhooks"],
+        {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",
+                          ok_ex("webhook deliveries", {"items": [DELIVERY_EX], "nextCursor": None}))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC,
+        [TENANT_ID,
+         qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+         qparam("cursor", {"type": "string"}, "nextCursor of the previous page."),
+         qparam("status", {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
+                "Only deliveries in this status.")],
+        description="The admin mirror of GET /api/webhooks/deliveries.", op_id="adminWebhookDeliveries"))
+    add("/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", "post", op(
+        "Queue one more try of a tenant's webhook delivery", ["admin", "webhooks"],
+        {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
+                          ok_ex("one more try is queued", DELIVERY_EX))},
+        merge(ADMIN, not_found, DB, {409: ["webhook_disabled"]}), ADMIN_SEC,
+        [TENANT_ID, pparam("deliveryId", {"type": "string"}, "The delivery's id (msg_ + 32 hex digits).")],
+        op_id="adminWebhookRetry"))
+
+    # ---- provider webhooks (API.md §10)
+    counts_ok = {200: ok_response(200, ref("StatusCounts"), "The statuses are committed: applied, repeats "
+                                                            "(duplicate) and not matched yet (unknown, kept).",
+                                  {"success": True, "message": "ok",
+                                   "data": {"applied": 1, "duplicate": 0, "unknown": 0}})}
+    wh_errors = merge(DB, {401: ["invalid_signature"], 404: ["not_found"], 400: ["invalid_payload"]})
+    wh_note = " Answers 404 not_found while its secret is not configured (API.md §14)."
+    add("/webhooks/meta", "get", {
+        **op("Meta's subscription handshake", ["provider webhooks"],
+             {200: {"description": "The hub.challenge value, exactly.",
+                    "headers": {"X-Request-Id": hdr("X-Request-Id")},
+                    "content": {"text/plain": {"schema": {"type": "string"}, "example": "1158201444"}}}},
+             {403: ["forbidden"], 404: ["not_found"]}, [],
+             [{"name": "hub.mode", "in": "query", "required": True, "schema": {"const": "subscribe"}},
+              {"name": "hub.verify_token", "in": "query", "required": True, "schema": {"type": "string"},
+               "description": "OMNIGATE_META_VERIFY_TOKEN."},
+              {"name": "hub.challenge", "in": "query", "required": True, "schema": {"type": "string"}}],
+             description="Answers 404 not_found while OMNIGATE_META_VERIFY_TOKEN is not set.",
+             op_id="metaVerify")})
+    add("/webhooks/meta", "post", op(
+        "Delivery statuses from Meta's WhatsApp Cloud API", ["provider webhooks"], counts_ok,
+        merge(wh_errors, {400: ["invalid_json"]}), [{"metaSignature": []}], (),
+        {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "description": "Meta's webhook body; only value.statuses of messages changes is "
+                                             "read, other objects are ignored. Up to 4 MiB.",
+            "properties": {"object": {"type": "string"}, "entry": {"type": "array"}}},
+            "example": {"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [
+                {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
+                    "display_phone_number": "6281234567890", "phone_number_id": "109876543210"},
+                    "statuses": [{"id": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "status": "delivered",
+                                  "timestamp": "1763820327", "recipient_id": "6281234567890"}]}}]}]}}}},
+        "X-Hub-Signature-256: sha256=<lowercase hex HMAC-SHA256 of the raw body keyed with "
+        "OMNIGATE_META_APP_SECRET>." + wh_note, op_id="metaStatuses"))
+    add("/webhooks/twilio", "post", op(
+        "Delivery statuses from the SMS provider (Twilio)", ["provider webhooks"], counts_ok, wh_errors,
+        [{"twilioSignature": []}], (),
+        {"required": True, "content": {"application/x-www-form-urlencoded": {"schema": {
+            "type": "object", "required": ["MessageSid", "MessageStatus"],
+            "properties": {"MessageSid": {"type": "string"}, "MessageStatus": {"type": "string"},
+                           "ErrorCode": {"type": "string"}},
+            "description": "Other fields are ignored."},
+            "example": {"MessageSid": "SM0123456789abcdef0123456789abcdef", "MessageStatus": "delivered"}}}},
+        "X-Twilio-Signature: base64 HMAC-SHA1 (OMNIGATE_SMS_AUTH_TOKEN) of OMNIGATE_PUBLIC_URL + path + query, "
+        "then each POST field sorted by name, name then value." + wh_note + " OMNIGATE_PUBLIC_URL must be set "
+        "too.", op_id="twilioStatuses"))
+    add("/webhooks/waha", "post", op(
+        "Delivery statuses (message.ack) from the WAHA session bridge", ["provider webhooks"], counts_ok,
+        merge(wh_errors, {400: ["invalid_json"]}), [{"wahaSignature": []}], (),
+        {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["event"],
+            "properties": {"id": {"type": "string"}, "timestamp": {"type": "number"}, "event": {"type": "string"},
+                           "session": {"type": "string"}, "payload": {"type": "object"}},
+            "description": "Only message.ack events are recorded; others are answered 200 and ignored."},
+            "example": {"id": "evt_01", "timestamp": 1763820327000, "event": "message.ack", "session": "default",
+                        "payload": {"id": "true_6281234567890@c.us_3EB0C767D26A1D5B", "ack": 2,
+                                    "ackName": "DEVICE"}}}}},
+        "X-Webhook-Hmac: lowercase hex HMAC-SHA512 of the raw body keyed with OMNIGATE_QR_WEBHOOK_SECRET "
+        "(X-Webhook-Hmac-Algorithm: sha512, when sent)." + wh_note, op_id="wahaStatuses"))
+
+    # ---- operations
+    add("/healthz", "get", op("Liveness: 200 while the event loop runs", ["operations"],
+                              {200: ok_response(200, obj({"status": {"const": "ok"}}), "Alive.",
+                                                {"success": True, "message": "ok", "data": {"status": "ok"}})},
+                              {}, op_id="healthz"))
+    add("/readyz", "get", op("Readiness: the database is reachable and the instance is not draining",
+                             ["operations"],
+                             {200: ok_response(200, obj({"status": {"const": "ready"}}), "Ready.",
+                                               ok_ex("ready", {"status": "ready"}))},
+                             {503: ["unavailable"]}, op_id="readyz"))
+    add("/metrics", "get", op("Prometheus metrics of this instance", ["operations"],
+                              {200: {"description": "Prometheus text format 0.0.4.",
+                                     "headers": {"X-Request-Id": hdr("X-Request-Id")},
+                                     "content": {"text/plain": {"schema": {"type": "string"}, "example": (
+                                         "# HELP omnigate_http_requests_total HTTP requests answered, by route and "
+                                         "status.\n# TYPE omnigate_http_requests_total counter\n"
+                                         "omnigate_http_requests_total{method=\"POST\",route=\"/api/omni/send\","
+                                         "status=\"200\"} 1027\n")}}}},
+                              {503: ["unavailable"]}, op_id="metrics"))
+
+    # ---- embedded files
+    def page(path, ctype, summary, op_id):
+        add(path, "get", op(summary, ["pages"], {
+            200: {"description": "The file, served from the binary.",
+                  "headers": {"X-Request-Id": hdr("X-Request-Id"), "ETag": hdr("ETag"),
+                              "Content-Security-Policy": hdr("Content-Security-Policy")},
+                  "content": {ctype: {"schema": {"type": "string"} if ctype != "application/json"
+                                      else {"type": "object"}}}},
+            304: {"description": "If-None-Match matched the ETag.",
+                  "headers": {"X-Request-Id": hdr("X-Request-Id"), "ETag": hdr("ETag")}}},
+            {}, params=[{"name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string"}}],
+            op_id=op_id))
+
+    page("/openapi.json", "application/json", "This document (OpenAPI 3.1)", "openapi")
+    page("/console", "text/html", "The admin console's page", "console")
+    page("/console/app.js", "text/javascript", "The admin console's script", "consoleScript")
+    page("/console/app.css", "text/css", "The admin console's style sheet", "consoleStyle")
+
+    def not_routed(status, codes, extra=()):
+        r = error_response(status, codes, headers=extra)
+        return r
+
+    doc = {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "Omnigate",
+            "version": "1.1.0",
+            "summary": "Multi-tenant messaging gateway: WhatsApp (QR session, Meta Cloud API) and SMS, "
+                       "with fallback, OTP, logs and delivery statuses.",
+            "description": (
+                "The machine-readable twin of the HTTP contract (API.md). Every JSON response has the "
+                "envelope {success, message, data}; failures add error {code, field?, details?} and each "
+                "response below lists the error codes it can carry. Every response carries X-Request-Id. "
+                "A request with a JSON body must send Content-Type: application/json (415 otherwise) and "
+                "unknown members are refused (422 unknown_field). Times are RFC 3339 UTC with "
+                "milliseconds. HEAD is answered by every GET route without a body. A path the router does "
+                "not know answers 404 not_found (components.responses.NoSuchRoute); a known path with "
+                "another method 405 method_not_allowed with Allow (components.responses.MethodNotAllowed). "
+                "400, 408, 413 and 431 come from the HTTP core on any route, before its handler."),
+        },
+        "servers": [{"url": "/", "description": "The gateway itself (OMNIGATE_LISTEN)."}],
+        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "admin", "provider webhooks",
+                                       "operations", "pages")],
+        "paths": dict(sorted(paths.items())),
+        "components": {
+            "schemas": dict(sorted(SCHEMAS.items())),
+            "headers": HEADERS,
+            "responses": dict(sorted(dict(SHARED, NoSuchRoute=not_routed(404, ["not_found"]),
+                                          MethodNotAllowed=not_routed(405, ["method_not_allowed"],
+                                                                      ("Allow",))).items())),
+            "securitySchemes": {
+                "tenantToken": {"type": "http", "scheme": "bearer", "bearerFormat": "kft_ + 40 base62",
+                                "description": "A tenant token (POST /admin/tenants/{id}/tokens) with the "
+                                               "route's scope: send (POST sends), otp (OTP send/verify), logs "
+                                               "(logs, webhook deliveries)."},
+                "adminToken": {"type": "http", "scheme": "bearer",
+                               "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
+                "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",
+                                  "description": "sha256=<hex HMAC-SHA256 of the raw body, key "
+                                                 "OMNIGATE_META_APP_SECRET>."},
+                "twilioSignature": {"type": "apiKey", "in": "header", "name": "X-Twilio-Signature",
+                                    "description": "base64 HMAC-SHA1 of the full URL and the sorted POST fields, "
+                                                   "key OMNIGATE_SMS_AUTH_TOKEN."},
+                "wahaSignature": {"type": "apiKey", "in": "header", "name": "X-Webhook-Hmac",
+                                  "description": "hex HMAC-SHA512 of the raw body, key "
+                                                 "OMNIGATE_QR_WEBHOOK_SECRET."},
+            },
+        },
+    }
+    return doc
+
+
+def render():
+    return json.dumps(build(), indent=1, ensure_ascii=False) + "\n"
+
+
+def main():
+    text = render()
+    if sys.argv[1:] == ["--check"]:
+        with open(OUT, encoding="utf-8") as f:
+            if f.read() != text:
+                sys.exit("openapi.py: src/product/static/openapi.json is not what openapi.py writes; run it")
+        return
+    with open(OUT, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
