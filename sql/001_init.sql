@@ -5,7 +5,7 @@
 -- one index range scan and the schema can later be sharded by tenant (Citus distribution
 -- column). Message-like keys are time-ordered references ("kf_" + ULID, API.md §2), so
 -- indexes grow at their right edge and the tables can be range-partitioned by month on
--- created_at (see docs/schema.md) without changing any key the code uses.
+-- created_at without changing any key the code uses (not done yet: a plan the keys keep open).
 
 CREATE TABLE tenants (
     id                  uuid        PRIMARY KEY DEFAULT gen_random_uuid(),

@@ -64,7 +64,7 @@ BEGIN
 END
 $$;
 
--- The sweep is one step that reschedules itself every 15 s (src/product/sweep.c): whichever
+-- The sweep is one step that reschedules itself every 15 s (src/product/steps/pending_sweep.c): whichever
 -- live worker claims it runs it, so it runs while any instance lives. One per database.
 CREATE UNIQUE INDEX steps_singleton ON steps (kind) WHERE tenant_id IS NULL AND reference IS NOT NULL;
 INSERT INTO steps (kind, reference, due_at) VALUES ('sweep', 'sweep', now());

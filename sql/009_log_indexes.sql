@@ -5,7 +5,7 @@
 -- index a log page is read by ends in the reference: (tenant_id, <filter>, reference). A page
 -- is then one range scan, in order, of exactly the rows that match, stopping after one page,
 -- whatever the filter and however many rows the tenant has; since and until become bounds on
--- the reference (src/product/logs_api.c), so the created_at indexes go.
+-- the reference (src/product/logs/logs_api.c), so the created_at indexes go.
 --
 -- Hidden from the write path. On a table never analyzed (a new deployment's first minute), a
 -- statement such as "UPDATE messages ... WHERE tenant_id = $1 AND reference = $2" costs the
@@ -193,7 +193,7 @@ ALTER FUNCTION og_idem_stale(uuid, text, integer) SET plan_cache_mode = force_cu
 
 -- Retention by reference (its time is the record's creation time): a batch is a range of the
 -- primary key from the oldest, and the created_at indexes it used are gone. p_before is the
--- smallest reference of the cut-off's millisecond (src/product/cli.c computes it).
+-- smallest reference of the cut-off's millisecond (src/product/app/cli.c computes it).
 DROP FUNCTION omnigate_prune_batch(uuid, timestamptz, integer);
 CREATE FUNCTION omnigate_prune_batch(p_tenant uuid, p_before text, p_limit integer)
 RETURNS integer

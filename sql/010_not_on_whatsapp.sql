@@ -3,7 +3,7 @@
 -- 131026, WAHA "not registered on WhatsApp") by the send's completion write, and from a Meta
 -- `failed` status with code 131026; cleared by a `delivered` or `read` WhatsApp status for the
 -- number. Sends skip the WhatsApp channels for a number while `until` is ahead
--- (src/product/nowa.c caches the answer per worker for a few seconds). Expired rows are
+-- (src/product/messaging/nowa.c caches the answer per worker for a few seconds). Expired rows are
 -- deleted by the sweep step.
 CREATE TABLE not_on_whatsapp (
     number      text        PRIMARY KEY, -- E.164 with '+'

@@ -9,7 +9,7 @@
 -- row, and the cost is one primary-key probe of tenant_webhooks in the trigger.
 --
 -- Deliveries are made by one durable step per tenant (kind 'webhook', reference 'outbox',
--- src/product/webhooks_out.c): whichever worker holds it tries that tenant's due deliveries,
+-- src/product/tenant_webhooks/webhooks_out.c): whichever worker holds it tries that tenant's due deliveries,
 -- at most 8 at a time, records each try, and ends with og_webhook_release, which schedules the
 -- step again at the earliest next try. One step per tenant is what makes the limit of 8 in
 -- flight hold for the tenant across every worker and instance.

@@ -1,6 +1,7 @@
 /*
  * omnigate: command-line entry. Parses the configuration and hands over to the command.
- * Everything of substance lives in the og_core library so tests link the same code.
+ * Everything of substance lives in the four layer libraries (src/meson.build), so the tests,
+ * the simulator and the fuzzers link the same code.
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
--- Delivery-based fallback (API.md §11; src/product/fallback.c runs its steps): the state a step
+-- Delivery-based fallback (API.md §11; src/product/steps/fallback.c runs its steps): the state a step
 -- decides on, an attempt recorded 'pending' before its provider call and completed after it,
 -- and the message's status once a step has moved the chain on.
 

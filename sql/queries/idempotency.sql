@@ -1,4 +1,4 @@
--- Idempotency keys (src/product/idem.c, API.md §6): a request with a key claims it, and its
+-- Idempotency keys (src/product/messaging/idem.c, API.md §6): a request with a key claims it, and its
 -- answer is stored with the write that completes the request, so a repeat gets the same
 -- answer.
 

@@ -1,4 +1,4 @@
--- Log pages for GET /api/omni/logs, /api/sms/logs and /api/sms/otp/logs (src/product/logs_api.c,
+-- Log pages for GET /api/omni/logs, /api/sms/logs and /api/sms/otp/logs (src/product/logs/logs_api.c,
 -- API.md §4 and §16).
 --
 -- Newest first, one page per statement, each statement reading its page through one index:

@@ -1,6 +1,6 @@
--- Unified sends, POST /api/omni/send (src/product/send.c): a message row is inserted
+-- Unified sends, POST /api/omni/send (src/product/messaging/send.c): a message row is inserted
 -- 'pending' before any provider is called and completed with its attempts once the send is
--- over; `omnigate serve` marks the ones a crash left pending (src/product/cli.c).
+-- over; `omnigate serve` marks the ones a crash left pending (src/product/app/cli.c).
 
 -- name: msg_insert
 -- Records a unified send before any provider is called.

@@ -1,4 +1,4 @@
--- Numbers without WhatsApp (src/product/nowa.c, API.md §13; sql/010_not_on_whatsapp.sql).
+-- Numbers without WhatsApp (src/product/messaging/nowa.c, API.md §13; sql/010_not_on_whatsapp.sql).
 
 -- name: nowa_get
 -- Whether a number is remembered as having no WhatsApp, and for how long still.

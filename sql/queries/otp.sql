@@ -1,4 +1,4 @@
--- One-time passwords, POST /api/sms/otp/send and /verify (src/product/otp.c, API.md §3).
+-- One-time passwords, POST /api/sms/otp/send and /verify (src/product/messaging/otp.c, API.md §3).
 -- Every change of an OTP's status writes its event in the same statement, so the history
 -- that the logs show cannot miss a step. The send limits live in omnigate_otp_begin
 -- (sql/002_otp.sql).

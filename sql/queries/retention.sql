@@ -1,4 +1,4 @@
--- Retention, `omnigate prune --before DATE` (src/product/cli.c, docs/operations.md): log
+-- Retention, `omnigate prune --before DATE` (src/product/app/cli.c, docs/operations.md): log
 -- data older than DATE is deleted in small batches, one short transaction each, so writers
 -- never wait. The batches are omnigate_prune_batch (sql/003_retention.sql; by reference since
 -- sql/009_log_indexes.sql).

@@ -1,6 +1,6 @@
 -- SMS records, one per SMS sent, whichever route sent it: POST /api/sms/send records it
 -- 'pending' and finishes it once the provider answered; the unified send and the OTP send
--- record theirs in one go when done (src/product/otp.c, src/product/send.c).
+-- record theirs in one go when done (src/product/messaging/otp.c, src/product/messaging/send.c).
 
 -- name: sms_pending
 -- Records an SMS of POST /api/sms/send before the provider is called.

@@ -1,4 +1,4 @@
--- Delivery statuses from the providers' webhooks (src/product/webhooks_in.c, API.md §10). The
+-- Delivery statuses from the providers' webhooks (src/product/callbacks/webhooks_in.c, API.md §10). The
 -- rules (ranks, history, statuses that come before their attempt) are the functions of
 -- sql/005_delivery_status.sql.
 

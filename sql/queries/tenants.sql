@@ -1,4 +1,4 @@
--- Tenants, for the admin API (src/product/admin.c) and the admin commands (src/product/cli.c).
+-- Tenants, for the admin API (src/product/tenants/admin.c) and the admin commands (src/product/app/cli.c).
 --
 -- A tenant row has the columns OG_TENANT_* of store.h, in this order: id, name,
 -- unified_api_enabled, settings as JSON text, created_at and updated_at as RFC 3339 UTC with

@@ -1,5 +1,5 @@
--- API tokens: authentication of every API request (src/product/auth.c), and the token routes
--- of the admin API and the admin commands (src/product/admin.c, src/product/cli.c). Only a
+-- API tokens: authentication of every API request (src/product/tenants/auth.c), and the token routes
+-- of the admin API and the admin commands (src/product/tenants/admin.c, src/product/app/cli.c). Only a
 -- keyed hash of a token is stored (docs/persistence.md).
 --
 -- A token row has the columns OG_TOKEN_* of store.h, in this order: id, name, prefix, scopes

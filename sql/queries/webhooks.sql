@@ -1,7 +1,7 @@
 -- Tenant webhooks out (API.md §12; sql/011_webhooks_out.sql has the tables, the events and the
 -- rules): the webhook of a tenant for the admin API and `omnigate admin`
--- (src/product/webhook_api.c, src/product/cli.c), the delivery step
--- (src/product/webhooks_out.c) and the tenant's deliveries routes.
+-- (src/product/tenant_webhooks/webhook_api.c, src/product/app/cli.c), the delivery step
+-- (src/product/tenant_webhooks/webhooks_out.c) and the tenant's deliveries routes.
 --
 -- A webhook row has the columns OG_WH_* of store.h, in this order: url, events as a JSON array,
 -- the sealed secret, created_at, updated_at and disabled_at (RFC 3339 UTC with milliseconds,

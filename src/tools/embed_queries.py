@@ -127,7 +127,7 @@ def main():
             name = member[len("OG_Q_"):].lower()
             where, sql, nparams = found[name]
             out.write("    /* %s */\n" % os.path.basename(where))
-            # The log pages run on the read pools only (src/product/logs_api.c): the write
+            # The log pages run on the read pools only (src/product/logs/logs_api.c): the write
             # pools need not prepare them.
             read_pool = os.path.basename(where.split(":")[0]) == "logs.sql"
             many = "OG_Q_%s_MANY + 1" % name.upper() if name + "_many" in found else "0"

@@ -1,6 +1,6 @@
 /*
  * Schema migrations: the numbered files of sql/, embedded into the binary at build time
- * (sql/embed.py), applied in order by `omnigate migrate`, each in its own transaction, under
+ * (src/tools/embed_migrations.py), applied in order by `omnigate migrate`, each in its own transaction, under
  * a PostgreSQL advisory lock so any number of instances can run it at once. Synchronous
  * libpq: for the command line and for `serve` before any worker starts, never on a loop.
  */

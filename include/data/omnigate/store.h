@@ -148,7 +148,7 @@ enum {
     OG_WH_INSERTED
 };
 
-/* Generated from the files of sql/queries/ at build time (sql/embed_queries.py). */
+/* Generated from the files of sql/queries/ at build time (src/tools/embed_queries.py). */
 extern const og_db_stmt_t og_store_stmts[OG_Q__COUNT];
 
 /* True when `s` is a canonical lowercase or uppercase UUID (36 characters): ids from URLs are

@@ -1,5 +1,5 @@
 /*
- * Static files carried in the binary (src/embed_assets.py turns files into a table of
+ * Static files carried in the binary (src/tools/embed_assets.py turns files into a table of
  * og_asset_t at build time): the console's page and scripts, the OpenAPI document.
  * Responsible for finding an asset by its URL path and answering it with its validators and
  * the security headers a page needs; not for which files are embedded (the app's meson list)

@@ -1,5 +1,5 @@
 /*
- * Shared answers. See include/product/omnigate/answer.h.
+ * Shared answers. See include/product/omnigate/app/answer.h.
  */
 #include "omnigate/app/answer.h"
 

@@ -1,5 +1,5 @@
 /*
- * Synchronous database commands. See include/product/omnigate/cli.h.
+ * Synchronous database commands. See include/product/omnigate/app/cli.h.
  */
 #include "omnigate/app/cli.h"
 

@@ -1,5 +1,5 @@
 /*
- * Test-only fault routes. See include/product/omnigate/testhooks.h.
+ * Test-only fault routes. See include/product/omnigate/app/testhooks.h.
  *
  * POST /__test/fault {"point": "db", "statement": name|null, "status": "error"|"unavailable"|"lost",
  *                     "count": n}

@@ -1,5 +1,5 @@
 /*
- * Provider webhooks in. See include/product/omnigate/webhooks_in.h; the operator's side (what
+ * Provider webhooks in. See include/product/omnigate/callbacks/webhooks_in.h; the operator's side (what
  * to configure at Meta, WAHA and Twilio) is docs/providers.md.
  *
  * Every route checks, in this order: its secret is configured (else 404, as if the route did

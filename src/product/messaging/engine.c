@@ -1,5 +1,5 @@
 /*
- * The delivery engine. See include/product/omnigate/engine.h.
+ * The delivery engine. See include/product/omnigate/messaging/engine.h.
  */
 #include "omnigate/messaging/engine.h"
 

@@ -1,5 +1,5 @@
 /*
- * Idempotency keys. See include/product/omnigate/idem.h.
+ * Idempotency keys. See include/product/omnigate/messaging/idem.h.
  */
 #include "omnigate/messaging/idem.h"
 

@@ -1,5 +1,5 @@
 /*
- * Numbers not on WhatsApp. See include/product/omnigate/nowa.h.
+ * Numbers not on WhatsApp. See include/product/omnigate/messaging/nowa.h.
  */
 #include "omnigate/messaging/nowa.h"
 

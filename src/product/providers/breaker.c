@@ -1,5 +1,5 @@
 /*
- * The circuit breaker. See include/product/omnigate/breaker.h.
+ * The circuit breaker. See include/product/omnigate/providers/breaker.h.
  */
 #include "omnigate/providers/breaker.h"
 

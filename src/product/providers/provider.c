@@ -1,6 +1,6 @@
 /*
  * Channels, the adapter table, one attempt end to end, and the helpers the adapters share.
- * See include/product/omnigate/provider.h; the answer-to-error-code table is docs/providers.md.
+ * See include/product/omnigate/providers/provider.h; the answer-to-error-code table is docs/providers.md.
  */
 #include "omnigate/providers/provider.h"
 #include "omnigate/jw.h"

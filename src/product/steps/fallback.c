@@ -1,6 +1,6 @@
 /*
  * Delivery-based fallback (API.md §11): the runner of `fallback` steps. See
- * include/product/omnigate/fallback.h; the SQL is sql/queries/fallback.sql and
+ * include/product/omnigate/steps/fallback.h; the SQL is sql/queries/fallback.sql and
  * sql/006_steps.sql, the scheduler src/data/jobs.c.
  *
  * A step is due when the chain's accepted attempt failed by status (made due at once by the

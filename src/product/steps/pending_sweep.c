@@ -1,5 +1,5 @@
 /*
- * The sweep step. See include/product/omnigate/sweep.h; the SQL is og_sweep_pending in
+ * The sweep step. See include/product/omnigate/steps/pending_sweep.h; the SQL is og_sweep_pending in
  * sql/007_stale_claims.sql, which also seeds the one sweep step of a database.
  */
 #include "omnigate/steps/pending_sweep.h"

@@ -1,5 +1,5 @@
 /*
- * The routes of tenant webhooks (API.md §12). See include/product/omnigate/webhook_api.h.
+ * The routes of tenant webhooks (API.md §12). See include/product/omnigate/tenant_webhooks/webhook_api.h.
  *
  * The secret is generated here (webhooks.h), sealed with the tenant's id as associated data
  * before it reaches the database, and opened only to be shown once (creation, rotation) or

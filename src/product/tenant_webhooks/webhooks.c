@@ -1,5 +1,5 @@
 /*
- * What a tenant webhook is. See include/product/omnigate/webhooks.h. The cryptography is
+ * What a tenant webhook is. See include/product/omnigate/tenant_webhooks/webhooks.h. The cryptography is
  * OpenSSL's (base64 through EVP_EncodeBlock/EVP_DecodeBlock, the HMAC through hmac.h, the seal
  * through seal.h); the URL is read by libcurl's own parser (og_hc_url_parts), the one that will
  * connect to it.

@@ -1,7 +1,7 @@
 /*
- * Tenant webhooks out: the `webhook` step runner. See include/product/omnigate/webhooks_out.h;
- * the tables, the triggers that write events and the functions the statements call are
- * sql/011_webhooks_out.sql, the statements sql/queries/webhooks.sql.
+ * Tenant webhooks out: the `webhook` step runner. See
+ * include/product/omnigate/tenant_webhooks/webhooks_out.h; the tables, the triggers that write events and the
+ * functions the statements call are sql/011_webhooks_out.sql, the statements sql/queries/webhooks.sql.
  *
  * A run holds one tenant's step. It loads that tenant's due deliveries (a few dozen at a time,
  * leaving out those it already has), tries up to OG_WHOUT_INFLIGHT of them at once, records the

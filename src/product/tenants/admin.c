@@ -3,9 +3,10 @@
  * masks tenant secrets; a token is shown once, at creation. Settings secrets are sealed before
  * every write and opened (to be masked, or merged) after every read, with the tenant's id as
  * associated data: a new tenant's id is therefore chosen here, before its settings are sealed.
- * GET /admin/tenants pages like the logs (logs_api.h: the same limit, cursor and answer shape),
+ * GET /admin/tenants pages like the logs (logs/page.h: the same limit, cursor and answer shape),
  * newest first, its cursor the last tenant id of the page.
- * Responsible for the admin routes' validation and answers; the SQL is in store.c.
+ * Responsible for the admin routes' validation and answers; the SQL is in sql/queries/tenants.sql
+ * and tokens.sql.
  */
 #include <stdlib.h>
 #include <string.h>

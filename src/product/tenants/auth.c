@@ -1,5 +1,5 @@
 /*
- * Tenant authentication with a per-worker cache. See include/product/omnigate/auth.h.
+ * Tenant authentication with a per-worker cache. See include/product/omnigate/tenants/auth.h.
  */
 #include "omnigate/tenants/auth.h"
 

@@ -1,5 +1,5 @@
 /*
- * Token buckets per tenant. See include/product/omnigate/ratelimit.h.
+ * Token buckets per tenant. See include/product/omnigate/tenants/ratelimit.h.
  */
 #include "omnigate/tenants/ratelimit.h"
 

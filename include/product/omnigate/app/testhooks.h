@@ -1,8 +1,8 @@
 /*
- * Test-only routes of the gateway (compiled in with -Dtest_routes=true only; docs/testing.md):
- * they arm the fault hooks of the database pool (og_db_test_fault) and of the HTTP client
- * (og_hc_test_fail_start) of the worker that serves them, and read the pool's statement trace,
- * so the end-to-end tests can force every failure a route's callers must answer.
+ * Test-only routes of the gateway (compiled in with -Dtest_routes=true only: meson_options.txt;
+ * deploy/test.sh builds with them): they arm the fault hooks of the database pool (og_db_test_fault) and of
+ * the HTTP client (og_hc_test_fail_start) of the worker that serves them, and read the pool's statement
+ * trace, so the end-to-end tests can force every failure a route's callers must answer.
  */
 #ifndef OMNIGATE_APP_TESTHOOKS_H
 #define OMNIGATE_APP_TESTHOOKS_H

@@ -6,7 +6,7 @@
  * per instance; N instances behind a load balancer admit N x rate (docs/operations.md).
  * Buckets live in a fixed table (bounded memory): a tenant whose bucket was evicted starts
  * again with a full one. Responsible for the arithmetic and the RateLimit-* headers; not for
- * answering (auth.c does).
+ * answering (tenants/auth.c does).
  */
 #ifndef OMNIGATE_TENANTS_RATELIMIT_H
 #define OMNIGATE_TENANTS_RATELIMIT_H
@@ -39,10 +39,12 @@ typedef struct og_rl_result {
     uint32_t retry_after_s; /* when refused: seconds until a token is available (>= 1) */
 } og_rl_result_t;
 
+/* Empties every bucket of a worker of an instance of `workers` worker processes (each refills at
+ * rate/workers). */
 void og_rl_init(og_rl_t *rl, int workers);
 
 /* Takes one token from the tenant's bucket at time now_us (monotonic). rate 0: unlimited,
- * always allowed, nothing to report (returns false from og_rl_headers). */
+ * always allowed, nothing to report (og_rl_headers adds no header). */
 og_rl_result_t og_rl_take(og_rl_t *rl, const char *tenant_id, uint32_t rate, uint64_t now_us);
 
 /* Adds RateLimit-Limit/-Remaining/-Reset (and Retry-After when refused) to the response of
