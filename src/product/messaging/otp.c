@@ -76,11 +76,9 @@ static void otp_attempted(og_attempt_t *a)
 
 static void otp_begun(og_db_op_t *op, og_db_status_t st)
 {
-    og_smsreq_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        og_smsreq_db_failed(c, st);
+    og_smsreq_t *c = og_smsreq_step(op, st);
+    if (c == NULL)
         return;
-    }
     PGresult *r = op->res[0];
     const char *outcome = PQgetvalue(r, 0, 0);
     if (strcmp(outcome, "ok") != 0) {
@@ -258,11 +256,9 @@ static void verify_bad_done(og_db_op_t *op, og_db_status_t st)
 
 static void verify_found(og_db_op_t *op, og_db_status_t st)
 {
-    og_smsreq_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        og_smsreq_db_failed(c, st);
+    og_smsreq_t *c = og_smsreq_step(op, st);
+    if (c == NULL)
         return;
-    }
     PGresult *r = op->res[0];
     if (r == NULL || PQntuples(r) == 0) {
         og_db_op_clear(op);

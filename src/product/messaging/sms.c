@@ -47,11 +47,9 @@ static void sms_attempted(og_attempt_t *a)
 
 static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 {
-    og_smsreq_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        og_smsreq_db_failed(c, st);
+    og_smsreq_t *c = og_smsreq_step(op, st);
+    if (c == NULL)
         return;
-    }
     og_smsreq_start_sms(c, sms_attempted);
 }
 

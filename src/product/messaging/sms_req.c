@@ -58,6 +58,15 @@ void og_smsreq_db_failed(og_smsreq_t *c, og_db_status_t st)
     og_smsreq_free(c);
 }
 
+og_smsreq_t *og_smsreq_step(og_db_op_t *op, og_db_status_t st)
+{
+    og_smsreq_t *c = op->arg;
+    if (st == OG_DB_OK)
+        return c;
+    og_smsreq_db_failed(c, st);
+    return NULL;
+}
+
 void og_smsreq_submit(og_smsreq_t *c, int nstmts, bool write, og_db_done_fn done)
 {
     c->op->nstmts = nstmts;
@@ -79,11 +88,9 @@ void og_smsreq_answer(og_smsreq_t *c)
 /* The route's rows (and the stored answer) are committed: send the answer. */
 void og_smsreq_committed(og_db_op_t *op, og_db_status_t st)
 {
-    og_smsreq_t *c = op->arg;
-    if (st != OG_DB_OK) {
-        og_smsreq_db_failed(c, st);
+    og_smsreq_t *c = og_smsreq_step(op, st);
+    if (c == NULL)
         return;
-    }
     og_smsreq_answer(c);
 }
 

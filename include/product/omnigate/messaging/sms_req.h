@@ -81,6 +81,10 @@ void og_smsreq_free(og_smsreq_t *c);
 /* Answers a failed database step (502 outcome_unknown once the provider was called) and frees c. */
 void og_smsreq_db_failed(og_smsreq_t *c, og_db_status_t st);
 
+/* The request of an op that ended with `st`: c when the step succeeded, else NULL once the
+ * failure is answered and c freed (og_smsreq_db_failed). */
+og_smsreq_t *og_smsreq_step(og_db_op_t *op, og_db_status_t st);
+
 /* Submits c->op with its first `nstmts` statements; done(op) gets c as op->arg. */
 void og_smsreq_submit(og_smsreq_t *c, int nstmts, bool write, og_db_done_fn done);
 
