@@ -1,11 +1,13 @@
 /*
  * Address syntax. Only ASCII is accepted: a number written with other digits (Arabic-Indic,
  * full-width) or with separators ("+62 812-345") is refused rather than normalised, so the
- * value the client sent is exactly the value that reaches the provider and the logs.
+ * value the client sent is exactly the value that reaches the provider and the logs (but for
+ * the "+" a long-code SMS sender gains on the wire: og_phone_sender_wire).
  */
 #include "omnigate/phone.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 static bool is_digit(char c)
 {
@@ -60,4 +62,9 @@ bool og_phone_sender_valid(const char *s)
         if (s[i] == ' ')
             return false;
     return true;
+}
+
+void og_phone_sender_wire(const char *sender, char out[OG_PHONE_SENDER_SIZE])
+{
+    snprintf(out, OG_PHONE_SENDER_SIZE, "%s%.15s", og_phone_wa_from_valid(sender) ? "+" : "", sender);
 }

@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, wait_for
-from gwlib import (tenant_gateway, SETTINGS_ALL, call, magic, new_tenant, new_token, provider_env, query_url,  # noqa: F401
+from gwlib import (ADMIN_TOKEN, tenant_gateway, SETTINGS_ALL, call, magic, new_tenant, new_token, provider_env, query_url,  # noqa: F401
                    sim)
 
 CODE_RE = re.compile(r"(\d{4,10})")
@@ -49,6 +49,26 @@ def test_sms_send_encoding_and_segments(gw, sim):
     items = assert_ok(call(gw, "GET", "/api/sms/logs?source=sms", token=gw.token))["data"]["items"]
     assert [i["reference"] for i in items[:2]] == [d2["reference"], d["reference"]]
     assert items[1]["segments"] == 2 and items[1]["status"] == "sent" and items[1]["sender"] == "ACME"
+
+
+def test_sms_long_code_sender_goes_in_e164(gw, sim):
+    """A numeric long-code sender (8-15 digits) reaches the SMS provider in E.164, as Twilio
+    requires of a number; a short code and an alphanumeric id go as they are. The SMS log keeps
+    the sender as the tenant wrote it."""
+    settings = dict(SETTINGS_ALL, channels=dict(SETTINGS_ALL["channels"], sms={
+        "enabled": True, "senders": ["ACME", "6281234567890", "12345"], "defaultSender": "ACME"}))
+    assert_ok(call(gw, "PATCH", "/admin/tenants/%s" % gw.tenant["id"], token=ADMIN_TOKEN,
+                   body={"settings": settings}))
+    froms = {}
+    for sender in ("6281234567890", "12345", "ACME"):
+        to = number(len(froms))
+        d = assert_ok(post(gw, "/api/sms/send", {"to": to, "text": "hi", "sender": sender}))["data"]
+        assert d["status"] == "sent"
+        reqs = [r for r in sim.requests("sms") if urllib.parse.parse_qs(r["body"])["To"] == [to]]
+        froms[sender] = urllib.parse.parse_qs(reqs[-1]["body"])["From"]
+    assert froms == {"6281234567890": ["+6281234567890"], "12345": ["12345"], "ACME": ["ACME"]}
+    items = assert_ok(call(gw, "GET", "/api/sms/logs?source=sms&limit=3", token=gw.token))["data"]["items"]
+    assert [i["sender"] for i in items] == ["ACME", "12345", "6281234567890"]
 
 
 def test_sms_send_rules(gw, sim):

@@ -3,6 +3,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <string.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -91,6 +92,34 @@ static void test_sender_numeric(void **state)
     assert_false(og_phone_sender_valid("+"));
 }
 
+/* The sender on the wire: long codes (8-15 digits, first 1-9) in E.164; short codes, numbers
+ * no country can be told from, E.164 and alphanumeric ids as they are. */
+static void test_sender_wire(void **state)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"6281234567890", "+6281234567890"},
+        {"12345678", "+12345678"},
+        {"123456789012345", "+123456789012345"},
+        {"12345", "12345"},
+        {"123456", "123456"},
+        {"1234567", "1234567"},
+        {"0812345678", "0812345678"},
+        {"+6281234567890", "+6281234567890"},
+        {"ACME", "ACME"},
+        {"Omni Test", "Omni Test"},
+        {"12345678901", "+12345678901"},
+        {"1", "1"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char out[OG_PHONE_SENDER_SIZE];
+        memset(out, 'x', sizeof(out));
+        og_phone_sender_wire(cases[i].in, out);
+        assert_string_equal(out, cases[i].out);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -99,6 +128,7 @@ int main(void)
         cmocka_unit_test(test_wa_from),
         cmocka_unit_test(test_sender_alphanumeric),
         cmocka_unit_test(test_sender_numeric),
+        cmocka_unit_test(test_sender_wire),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

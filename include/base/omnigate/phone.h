@@ -25,4 +25,11 @@ bool og_phone_wa_from_valid(const char *s);
  * A NULL `s` is not valid. */
 bool og_phone_sender_valid(const char *s);
 
+/* The form a valid SMS sender id goes to the provider in (Twilio's From, whose published API
+ * description requires E.164 for a phone number): a numeric sender of 8-15 digits, the first
+ * 1-9, is a long code and goes with "+" in front; short codes (up to 6 digits), other numeric
+ * ids (7 digits, or a leading 0: no country can be told from them), E.164 senders and
+ * alphanumeric ids go as they are. Writes the NUL-terminated form into `out`. */
+void og_phone_sender_wire(const char *sender, char out[OG_PHONE_SENDER_SIZE]);
+
 #endif

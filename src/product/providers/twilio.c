@@ -4,6 +4,7 @@
  *   HTTP Basic auth: account sid, auth token
  *   To=<+E164>&From=<sender>&Body=<text>   (application/x-www-form-urlencoded, RFC 3986 %XX)
  *   [&StatusCallback={public_url}/webhooks/twilio when OMNIGATE_PUBLIC_URL is set]
+ * A long-code sender goes in E.164 (og_phone_sender_wire), as Twilio requires of a number.
  * Success is a 2xx with a string `sid`; errors are {"code","message","more_info","status"},
  * classified by `code` first and the HTTP status second (docs/providers.md).
  */
@@ -13,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "omnigate/phone.h"
 #include "omnigate/providers/provider.h"
 
 #define LABEL "Twilio API"
@@ -42,7 +44,9 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
     }
     char *sid = og_provider_pct_encode(cfg->sms_account_sid, strlen(cfg->sms_account_sid));
     char *to = og_provider_pct_encode(p->to, strlen(p->to));
-    char *from = og_provider_pct_encode(p->from, strlen(p->from));
+    char wire_from[OG_PHONE_SENDER_SIZE];
+    og_phone_sender_wire(p->from, wire_from);
+    char *from = og_provider_pct_encode(wire_from, strlen(wire_from));
     char *text = og_provider_pct_encode(p->text, strlen(p->text));
     if (sid != NULL)
         req->url = og_provider_url(cfg->sms_base_url, "/2010-04-01/Accounts/%s/Messages.json", sid);
