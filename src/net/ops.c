@@ -103,6 +103,9 @@ void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         return;
     }
     op->req = req;
+    /* Tests wait for this line to know the request is in flight (not a sleep of their own). */
+    og_log(&w->log, OG_LOG_INFO, "test sleep started", "\"requestId\":\"%s\",\"ms\":%ld", req->request_id,
+           ms);
     uv_timer_init(&w->loop, &op->timer);
     op->timer.data = op;
     uv_timer_start(&op->timer, sleep_fired, (uint64_t)ms, 0);

@@ -119,8 +119,17 @@ class Closed(Exception):
 class Conn:
     """One client connection with a receive buffer, so pipelined responses can be read one by one."""
 
-    def __init__(self, port, timeout=IO_TIMEOUT, host="127.0.0.1"):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, port, timeout=IO_TIMEOUT, host="127.0.0.1", bufsize=None):
+        if bufsize is None:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        else:
+            # Small kernel buffers, set before connecting so the window is small from the start
+            # (and the kernel does not tune them up): what the peer cannot send shows at once.
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, bufsize)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, bufsize)
+            self.sock.settimeout(timeout)
+            self.sock.connect((host, port))
         self.sock.settimeout(timeout)
         self.buf = b""
         self.eof = False
@@ -459,8 +468,8 @@ class Server:
 
     # convenience --------------------------------------------------------------------------
 
-    def conn(self, timeout=IO_TIMEOUT):
-        return Conn(self.port, timeout=timeout)
+    def conn(self, timeout=IO_TIMEOUT, bufsize=None):
+        return Conn(self.port, timeout=timeout, bufsize=bufsize)
 
     def request(self, method, path, headers=None, body=None, timeout=IO_TIMEOUT):
         """One request on a fresh connection; returns the Response."""

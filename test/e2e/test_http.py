@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import (Closed, assert_envelope, assert_error, assert_ok, chunked, needs_test_routes,
-                      request_bytes)
+                      request_bytes, wait_for)
 
 HEALTHZ_BODY = {"success": True, "message": "ok", "data": {"status": "ok"}}
 JSON_CT = ("Content-Type", "application/json")
@@ -286,25 +286,38 @@ def test_many_concurrent_connections(server):
 
 
 def test_client_that_does_not_read_is_served_once_it_reads(server):
-    """3000 pipelined requests from a client that reads nothing for a second: the server applies
-    backpressure instead of failing, and every answer then arrives in order."""
-    n = 3000
+    """Pipelined requests from a client that reads nothing: once its unsent answers pass the
+    write backlog the server stops reading, so the client's writes block (backpressure, not
+    memory), and every answer then arrives in order once the client reads."""
+    n = 40000  # about 2.4 MB of requests, 8 MB of answers: far more than the small buffers hold
     payload = b"".join(request_bytes("GET", "/healthz", [("X-Request-Id", "bp-%d" % i)]) for i in range(n))
-    with server.conn(timeout=20) as c:
-        errors = []
+    with server.conn(timeout=30, bufsize=16384) as c:
+        errors, sent = [], [0]
 
         def writer():
             try:
-                c.sock.sendall(payload)
+                view = memoryview(payload)
+                while sent[0] < len(payload):
+                    sent[0] += c.sock.send(view[sent[0]:sent[0] + 65536])
             except OSError as e:
                 errors.append(e)
 
         t = threading.Thread(target=writer, daemon=True)
         t.start()
-        time.sleep(1.0)
+
+        def stalled():
+            """The writer made no progress for half a second, with bytes still to send."""
+            before = sent[0]
+            time.sleep(0.5)
+            return sent[0] == before and before < len(payload)
+
+        assert wait_for(stalled, 20), "the server read %d of %d bytes without the client reading" % (
+            sent[0], len(payload))
+        assert t.is_alive() and not errors, errors
         for i in range(n):
             r = c.read_response(timeout=20)
             assert r.status == 200 and r.request_id == "bp-%d" % i, (i, r)
         t.join(timeout=20)
         assert not t.is_alive()
         assert not errors, errors
+        assert sent[0] == len(payload)

@@ -13,6 +13,12 @@ from conftest import (ROOT, wait_for, Closed, assert_clean_exit, assert_ok, chil
                       pid_alive, request_bytes, run_cli)
 
 
+def in_flight(srv, request_id):
+    """Waits until a worker has started GET /__test/sleep of `request_id` (its log line)."""
+    assert srv.wait_log(lambda r: r.get("msg") == "test sleep started" and r.get("requestId") == request_id,
+                        10), srv.stderr()[-4000:]
+
+
 def test_supervisor_forks_the_configured_number_of_workers(make_server):
     """--workers 3 gives a supervisor with exactly three worker children."""
     srv = make_server(workers=3)
@@ -29,7 +35,7 @@ def test_sigterm_finishes_in_flight_request_then_exits_0(make_server):
     with srv.conn(timeout=10) as c:
         start = time.monotonic()
         c.send(request_bytes("GET", "/__test/sleep?ms=1500", [("X-Request-Id", "in-flight")]))
-        time.sleep(0.4)
+        in_flight(srv, "in-flight")
         srv.signal(signal.SIGTERM)
         r = c.read_response(timeout=8)
         elapsed = time.monotonic() - start
@@ -61,8 +67,8 @@ def test_sigint_drains_like_sigterm(make_server):
     """SIGINT (Ctrl-C) drains the same way: the in-flight request completes and the exit code is 0."""
     srv = make_server(workers=2)
     with srv.conn(timeout=10) as c:
-        c.send(request_bytes("GET", "/__test/sleep?ms=800"))
-        time.sleep(0.3)
+        c.send(request_bytes("GET", "/__test/sleep?ms=800", [("X-Request-Id", "sigint")]))
+        in_flight(srv, "sigint")
         srv.signal(signal.SIGINT)
         assert_ok(c.read_response(timeout=8))
     rc = srv.wait(timeout=10)
@@ -80,12 +86,12 @@ def test_drain_stops_accepting_and_closes_idle_connections(make_server):
     try:
         idle.send(request_bytes("GET", "/healthz"))
         assert_ok(idle.read_response())
-        busy.send(request_bytes("GET", "/__test/sleep?ms=2000"))
-        time.sleep(0.3)
+        busy.send(request_bytes("GET", "/__test/sleep?ms=2000", [("X-Request-Id", "busy")]))
+        in_flight(srv, "busy")
         srv.signal(signal.SIGTERM)
+        # The listener closes in the same turn as the idle connections (worker.c stop_accepting).
         waited, data = idle.wait_closed(timeout=3)
         assert data == b"", "idle connection got %r at drain" % data[:200]
-        time.sleep(0.2)
         served = False
         try:
             with srv.conn(timeout=2) as c:
@@ -109,8 +115,8 @@ def test_drain_timeout_bounds_the_drain(make_server):
     """A request longer than --drain-timeout-ms (500) does not keep the process alive past it."""
     srv = make_server(["--drain-timeout-ms", "500"], workers=1)
     with srv.conn(timeout=15) as c:
-        c.send(request_bytes("GET", "/__test/sleep?ms=20000"))
-        time.sleep(0.3)
+        c.send(request_bytes("GET", "/__test/sleep?ms=20000", [("X-Request-Id", "long")]))
+        in_flight(srv, "long")
         start = time.monotonic()
         srv.signal(signal.SIGTERM)
         rc = srv.wait(timeout=10)
@@ -125,10 +131,10 @@ def test_second_signal_stops_at_once(make_server):
     """A second SIGTERM during a drain stops the workers at once instead of waiting for requests."""
     srv = make_server(workers=1)
     with srv.conn(timeout=15) as c:
-        c.send(request_bytes("GET", "/__test/sleep?ms=20000"))
-        time.sleep(0.3)
+        c.send(request_bytes("GET", "/__test/sleep?ms=20000", [("X-Request-Id", "long")]))
+        in_flight(srv, "long")
         srv.signal(signal.SIGTERM)
-        time.sleep(0.3)
+        assert srv.wait_log(lambda r: r.get("msg") == "draining", 10), srv.stderr()[-4000:]
         start = time.monotonic()
         srv.signal(signal.SIGTERM)
         rc = srv.wait(timeout=10)
@@ -200,9 +206,9 @@ def test_env_settings_are_used(make_server):
 def test_flag_wins_over_environment(make_server):
     """A --flag overrides the same setting's environment variable."""
     srv = make_server(env={"OMNIGATE_WORKERS": "3"}, workers=1)
-    assert wait_for(lambda: len(srv.worker_pids()) == 1, 5)
-    time.sleep(0.3)
-    assert len(srv.worker_pids()) == 1, srv.worker_pids()
+    started = srv.wait_log(lambda r: r.get("msg") == "supervisor started", 10)
+    assert started and started["workers"] == 1, srv.stderr()[-4000:]
+    assert wait_for(lambda: len(srv.worker_pids()) == 1, 5), srv.worker_pids()
 
 
 BAD_CONFIG = [

@@ -117,12 +117,12 @@ def test_drain_under_load_drops_nothing(make_gateway, sim):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
     for th in threads:
         th.start()
-    time.sleep(1.0)
+    assert wait_for(lambda: len(answered) >= 20, 10)  # sends are flowing on every client
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
-    r = srv.request("GET", "/readyz")  # still accepted during the delay, and not ready
-    assert r.status == 503 and r.json()["error"]["code"] == "unavailable"
+    # Still accepted during the drain delay, and not ready once the signal is taken.
+    r = wait_for(lambda: (lambda x: x if x.status != 200 else None)(srv.request("GET", "/readyz")), 5)
+    assert r and r.status == 503 and r.json()["error"]["code"] == "unavailable", r
     rc = srv.proc.wait(15)
     elapsed = time.monotonic() - t0
     stop.set()

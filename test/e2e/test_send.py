@@ -269,7 +269,7 @@ def test_disconnecting_client_cancels_nothing(gw, sim):
     s = socket.create_connection(("127.0.0.1", gw.port))
     s.sendall(request_bytes("POST", "/api/omni/send", [("Authorization", "Bearer " + gw.token),
                                                         ("Content-Type", "application/json")], body))
-    time.sleep(0.1)
+    assert wait_for(lambda: sim.requests(to=to), 5)  # the send reached a provider: now hang up
     s.close()
 
     def logged():

@@ -551,7 +551,7 @@ def test_latency_does_not_block_other_requests(sim):
     out = {}
     th = threading.Thread(target=lambda: out.setdefault("r", meta_send(sim, OK_TO)))
     th.start()
-    time.sleep(0.1)
+    assert wait_for(lambda: len(sim.requests("?channel=whatsapp_meta")) == 1, 5)  # it is waiting
     t0 = time.monotonic()
     assert meta_send(sim, "+6289999999999").status == 200
     assert time.monotonic() - t0 < 0.4
