@@ -636,5 +636,7 @@ def assert_error(resp, status, code, field=None):
 # --------------------------------------------------------------------------------------------
 # PostgreSQL and gateway fixtures (a real cluster, never a mock)
 
-from pgfix import fresh_db, pg_private, pg_session  # noqa: E402,F401
+# The clusters of every test: the gateway's role owns its database and is no superuser, as in
+# deploy/pg.sh, so a missing grant fails here as it would in production (pgcluster.py).
+from pgcluster import fresh_db, pg_private, pg_session  # noqa: E402,F401
 from gwlib import make_gateway, sim  # noqa: E402,F401

@@ -346,3 +346,23 @@ def test_logs_filters(gw, sim):
     for q, field in (("status=bogus", "status"), ("channel=fax", "channel"), ("since=yesterday", "since"),
                      ("limit=0", "limit"), ("limit=501", "limit")):
         assert_error(call(gw, "GET", "/api/omni/logs?" + q, token=gw.token), 422, "validation_failed", field)
+
+
+def test_gateway_runs_as_an_ordinary_role_that_owns_its_schema(gw, pg_session):
+    """The gateway's connections are of role omnigate, which is no superuser and cannot create
+    databases or roles, and every table and function its migrations made is omnigate's: a send
+    works on those grants alone (as deploy/pg.sh sets them up), so a grant the code needs and
+    the schema lacks fails here, not in production."""
+    assert_ok(send(gw, {"to": magic(1, 0, 0), "text": "grants"}))
+    db = gw.db_url.split("?")[0].rsplit("/", 1)[1]
+    roles = pg_session.query(
+        "SELECT DISTINCT r.rolname, r.rolsuper::text, r.rolcreatedb::text, r.rolcreaterole::text "
+        "FROM pg_stat_activity a JOIN pg_roles r ON r.oid = a.usesysid "
+        "WHERE a.datname = '%s' AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()" % db,
+        db=db, user="postgres")
+    assert roles == [("omnigate", "false", "false", "false")], roles
+    owners = pg_session.query(
+        "SELECT DISTINCT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace "
+        "UNION SELECT DISTINCT pg_get_userbyid(p.proowner) FROM pg_proc p WHERE p.pronamespace = 'public'::regnamespace",
+        db=db, user="postgres")
+    assert owners == [("omnigate",)], owners

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import urllib.parse
 import threading
 
 import pytest
@@ -272,7 +273,13 @@ def test_one_bad_row_does_not_fail_its_batch(gw):
         [("pending",)] * (rnd + 1)
 
 
-def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db):
+def as_superuser(pg_session, url):
+    """The same database as the superuser: LOAD 'auto_explain' is a superuser's (the gateway's
+    role is an ordinary owner, pgcluster.py)."""
+    return pg_session.url_for(urllib.parse.urlparse(url).path.lstrip("/"), user="postgres")
+
+
+def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db, pg_session):
     """The completion's join (messages with the batch's rows) is planned on a database never
     analyzed, while messages is tiny, and the plan is then kept (sql/014 makes the generic plan
     at the first call; PostgreSQL's default would make it at the sixth): it must read messages
@@ -287,8 +294,8 @@ def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db):
         script += execute("msg_insert", insert_params(ref, "+1777000%04d" % i))
         script += execute_many("msg_complete_many", [[TENANT, ref, "sent", "sms",
                                                        attempts_json([("sms", True)], "pid-p%d" % i), "false"]])
-    p = subprocess.run(["psql", db, "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(["psql", as_superuser(pg_session, db), "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script,
+                       capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     plan = p.stderr[p.stderr.index("UPDATE messages m"):]
     assert "Index Scan using messages_pkey on messages m" in plan, plan
@@ -296,7 +303,7 @@ def test_completion_set_form_reads_by_primary_keys_on_a_new_database(db):
     assert "Seq Scan" not in plan and "Hash Join" not in plan, plan
 
 
-def test_set_forms_are_planned_once(db):
+def test_set_forms_are_planned_once(db, pg_session):
     """The set forms' functions use the plan made for any arrays from their first call: a plan
     made again for every batch of fewer than ten sends cost a one-send completion 541 us of
     the backend instead of 191 (sql/014). auto_explain (verbose) of a first call shows the
@@ -307,8 +314,8 @@ def test_set_forms_are_planned_once(db):
     script += execute_many("msg_insert_unless_nowa_many", [insert_params("kf_g1", "+1888000001")])
     script += execute_many("msg_complete_many", [[TENANT, "kf_g1", "sent", "sms",
                                                    attempts_json([("sms", True)], "pid-g1"), "false"]])
-    p = subprocess.run(["psql", db, "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script, capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(["psql", as_superuser(pg_session, db), "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script,
+                       capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     calls = re.findall(r"Function Call: (unnest\([^\n]*)", p.stderr)
     assert len(calls) == 2, p.stderr  # one per function, each its first call
