@@ -66,8 +66,12 @@ static void choose_output(og_log_t *l)
 {
     struct stat st;
     l->how = HOW_WRITE;
-    if (fstat(l->fd, &st) != 0 || S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+    if (fstat(l->fd, &st) != 0)
         return;
+    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) {
+        l->whole = true;
+        return;
+    }
     if (S_ISSOCK(st.st_mode))
         l->how = HOW_SEND;
     else if (S_ISFIFO(st.st_mode))
@@ -267,9 +271,11 @@ static ssize_t write_some(og_log_t *l, const char *p, size_t len)
 }
 
 /* The next write from offset `from`: whole lines (the first one possibly the rest of a partly
- * written line) up to PIPE_BUF bytes, at least one line. */
+ * written line) up to PIPE_BUF bytes, at least one line; everything to a regular file. */
 static size_t next_chunk(const og_log_t *l, size_t from)
 {
+    if (l->whole)
+        return l->len - from;
     size_t n = from;
     while (n < l->len) {
         const char *nl = memchr(l->buf + n, '\n', l->len - n);
@@ -307,6 +313,8 @@ bool og_log_flush(og_log_t *l)
     l->blocked = done < l->len;
     memmove(l->buf, l->buf + done, l->len - done);
     l->len -= done;
+    if (l->len == 0)
+        l->urgent = false;
     return !l->blocked;
 }
 
@@ -433,8 +441,9 @@ void og_log(og_log_t *l, og_log_level_t level, const char *msg, const char *fiel
     va_start(ap, fields_fmt);
     size_t n = format(l, line, level, msg, fields_fmt, ap);
     va_end(ap);
-    if (l->buffered)
+    if (l->buffered) {
         append(l, line, n);
-    else
+        l->urgent |= level <= OG_LOG_WARN;
+    } else
         write_all(l->fd, line, n);
 }

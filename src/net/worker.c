@@ -86,9 +86,10 @@ static void on_log_writable(uv_poll_t *h, int status, int events)
 static void on_flush_check(uv_check_t *h)
 {
     og_worker_t *w = h->data;
-    /* While the output is full, the poll flushes when it has room; writing here too would
+    /* By size or for a warning only (og_log_due); on_lag_tick flushes the rest every 100 ms.
+     * While the output is full, the poll flushes when it has room; writing here too would
      * only be refused once per turn. */
-    if (!w->log_waiting)
+    if (!w->log_waiting && og_log_due(&w->log))
         flush_log(w);
     if (w->m != NULL && w->log.dropped != w->log_dropped_seen) {
         og_metrics_add(&w->m->log_dropped, w->log.dropped - w->log_dropped_seen);
@@ -129,6 +130,8 @@ static void on_lag_tick(uv_timer_t *t)
     uint64_t now_us = uv_hrtime() / 1000, due_us = w->lag_due_ms * 1000;
     uint64_t lag_us = now_us > due_us ? now_us - due_us : 0;
     og_metrics_loop_lag(w->m, lag_us, lag_window(w, now_us / 1000, lag_us));
+    if (!w->log_waiting) /* the log's flush by time (log.h), nginx's `flush=` */
+        flush_log(w);
     start_lag_timer(w);
 }
 

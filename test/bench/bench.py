@@ -60,6 +60,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -317,9 +318,20 @@ class Bench:
         return e
 
     # -- gateway
-    def start_gateway(self, extra=None, prefix=(), timeout=20):
-        self.og = self.spawn(list(prefix) + [self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
-                                             "--workers", str(self.args.workers)], self.env(extra), "omnigate")
+    def start_gateway(self, extra=None, prefix=(), timeout=20, log_pipe=False):
+        """The gateway; with log_pipe its stderr is a pipe a thread drains into its log file, as
+        journald or a container runtime read a service's output (else the file itself)."""
+        argv = list(prefix) + [self.args.omnigate, "serve", "--listen", "127.0.0.1:%d" % self.og_port,
+                               "--workers", str(self.args.workers)]
+        if log_pipe:
+            out = open(os.path.join(self.tmp, "omnigate.log"), "ab")
+            self.og = subprocess.Popen(argv, env=self.env(extra), stdout=out, stderr=subprocess.PIPE,
+                                       start_new_session=True)
+            self.procs.append(self.og)
+            src = self.og.stderr
+            threading.Thread(target=lambda: shutil.copyfileobj(src, out, 1 << 16), daemon=True).start()
+        else:
+            self.og = self.spawn(argv, self.env(extra), "omnigate")
         wait_http(self.og_url("/readyz"), timeout)
 
     def stop_gateway(self):
@@ -470,6 +482,26 @@ def parse_wrk(out):
 
 def sc_healthz(b):
     b.measure("healthz", b.og_url("/healthz"), note="GET /healthz")
+
+
+def sc_access_log(b):
+    """GET /healthz with the default access log (one JSON line a request, into a pipe a reader
+    drains) against the same build without it, alternating off, on, off, on with the gateway
+    restarted each time, in one run: the access log's cost as a ratio (issue 29: >= 0.90)."""
+    runs = {"off": [], "on": []}
+    for rnd in (1, 2):
+        for mode in ("off", "on"):
+            b.stop_gateway()
+            b.start_gateway(extra={"OMNIGATE_ACCESS_LOG": "true" if mode == "on" else "false"}, log_pipe=True)
+            r = b.measure("healthz_log_%s_%d" % (mode, rnd), b.og_url("/healthz"),
+                          note="GET /healthz, access log %s (stderr a pipe)" % mode)
+            runs[mode].append(r["rps"])
+    b.stop_gateway()
+    b.start_gateway()
+    on, off = statistics.mean(runs["on"]), statistics.mean(runs["off"])
+    b.results.append({"scenario": "access_log", "note": "mean req/s of /healthz with the access log / without",
+                      "rps": on, "rps_off": off, "ratio": on / max(off, 1e-9), "runs": runs})
+    log("access_log: %.0f req/s with, %.0f without: %.3f" % (on, off, on / max(off, 1e-9)))
 
 
 def sc_nginx(b):
@@ -1175,6 +1207,7 @@ def sc_logs_scale(b):
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
+    "access_log": sc_access_log,
     "fallback_first": sc_fallback_first,
     # Right after fallback_first: the two are compared (sends/s with and without statuses).
     "fallback_with_statuses": sc_fallback_with_statuses,
@@ -1232,6 +1265,10 @@ def targets(b):
     if ng and "healthz" in by:
         v = by["healthz"]["rps"] / ng
         out.append(("/healthz req/s / nginx req/s", "%.2f" % v, ">= 0.80", v >= 0.8))
+    if "access_log" in by:
+        a = by["access_log"]
+        out.append(("/healthz req/s with the access log / without (same build, same run)",
+                    "%.3f (%.0f of %.0f)" % (a["ratio"], a["rps"], a["rps_off"]), ">= 0.90", a["ratio"] >= 0.9))
     if "fallback_first" in by:
         f = by["fallback_first"]
         if ng:
@@ -1339,7 +1376,7 @@ def chart(b, path):
             s = r["stream"]
             rows.append(("statuses (per status)", s["statuses_per_s"], s["cpu_us_per_status"],
                          s["pg_cpu_us_per_status"]))
-        elif r["rps"] > 0:
+        elif r.get("rps", 0) > 0 and "cpu_us_per_req" in r:
             cpu = r["cpu_us_per_req"] if r["cpu_us_per_req"] == r["cpu_us_per_req"] else 0
             rows.append((r["scenario"], r["rps"], cpu, r["pg_cpu_us_per_req"]))
     dat = os.path.join(b.tmp, "chart.dat")

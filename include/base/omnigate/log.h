@@ -4,10 +4,12 @@
  *
  * Two modes. Unbuffered (supervisor, CLI, tools): every line is written at once with blocking
  * writes; those processes have nothing else to do. Buffered (a worker): lines are collected in
- * a bounded buffer (OG_LOG_BUF) and written without ever blocking, once per loop turn
- * (og_log_flush from the worker's uv_check) or when the buffer fills, so the access log costs
- * no syscall per request and a stalled log reader (journald, a container runtime that stopped
- * reading its pipe) cannot stall the loop. When the output is full the lines wait in the
+ * a bounded buffer (OG_LOG_BUF) and written without ever blocking, as nginx writes a buffered
+ * access log: by size (og_log_due once OG_LOG_FLUSH_BYTES wait, checked once per loop turn),
+ * by time (the worker's 100 ms timer flushes whatever waits) and at once for a line of
+ * warn or worse, so the access log costs a write per 32 KiB rather than per loop turn, and
+ * a stalled log reader (journald, a container runtime that stopped reading its pipe) cannot
+ * stall the loop. When the output is full the lines wait in the
  * buffer; when the buffer is full too, new lines are dropped and counted (og_log_t.dropped,
  * `omnigate_log_lines_dropped_total`), and the first line that fits again is preceded by a
  * "log lines dropped" line saying how many were lost there.
@@ -27,7 +29,8 @@
  *     that can block).
  *   - a regular file: plain write(2); it never says EAGAIN.
  * Every write is whole lines of at most PIPE_BUF bytes, which a pipe takes atomically, so no
- * other process's line is ever torn into ours. A socket or terminal may take part of a write:
+ * other process's line is ever torn into ours; a regular file takes the whole buffer in one
+ * write (each write(2) of a shared file description is placed whole). A socket or terminal may take part of a write:
  * the rest stays at the head of the buffer and goes first next time.
  * A worker waits for a full output with og_log_wait_fd (an epoll descriptor watching the
  * output for room) rather than by retrying.
@@ -43,6 +46,8 @@ typedef enum { OG_LOG_ERROR = 0, OG_LOG_WARN = 1, OG_LOG_INFO = 2, OG_LOG_DEBUG 
 
 #define OG_LOG_BUF  (256 * 1024) /* a buffered logger's bound, per process */
 #define OG_LOG_LINE 4096         /* the longest line; longer ones are cut */
+/* A buffered logger is due for a write once this many bytes wait (og_log_due). */
+#define OG_LOG_FLUSH_BYTES (32 * 1024)
 
 typedef struct og_log {
     og_log_level_t level;
@@ -54,6 +59,8 @@ typedef struct og_log {
     int own_fd;       /* our own non-blocking description of fd, written instead of it, or -1 */
     int wait_fd;      /* og_log_wait_fd, or -1 */
     bool blocked;     /* the last write found the output full */
+    bool whole;       /* the output takes any size in one write (a regular file) */
+    bool urgent;      /* a line of warn or worse waits: due at once (og_log_due) */
     char *buf;        /* OG_LOG_BUF bytes, owned */
     size_t len;       /* bytes waiting in buf; may start with the rest of a partly written line */
     uint64_t dropped; /* lines dropped since og_log_init (the buffer was full, or the output failed) */
@@ -100,6 +107,13 @@ const char *og_log_escape(char *buf, size_t buflen, const char *s, size_t len);
 /* Writes out buffered lines as far as the output takes them without blocking. Returns true
  * when nothing is left, false when lines wait for room in the output (og_log_wait_fd). */
 bool og_log_flush(og_log_t *l);
+
+/* Whether a buffered logger should be flushed now rather than by its owner's timer: at least
+ * OG_LOG_FLUSH_BYTES wait, or a line of warn or worse does. */
+static inline bool og_log_due(const og_log_t *l)
+{
+    return l->len >= OG_LOG_FLUSH_BYTES || l->urgent;
+}
 
 /* A descriptor that polls readable when the output of a buffered logger may have room again,
  * for a loop to wait on after og_log_flush returned false; -1 when there is none (the output
