@@ -42,9 +42,9 @@ struct lookups {
 
 /* ---- connection parameters -------------------------------------------------------------- */
 
-/* Splits a comma-separated list (libpq's syntax: no quoting) into one allocation: the array of
- * `*n` pointers followed by the cut copy of the text. */
-static char **split_list(const char *s, int *n)
+/* libpq's syntax: no quoting. The array of `*n` pointers is followed by the cut copy of the
+ * text, in one allocation. */
+char **db_split_list(const char *s, int *n)
 {
     size_t len = strlen(s);
     int count = 1;
@@ -72,7 +72,7 @@ static const char *opt_value(const PQconninfoOption *opts, const char *key)
     return NULL;
 }
 
-static hkind_t host_kind(const char *host)
+hkind_t db_host_kind(const char *host)
 {
     unsigned char addr[16];
     /* Empty: libpq's default socket directory. '@': an abstract socket (libpq's is_unixsock_path). */
@@ -123,15 +123,15 @@ bool db_plan_init(plan_t *p, const char *conninfo, int timeout_ms)
         tsa = getenv("PGTARGETSESSIONATTRS");
     if (host == NULL || (hostaddr != NULL && hostaddr[0] != '\0'))
         return true;
-    p->hosts = split_list(host, &p->nhosts);
-    p->ports = port != NULL ? split_list(port, &p->nports) : NULL;
+    p->hosts = db_split_list(host, &p->nhosts);
+    p->ports = port != NULL ? db_split_list(port, &p->nports) : NULL;
     p->kinds = p->hosts != NULL ? calloc((size_t)p->nhosts, sizeof(*p->kinds)) : NULL;
     if (p->hosts == NULL || (port != NULL && p->ports == NULL) || p->kinds == NULL)
         return false;
     if (p->nports > 1 && p->nports != p->nhosts)
         return true; /* libpq refuses it without looking anything up */
     for (int i = 0; i < p->nhosts; i++) {
-        p->kinds[i] = host_kind(p->hosts[i]);
+        p->kinds[i] = db_host_kind(p->hosts[i]);
         p->resolve |= p->kinds[i] == H_NAME;
     }
     p->iterate = true;

@@ -13,6 +13,10 @@
  *   setform.c   set forms: merging ops into one statement with array literals, splitting its rows
  *   listen.c    the LISTEN connection and its notifications
  *
+ * Functions one file shares with another are declared here with the prefix db_, one line each;
+ * so are the few pure helpers that only a unit test calls from outside (db_split_list,
+ * db_host_kind, db_q_push, db_q_pop). Everything else stays static in its file.
+ *
  * Each connection keeps a FIFO of "units" it has sent: a unit is one or more operations
  * followed by one Sync, i.e. one implicit transaction (pipeline.c).
  *
@@ -197,8 +201,12 @@ enum { MSG_CONNECTED, MSG_LOST, MSG_LOOKUP, MSG_HOST, MSG__COUNT };
 
 /* ---- pool.c ----------------------------------------------------------------------------- */
 
+/* Appends op to q. */
+void db_q_push(opq_t *q, og_db_op_t *op);
 /* Puts the n ops linked from first to last back at the front of q, in their order. */
 void db_q_push_front(opq_t *q, og_db_op_t *first, og_db_op_t *last, size_t n);
+/* Takes the op at the front of q (NULL when empty), unlinked. */
+og_db_op_t *db_q_pop(opq_t *q);
 /* Calls op's callback with st, after what a test fault or lost results make of it. */
 void db_op_complete(og_db_op_t *op, og_db_status_t st);
 /* Keeps the loop turning while ops are queued, so the pool's check runs its queues. */
@@ -229,6 +237,10 @@ const char *db_conn_msg(const dbconn_t *c, int which);
 
 /* ---- conninfo.c ------------------------------------------------------------------------- */
 
+/* Splits a comma-separated list into one allocation of *n pointers and the cut text. */
+char **db_split_list(const char *s, int *n);
+/* How host is reached: a socket directory ("", '/', '@'), a numeric address, or a name. */
+hkind_t db_host_kind(const char *host);
 /* Parses conninfo into p (zeroed by the caller); false when out of memory (then db_plan_free). */
 bool db_plan_init(plan_t *p, const char *conninfo, int timeout_ms);
 void db_plan_free(plan_t *p);

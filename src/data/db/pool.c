@@ -19,7 +19,7 @@ enum { FAULT_NONE, FAULT_ERROR, FAULT_UNAVAILABLE, FAULT_LOST };
 
 /* ---- op queues -------------------------------------------------------------------------- */
 
-static void q_push(opq_t *q, og_db_op_t *op)
+void db_q_push(opq_t *q, og_db_op_t *op)
 {
     op->next = NULL;
     if (q->tail)
@@ -39,7 +39,7 @@ void db_q_push_front(opq_t *q, og_db_op_t *first, og_db_op_t *last, size_t n)
     q->len += n;
 }
 
-static og_db_op_t *q_pop(opq_t *q)
+og_db_op_t *db_q_pop(opq_t *q)
 {
     og_db_op_t *op = q->head;
     if (op) {
@@ -165,14 +165,14 @@ static void expire_queue(og_db_t *db, opq_t *q, uint64_t now)
 {
     opq_t keep = {0}, expired = {0};
     og_db_op_t *op;
-    while ((op = q_pop(q)) != NULL)
-        q_push(op->deadline_ms <= now ? &expired : &keep, op);
+    while ((op = db_q_pop(q)) != NULL)
+        db_q_push(op->deadline_ms <= now ? &expired : &keep, op);
     *q = keep;
     db->stats.timeouts += expired.len;
     if (db->metrics != NULL && expired.len > 0)
         og_metrics_add(&db->metrics->db_timeouts, expired.len);
     /* Completed after the queue is whole again: a callback may submit. */
-    while ((op = q_pop(&expired)) != NULL) {
+    while ((op = db_q_pop(&expired)) != NULL) {
         snprintf(op->error, sizeof(op->error), "no %sdatabase connection within %d ms",
                  db->reader ? "free read " : "", db->timeout_ms);
         db_op_complete(op, OG_DB_UNAVAILABLE);
@@ -221,7 +221,7 @@ static void queue_arm(og_db_t *db)
 static void run_queues(og_db_t *db)
 {
     og_db_op_t *op;
-    while ((op = q_pop(&db->failed)) != NULL)
+    while ((op = db_q_pop(&db->failed)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
     expire_due(db); /* never send an op whose caller's deadline is over */
 
@@ -233,9 +233,9 @@ static void run_queues(og_db_t *db)
          * none coming do requests fail at once. */
         if (db->nstate[C_RESOLVING] + db->nstate[C_CONNECTING] + db->nstate[C_PREPARING] > 0)
             return;
-        while ((op = q_pop(&db->reads)) != NULL)
+        while ((op = db_q_pop(&db->reads)) != NULL)
             db_op_complete(op, OG_DB_UNAVAILABLE);
-        while ((op = q_pop(&db->writes)) != NULL)
+        while ((op = db_q_pop(&db->writes)) != NULL)
             db_op_complete(op, OG_DB_UNAVAILABLE);
         return;
     }
@@ -246,7 +246,7 @@ static void run_queues(og_db_t *db)
             db_unit_free(u);
             break;
         }
-        db_unit_add(u, q_pop(&db->reads));
+        db_unit_add(u, db_q_pop(&db->reads));
         dispatch(c, u, &db->reads);
     }
     while (db->writes.len) {
@@ -259,7 +259,7 @@ static void run_queues(og_db_t *db)
                 unit_t *u = db_unit_new(false);
                 if (u == NULL)
                     break;
-                og_db_op_t *o = q_pop(&db->writes);
+                og_db_op_t *o = db_q_pop(&db->writes);
                 o->solo = false;
                 db_unit_add(u, o);
                 dispatch(c, u, &db->writes);
@@ -271,7 +271,7 @@ static void run_queues(og_db_t *db)
         if (u == NULL)
             break; /* every connection has a batch in flight: keep gathering (group commit) */
         while (db->writes.head && !db->writes.head->solo && u->nops < OG_DB_MAX_BATCH)
-            db_unit_add(u, q_pop(&db->writes));
+            db_unit_add(u, db_q_pop(&db->writes));
         dispatch(c, u, &db->writes);
     }
 }
@@ -426,15 +426,15 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
     op->fault = FAULT_NONE;
 #if OG_TEST_ROUTES
     if (test_faulted(db, op)) {
-        q_push(&db->failed, op);
+        db_q_push(&db->failed, op);
         uv_idle_start(&db->idle, on_idle);
         return;
     }
 #endif
     if (db->closing)
-        q_push(&db->failed, op);
+        db_q_push(&db->failed, op);
     else
-        q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
+        db_q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
     db->stats.queued = db->reads.len + db->writes.len;
     uv_idle_start(&db->idle, on_idle);
 }
@@ -465,11 +465,11 @@ void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
     db->closed = closed;
     db->closed_arg = arg;
     og_db_op_t *op;
-    while ((op = q_pop(&db->reads)) != NULL)
+    while ((op = db_q_pop(&db->reads)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
-    while ((op = q_pop(&db->writes)) != NULL)
+    while ((op = db_q_pop(&db->writes)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
-    while ((op = q_pop(&db->failed)) != NULL)
+    while ((op = db_q_pop(&db->failed)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
     for (int i = 0; i < db->nconns; i++)
         db_conn_close(&db->conns[i]);
