@@ -177,7 +177,9 @@ struct og_db {
     void *notify_arg;
     opq_t writes, reads, failed;
     uv_check_t check;
-    uv_idle_t idle;      /* active while work is queued, so the loop does not block in poll */
+    /* Active while work is queued, so the loop does not block in poll. Once the pool is closing,
+     * it completes what is submitted meanwhile, and is the last handle closed (pool.c). */
+    uv_idle_t idle;
     uv_timer_t qtimer;   /* armed for the deadline of the oldest queued op (pool.c's queue_arm) */
     uint64_t qtimer_due; /* what it is armed for, while it runs */
     og_db_stats_t stats;

@@ -98,11 +98,29 @@ void db_op_complete(og_db_op_t *op, og_db_status_t st)
     op->done(op, st);
 }
 
-/* The pool is freed with the last one. */
+/* Completes the ops on `failed` (failed at submission: a test fault, or the pool closing), in
+ * their order, and those their callbacks submit meanwhile. */
+static void complete_failed(og_db_t *db)
+{
+    og_db_op_t *op;
+    while ((op = db_q_pop(&db->failed)) != NULL)
+        db_op_complete(op, OG_DB_UNAVAILABLE);
+}
+
+static void on_pool_handle_closed(uv_handle_t *h);
+
+/* Once the pool is closing, the idle handle is closed last: until then it completes what is
+ * submitted meanwhile (on_idle). The pool is freed with the idle, after what was submitted while
+ * it closed, so `closed` is the last callback. */
 void db_handle_gone(og_db_t *db)
 {
-    if (--db->open_handles > 0 || !db->closing)
+    if (--db->open_handles > 1 || !db->closing)
         return;
+    if (db->open_handles == 1) { /* the idle */
+        uv_close((uv_handle_t *)&db->idle, on_pool_handle_closed);
+        return;
+    }
+    complete_failed(db);
     void (*cb)(void *) = db->closed;
     void *arg = db->closed_arg;
     free(db->conns);
@@ -221,8 +239,7 @@ static void queue_arm(og_db_t *db)
 static void run_queues(og_db_t *db)
 {
     og_db_op_t *op;
-    while ((op = db_q_pop(&db->failed)) != NULL)
-        db_op_complete(op, OG_DB_UNAVAILABLE);
+    complete_failed(db);
     expire_due(db); /* never send an op whose caller's deadline is over */
 
     if (db->nstate[C_READY] == 0) {
@@ -293,7 +310,23 @@ static void on_check(uv_check_t *h)
 
 static void on_idle(uv_idle_t *h)
 {
-    /* Only here to keep uv_run from blocking in poll while work is queued. */
+    og_db_t *db = h->data;
+    /* While the pool is open, only here to keep uv_run from blocking in poll while work is
+     * queued: on_check does the work. og_db_close closes on_check's handle: from then on, what
+     * og_db_submit queues on `failed` is completed here, from the loop. */
+    if (!db->closing)
+        return;
+    uv_idle_stop(h);
+    complete_failed(db);
+}
+
+/* Makes the loop turn soon for what og_db_submit just queued: on_check runs it, or on_idle fails
+ * it once the pool is closing. Not once the idle itself is closing: db_handle_gone then fails
+ * what is left, before `closed`. */
+static void wake(og_db_t *db)
+{
+    if (!uv_is_closing((uv_handle_t *)&db->idle))
+        uv_idle_start(&db->idle, on_idle);
 }
 
 void db_schedule(og_db_t *db)
@@ -427,7 +460,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
 #if OG_TEST_ROUTES
     if (test_faulted(db, op)) {
         db_q_push(&db->failed, op);
-        uv_idle_start(&db->idle, on_idle);
+        wake(db);
         return;
     }
 #endif
@@ -436,7 +469,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
     else
         db_q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
     db->stats.queued = db->reads.len + db->writes.len;
-    uv_idle_start(&db->idle, on_idle);
+    wake(db);
 }
 
 bool og_db_ready(og_db_t *db)
@@ -469,13 +502,14 @@ void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
         db_op_complete(op, OG_DB_UNAVAILABLE);
     while ((op = db_q_pop(&db->writes)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
-    while ((op = db_q_pop(&db->failed)) != NULL)
-        db_op_complete(op, OG_DB_UNAVAILABLE);
+    complete_failed(db);
+    /* Ops in flight fail as their connections close; what their callbacks (or anyone) submit
+     * from now on goes to `failed`, for the idle, which stays open until every other handle is
+     * closed (db_handle_gone). */
     for (int i = 0; i < db->nconns; i++)
         db_conn_close(&db->conns[i]);
     if (db->listener.listen)
         db_conn_close(&db->listener);
     uv_close((uv_handle_t *)&db->check, on_pool_handle_closed);
-    uv_close((uv_handle_t *)&db->idle, on_pool_handle_closed);
     uv_close((uv_handle_t *)&db->qtimer, on_pool_handle_closed);
 }
