@@ -1,8 +1,7 @@
 /*
- * One connection of the pool (or the listener): its states and their one transition function,
- * its socket and timer, the connect steps and the preparing unit, breaking and retrying. Not
- * what the conninfo says or how hosts are found (conninfo.c), nor the units it carries once
- * ready (pipeline.c), nor which ops go on it (pool.c).
+ * One connection (of the pool, or the listener): its states and one transition function, socket,
+ * timer, connect steps, preparing, breaking and retrying. Not where it connects (conninfo.c), the
+ * units it carries once ready (pipeline.c), nor which ops go on it (pool.c).
  *
  * Each connection has one timer, whose meaning follows its state: the retry while down, the
  * attempt's deadline while it comes up, the deadline of its most urgent unit once ready.

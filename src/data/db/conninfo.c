@@ -1,8 +1,7 @@
 /*
- * What the conninfo says and where an attempt goes: the plan parsed once, its host and port
- * lists, the host name lookups of an attempt (libuv's threadpool), the host entries an attempt
- * tries and the PQconnectStartParams arrays for each. Not the connection's states, socket or
- * timers (conn.c).
+ * Where an attempt connects: the conninfo's plan, its host and port lists, the host name lookups
+ * (libuv's threadpool), the host entries an attempt tries and its PQconnectStartParams arrays.
+ * Not the connection's states, socket or timers (conn.c).
  *
  * The conninfo is parsed once (PQconninfoParse) into a plan; every attempt rebuilds the
  * PQconnectStartParams arrays from it, with `hostaddr` from the lookups of that attempt and

@@ -1,8 +1,7 @@
 /*
- * The asynchronous PostgreSQL pool's private structures, shared by the files of src/data/db/
- * and by their unit tests (test/unit/test_db_*.c); never included from outside the data layer.
- * The public surface is include/data/omnigate/db.h. Responsible for what the files share; not
- * for anything one file keeps to itself (that stays static there).
+ * The pool's private structures and cross-file functions, shared by the files of src/data/db/ and
+ * their unit tests (test/unit/test_db_*.c); the rest of the code has db.h. Not for anything one
+ * file keeps to itself (that stays static there).
  *
  * One file per concern, as PgBouncer splits a connection's life:
  *   pool.c      the pool: creation, op queues, queued ops' deadlines, scheduling ops onto

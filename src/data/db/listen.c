@@ -1,7 +1,7 @@
 /*
- * The listener (og_db_listen): one more connection outside the pool, whose first unit is
- * LISTEN instead of the statement table, and the notifications it hands to the caller. Not how
- * it connects, backs off or breaks: it does so through the pool connections' functions (conn.c).
+ * The listener (og_db_listen): one more connection outside the pool, whose first unit is LISTEN,
+ * and the notifications it hands to the caller. Not how it connects, backs off or breaks: it does
+ * so through the pool connections' functions (conn.c).
  *
  * Once ready the listener never carries a unit again; readable input there means notifications
  * (or the end of the connection).

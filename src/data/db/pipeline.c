@@ -1,8 +1,7 @@
 /*
- * Units on a ready connection's pipeline: sending one (its statements and Sync), routing every
- * result that comes back to the op and statement it belongs to, and finishing the unit at its
- * Sync (callbacks, or a retry op by op). Not which connection a unit goes to (pool.c), nor how
- * set forms are built and split (setform.c).
+ * Units on a ready connection's pipeline: sending one, routing each result to its op and statement,
+ * finishing it at its Sync (callbacks, or a retry op by op). Not which connection a unit goes to
+ * (pool.c), nor how set forms are built and split (setform.c).
  *
  * Each connection keeps a FIFO of "units" it has sent: a unit is one or more operations
  * followed by one Sync, i.e. one implicit transaction. Results come back in order, so the

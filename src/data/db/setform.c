@@ -1,8 +1,7 @@
 /*
- * Set forms (og_db_stmt_t.many): gathering the ops of a write batch that start with the same
- * statement into one call of its set form, whose parameters are PostgreSQL array literals of
- * their values, and splitting that call's rows back into each op's own result. Not sending the
- * group or routing its result to it (pipeline.c).
+ * Set forms (og_db_stmt_t.many): merging a write batch's ops that start with one statement into a
+ * call of its set form (PostgreSQL array literals of their values), and splitting its rows into
+ * each op's result. Not sending the call or routing its result (pipeline.c).
  */
 #include "db_int.h"
 
