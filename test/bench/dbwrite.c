@@ -1,5 +1,5 @@
 /*
- * Write benchmark of the asynchronous database layer (db.c): `concurrency` writers, each
+ * Write benchmark of the asynchronous database layer (src/data/db/): `concurrency` writers, each
  * submitting one operation (a message row and one attempt row, the unified send's shape) and,
  * when it is committed, the next, for `seconds`. Prints rows/s, commits/s and the mean batch
  * size as one JSON line. The comparison (pgbench, single-row transactions, same concurrency,

@@ -1,4 +1,4 @@
-"""Issue 15, items 2 and 4 (src/data/db.c): nothing blocks a worker's loop on the database.
+"""Issue 15, items 2 and 4 (src/data/db/): nothing blocks a worker's loop on the database.
 
 - Host names of OMNIGATE_DATABASE_URL are looked up on libuv's threadpool and handed to libpq
   as `hostaddr`: a DNS answer that takes 2 s does not delay /healthz. The slow DNS is

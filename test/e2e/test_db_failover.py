@@ -1,4 +1,4 @@
-"""Issue 17, item 1 (src/data/db.c): the gateway on a multi-host OMNIGATE_DATABASE_URL with
+"""Issue 17, item 1 (src/data/db/): the gateway on a multi-host OMNIGATE_DATABASE_URL with
 target_session_attrs=read-write follows the primary without a restart. The servers are real:
 a primary and a streaming standby made by the harness (pgha.make_standby: pg_basebackup -R),
 promoted with pg_promote() as a failover manager would (test_ha_failover.py does it with

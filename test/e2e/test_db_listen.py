@@ -1,4 +1,4 @@
-"""og_db_listen (src/data/db.c): one dedicated connection LISTENing on a channel, driven by the
+"""og_db_listen (src/data/db/listen.c): one dedicated connection LISTENing on a channel, driven by the
 worker's loop, that reports every (re)connect and every notification and closes cleanly.
 
 The driver is og-dblisten (test/e2e/dblisten.c, linked against og_data only); its path comes

@@ -34,7 +34,7 @@ def lit(v):
 
 
 def arr(values):
-    """A text array literal, as db.c builds one (every element quoted, \\ before " and \\)."""
+    """A text array literal, as src/data/db/setform.c builds one (every element quoted, \\ before " and \\)."""
     out = []
     for v in values:
         out.append("NULL" if v is None else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"')

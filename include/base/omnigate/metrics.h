@@ -71,7 +71,7 @@ typedef struct og_metrics_slot {
     uint64_t steps_failed[OG_M_STEP_KINDS];
     og_m_hist_t step_lag; /* claim time - due time, in µs like the other latencies */
     uint64_t db_retries;
-    uint64_t db_merged;   /* ops whose first statement ran in its batch's set form (db.c) */
+    uint64_t db_merged;   /* ops whose first statement ran in its batch's set form (src/data/db/) */
     uint64_t db_timeouts; /* OMNIGATE_DB_TIMEOUT_MS: connections dropped and queued ops failed */
     uint64_t rate_limited;
     uint64_t log_query_timeouts;

@@ -120,9 +120,9 @@ struct og_db_op {
     /* private */
     og_db_op_t *next;
     bool solo;            /* being retried alone after its batch failed */
-    bool merged;          /* its first statement went in its batch's set form (db.c) */
-    bool lost;            /* committed, but its set form's results could not be kept (db.c) */
-    uint8_t fault;        /* test builds: the fault og_db_test_fault armed for it (db.c) */
+    bool merged;          /* its first statement went in its batch's set form (setform.c) */
+    bool lost;            /* committed, but its set form's results could not be kept (setform.c) */
+    uint8_t fault;        /* test builds: the fault og_db_test_fault armed for it (pool.c) */
     uint64_t deadline_ms; /* loop time after which it is never sent: submission + the pool's timeout */
 };
 
@@ -133,7 +133,7 @@ typedef struct og_db_stats {
     uint64_t retries;   /* batches retried op by op */
     size_t queued;      /* operations waiting for a connection right now */
     int connected;      /* connections ready right now */
-    /* Connection state changes so far (down, resolving, connecting, preparing, ready; db.c has
+    /* Connection state changes so far (down, resolving, connecting, preparing, ready; conn.c has
      * the table). */
     uint64_t state_changes;
     /* Deadlines missed: connections dropped because a unit in flight ran out of time, plus
@@ -229,7 +229,9 @@ void og_db_test_trace(og_db_t *db, uint32_t *counts);
 #endif
 
 /* Fails what is queued with OG_DB_UNAVAILABLE, closes the connections (async); `closed` is
- * called once every handle is closed and the pool is freed. */
+ * called once every handle is closed and the pool is freed. An op submitted after this call
+ * (from a callback or not) and before `closed` fails the same way, from the loop, before
+ * `closed` runs. */
 void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * The SQL of the request path: one table of prepared statements (prepared on every pooled
- * connection by db.c, also run by the synchronous CLI) and the row shapes they return. The
+ * connection by db.h's pool, also run by the synchronous CLI) and the row shapes they return. The
  * statements themselves are plain SQL in sql/queries/, embedded into the binary at build time.
- * Responsible for what is asked of PostgreSQL; not for getting it there (db.c) or for
+ * Responsible for what is asked of PostgreSQL; not for getting it there (db.h) or for
  * HTTP (handlers). Every value travels as a parameter, never spliced into SQL text.
  */
 #ifndef OMNIGATE_STORE_H
