@@ -6,7 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-bool og_err_fail(og_err_t *e, const char *code, const char *field, const char *fmt, ...)
+bool og_err_fail(og_err_t *e, const og_errcode_t *code, const char *field, const char *fmt, ...)
 {
     e->code = code;
     snprintf(e->field, sizeof(e->field), "%s", field != NULL ? field : "");

@@ -17,54 +17,18 @@
 static const char oom_body[] = "{\"success\":false,\"message\":\"out of memory\",\"data\":null,"
                                "\"error\":{\"code\":\"unavailable\"}}";
 
-/* Every error code the gateway (and its provider simulator) answers with, and its status. */
-static const struct {
-    const char *code;
-    int status;
-} statuses[] = {
-    {"invalid_json", 400},
-    {"bad_request", 400},
-    {"invalid_payload", 400}, /* a provider webhook body of the wrong shape */
-    {"unauthorized", 401},
-    {"invalid_signature", 401}, /* a provider webhook's signature */
-    {"forbidden", 403},         /* Meta's subscription handshake with a wrong verify token */
-    {"unified_api_locked", 403},
-    {"insufficient_scope", 403},
-    {"not_found", 404},
-    {"method_not_allowed", 405},
-    {"idempotency_in_progress", 409},
-    {"otp_already_verified", 409},
-    {"conflict", 409},
-    {"webhook_disabled", 409}, /* a delivery retried while the tenant has no enabled webhook */
-    {"otp_expired", 410},
-    {"payload_too_large", 413},
-    {"unsupported_media_type", 415},
-    {"validation_failed", 422},
-    {"unknown_field", 422},
-    {"idempotency_key_reused", 422},
-    {"whatsapp_from_not_registered", 422},
-    {"sender_not_approved", 422},
-    {"text_too_long", 422},
-    {"no_channel_available", 422},
-    {"otp_invalid", 422},
-    {"too_many_rules", 422}, /* test/sim's rule table is full */
-    {"rate_limited", 429},
-    {"otp_cooldown", 429},
-    {"otp_locked", 429},
-    {"headers_too_large", 431},
-    {"internal_error", 500},
-    {"delivery_failed", 502},
-    {"outcome_unknown", 502}, /* a repeat of a request whose instance died mid-send (API.md §15) */
-    {"unavailable", 503},
-    {"query_timeout", 503}, /* a log query cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (API.md §16) */
-};
+OG_API_ERRCODES(OG_ERRCODE_DEFINE)
 
-int og_api_status(const char *code)
+int og_api_status(const og_errcode_t *code)
 {
-    for (size_t i = 0; code != NULL && i < sizeof(statuses) / sizeof(statuses[0]); i++)
-        if (strcmp(code, statuses[i].code) == 0)
-            return statuses[i].status;
-    return 500;
+    return code != NULL ? code->status : 500;
+}
+
+/* The name sent for `err`'s code: internal_error for an error recorded without one (a bug),
+ * which og_api_status answers with 500. */
+static const char *code_name(const og_err_t *err)
+{
+    return (err->code != NULL ? err->code : OG_E_INTERNAL_ERROR)->name;
 }
 
 /* A JSON string for `s`. Messages may quote client input (a JSON parser's "near '...'"), and
@@ -106,9 +70,7 @@ char *og_api_envelope(int status, const char *message, json_t *data, const og_er
         goto done;
     if (err != NULL) {
         error = json_object();
-        if (error == NULL ||
-            json_object_set_new(error, "code",
-                                json_string(err->code != NULL ? err->code : "internal_error")) != 0)
+        if (error == NULL || json_object_set_new(error, "code", json_string(code_name(err))) != 0)
             goto done;
         if (err->field[0] != '\0' && json_object_set_new(error, "field", message_string(err->field)) != 0)
             goto done;
@@ -149,7 +111,7 @@ void og_api_envelope_close(og_jw_t *w, const og_err_t *err)
     if (err != NULL) {
         og_jw_key(w, "error");
         og_jw_object(w);
-        og_jw_kstring(w, "code", err->code != NULL ? err->code : "internal_error");
+        og_jw_kstring(w, "code", code_name(err));
         if (err->field[0] != '\0')
             og_jw_kstring(w, "field", err->field);
         og_jw_object_end(w);
@@ -222,7 +184,7 @@ void og_api_send_error(og_http_req_t *req, const og_err_t *err, json_t *details,
     send_envelope(req, status, body, len, hdrs, nhdrs);
 }
 
-void og_api_error(og_http_req_t *req, const char *code, const char *field, const char *message)
+void og_api_error(og_http_req_t *req, const og_errcode_t *code, const char *field, const char *message)
 {
     og_err_t err;
     og_err_fail(&err, code, field, "%s", message != NULL ? message : "");

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "omnigate/api.h"
+
 /* True when the media type of a Content-Type value (before any ';' parameters, without
  * surrounding blanks, any case) is application/json. */
 static bool is_json_media_type(const char *ct, size_t len)
@@ -64,11 +66,11 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
                        const char *const *allowed, og_err_t *err)
 {
     if (ctype == NULL || !is_json_media_type(ctype, ctype_len)) {
-        og_err_fail(err, "unsupported_media_type", NULL, "Content-Type must be application/json");
+        og_err_fail(err, OG_E_UNSUPPORTED_MEDIA_TYPE, NULL, "Content-Type must be application/json");
         return NULL;
     }
     if (body == NULL || body_len == 0) {
-        og_err_fail(err, "invalid_json", NULL, "request body is empty; a JSON object is required");
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "request body is empty; a JSON object is required");
         return NULL;
     }
     json_error_t jerr;
@@ -76,16 +78,16 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
      * parser message about expecting '[' or '{'. */
     json_t *root = json_loadb(body, body_len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (root == NULL) {
-        og_err_fail(err, "invalid_json", NULL, "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "invalid JSON: %s (line %d, column %d, byte %d)", jerr.text,
                     jerr.line, jerr.column, jerr.position);
         return NULL;
     }
     if (!json_is_object(root)) {
-        og_err_fail(err, "invalid_json", NULL, "body must be a JSON object");
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "body must be a JSON object");
         goto fail;
     }
     if (og_json_depth(root) > OG_JSON_MAX_DEPTH) {
-        og_err_fail(err, "invalid_json", NULL, "JSON nesting is deeper than %d levels", OG_JSON_MAX_DEPTH);
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "JSON nesting is deeper than %d levels", OG_JSON_MAX_DEPTH);
         goto fail;
     }
     if (allowed != NULL) {
@@ -96,7 +98,7 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
         json_object_foreach(root, key, value)
         {
             if (!key_allowed(allowed, key)) {
-                og_err_fail(err, "unknown_field", key, "unknown field \"%s\"", key);
+                og_err_fail(err, OG_E_UNKNOWN_FIELD, key, "unknown field \"%s\"", key);
                 goto fail;
             }
         }
@@ -119,7 +121,7 @@ static bool lookup(json_t *obj, const char *name, bool required, json_t **v, og_
 {
     *v = json_object_get(obj, name);
     if (*v == NULL && required)
-        return og_err_fail(err, "validation_failed", name, "%s is required", name);
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s is required", name);
     return true;
 }
 
@@ -131,7 +133,7 @@ bool og_json_get_string(json_t *obj, const char *name, bool required, const char
     if (v == NULL)
         return true;
     if (!json_is_string(v))
-        return og_err_fail(err, "validation_failed", name, "%s must be a string", name);
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s must be a string", name);
     *out = json_string_value(v);
     return true;
 }
@@ -145,7 +147,7 @@ bool og_json_get_int(json_t *obj, const char *name, bool required, long long min
     if (v == NULL)
         return true;
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return og_err_fail(err, "validation_failed", name, "%s must be an integer between %lld and %lld",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s must be an integer between %lld and %lld",
                            name, min, max);
     *out = json_integer_value(v);
     return true;
@@ -159,7 +161,7 @@ bool og_json_get_bool(json_t *obj, const char *name, bool required, bool *out, o
     if (v == NULL)
         return true;
     if (!json_is_boolean(v))
-        return og_err_fail(err, "validation_failed", name, "%s must be true or false", name);
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s must be true or false", name);
     *out = json_is_true(v);
     return true;
 }

@@ -34,7 +34,7 @@ void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     og_metrics_routes_t routes = {w->app->nroutes, route_label, w->app};
     char *text = w->metrics ? og_metrics_render(w->metrics, &routes, &len) : NULL;
     if (text == NULL) {
-        og_api_error(req, "unavailable", NULL, "metrics are not available");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "metrics are not available");
         return;
     }
     og_http_respond(req, 200, NULL, 0, "text/plain; version=0.0.4; charset=utf-8", text, len);
@@ -45,12 +45,12 @@ void og_ops_readyz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_worker_t *w = ctx;
     if (w->draining) {
-        og_api_error(req, "unavailable", NULL, "instance is draining");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "instance is draining");
         return;
     }
     const char *why = w->app->not_ready ? w->app->not_ready(w) : NULL;
     if (why != NULL) {
-        og_api_error(req, "unavailable", NULL, why);
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, why);
         return;
     }
     og_api_reply(req, 200, "ready", json_pack("{s:s}", "status", "ready"), NULL, 0);
@@ -84,7 +84,7 @@ static long ms_param(og_http_req_t *req, long max)
     if (n <= 0 || *end != '\0' || ms < 0 || ms > max) {
         char why[64];
         snprintf(why, sizeof(why), "ms must be an integer between 0 and %ld", max);
-        og_api_error(req, "validation_failed", "ms", why);
+        og_api_error(req, OG_E_VALIDATION_FAILED, "ms", why);
         return -1;
     }
     return ms;
@@ -99,7 +99,7 @@ void og_ops_test_sleep(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         return;
     sleep_op_t *op = malloc(sizeof(*op));
     if (op == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     op->req = req;

@@ -117,7 +117,7 @@ void og_router_dispatch(const og_router_t *r, og_http_req_t *req, void *ctx)
     case OG_ROUTE_BAD_METHOD: {
         req->route = "-";
         og_err_t err;
-        og_err_fail(&err, "method_not_allowed", NULL, "method %s is not allowed here; allowed: %s", method,
+        og_err_fail(&err, OG_E_METHOD_NOT_ALLOWED, NULL, "method %s is not allowed here; allowed: %s", method,
                     allow);
         og_http_header_t h = {"Allow", 5, allow, strlen(allow)};
         og_api_send_error(req, &err, NULL, NULL, &h, 1);
@@ -127,7 +127,7 @@ void og_router_dispatch(const og_router_t *r, og_http_req_t *req, void *ctx)
         break;
     }
     req->route = "-";
-    og_api_error(req, "not_found", NULL, "no such route");
+    og_api_error(req, OG_E_NOT_FOUND, NULL, "no such route");
 }
 
 /* Valid UTF-8 per RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF. */

@@ -9,12 +9,15 @@ The document is written from this script rather than by hand so that what every 
 (the envelope, the errors of authentication, of a JSON body, of the database and of the HTTP
 core) is written once and is the same on every route. Each operation lists every status its
 handler can answer and, per status, the exact error codes (error.code is an enum per
-response): read from the handlers (src/product/*/*.c, src/net/http_conn.c, og_api_status in
-src/net/api.c). test/e2e/test_openapi.py holds the document, the router and the wire together.
+response): read from the handlers (src/product/*/*.c, src/net/http_conn.c); each code's status is
+the one its declaration gives it (errcodes.py reads them), and a code listed under another status
+stops the script. test/e2e/test_openapi.py holds the document, the router and the wire together.
 """
 import json
 import os
 import sys
+
+import errcodes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(os.path.dirname(HERE), "product", "static", "openapi.json")
@@ -403,6 +406,9 @@ ERROR_MESSAGES = {
     "unavailable": "database unavailable",
 }
 
+# Every error code and its HTTP status, as the C code declares them.
+STATUSES = errcodes.statuses()
+
 # Every operation can get these from the HTTP core before any handler runs (src/net/http_conn.c).
 CORE = {400: ["bad_request"], 408: ["request_timeout"], 413: ["payload_too_large"], 431: ["headers_too_large"]}
 DB = {500: ["internal_error"], 503: ["unavailable"]}
@@ -425,6 +431,9 @@ def merge(*maps):
 
 def error_response(status, codes, data=None, headers=()):
     """One failure response; `data` maps a code to the schema of its data (default null)."""
+    for c in codes:
+        if STATUSES.get(c) != status:
+            sys.exit("openapi.py: %s is listed under %d but answers %s" % (c, status, STATUSES.get(c)))
     data = data or {}
     if any(c in data for c in codes) and len(codes) > 1:
         schema = {"oneOf": [error_env([c], data.get(c)) for c in sorted(codes)]}

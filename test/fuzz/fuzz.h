@@ -29,9 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
     } while (0)
 
 /* Checks a refusal the way a client would get it: `err` has one of `codes` (NULL-terminated),
- * that code has its own HTTP status (not the 500 of an unknown code), and the error envelope of
- * API.md §0 builds and reads back with the same code and field. */
-void fuzz_check_error(const og_err_t *err, const char *const *codes);
+ * that code's HTTP status is a 4xx, and the error envelope of API.md §0 builds and reads back
+ * with the same code and field. */
+void fuzz_check_error(const og_err_t *err, const og_errcode_t *const *codes);
 
 /* True when s[0..len) is well-formed UTF-8 (what jansson accepts in a string). */
 bool fuzz_utf8_valid(const char *s, size_t len);
@@ -49,7 +49,7 @@ typedef json_t *(*og_webhook_parse_fn)(const char *body, size_t len, double now,
 /* Runs `parse` on a body and checks the outcome: a refusal with one of `codes`, or at most `max`
  * statuses on `channel` (fuzz_check_statuses). Returns the statuses (a new reference) or NULL. */
 json_t *fuzz_webhook_parse(og_webhook_parse_fn parse, const char *channel, size_t max,
-                           const char *const *codes, const char *body, size_t size);
+                           const og_errcode_t *const *codes, const char *body, size_t size);
 
 /* A JSON webhook body through its route's steps: fuzz_webhook_parse with the codes invalid_json
  * and invalid_payload; and the signature check by `alg` accepts the body's own HMAC in hex of

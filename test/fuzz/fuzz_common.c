@@ -6,15 +6,17 @@
 
 #include "fuzz.h"
 #include "omnigate/api.h"
+#include "omnigate/app/errors.h"
 
-void fuzz_check_error(const og_err_t *err, const char *const *codes)
+void fuzz_check_error(const og_err_t *err, const og_errcode_t *const *codes)
 {
     FUZZ_CHECK(err->code != NULL);
     bool known = false;
     for (size_t i = 0; codes[i] != NULL && !known; i++)
-        known = strcmp(err->code, codes[i]) == 0;
+        known = err->code == codes[i];
     if (!known)
-        fprintf(stderr, "unexpected error code %s (field \"%s\": %s)\n", err->code, err->field, err->message);
+        fprintf(stderr, "unexpected error code %s (field \"%s\": %s)\n", err->code->name, err->field,
+                err->message);
     FUZZ_CHECK(known);
     int status = og_api_status(err->code);
     FUZZ_CHECK(status >= 400 && status < 500);
@@ -30,7 +32,7 @@ void fuzz_check_error(const og_err_t *err, const char *const *codes)
     json_t *error = json_object_get(env, "error");
     FUZZ_CHECK(json_is_false(json_object_get(env, "success")));
     FUZZ_CHECK(json_is_string(json_object_get(env, "message")));
-    FUZZ_CHECK(strcmp(json_string_value(json_object_get(error, "code")), err->code) == 0);
+    FUZZ_CHECK(strcmp(json_string_value(json_object_get(error, "code")), err->code->name) == 0);
     /* The field goes out as it is when it is valid UTF-8 (a client-chosen key may not be). */
     const char *field = json_string_value(json_object_get(error, "field"));
     FUZZ_CHECK((field != NULL) == (err->field[0] != '\0'));
@@ -114,7 +116,7 @@ void fuzz_check_statuses(json_t *statuses, const char *channel)
 }
 
 json_t *fuzz_webhook_parse(og_webhook_parse_fn parse, const char *channel, size_t max,
-                           const char *const *codes, const char *body, size_t size)
+                           const og_errcode_t *const *codes, const char *body, size_t size)
 {
     og_err_t err = {0};
     json_t *statuses = parse(body, size, FUZZ_NOW, &err);
@@ -130,7 +132,7 @@ json_t *fuzz_webhook_parse(og_webhook_parse_fn parse, const char *channel, size_
 void fuzz_webhook_json(og_webhook_parse_fn parse, const char *channel, size_t max, og_hmac_alg_t alg,
                        const uint8_t *data, size_t size)
 {
-    static const char *const codes[] = {"invalid_json", "invalid_payload", NULL};
+    static const og_errcode_t *const codes[] = {OG_E_INVALID_JSON, OG_E_INVALID_PAYLOAD, NULL};
     const char *body = (const char *)data;
     json_decref(fuzz_webhook_parse(parse, channel, max, codes, body, size));
 

@@ -14,6 +14,7 @@
 
 #include "fuzz.h"
 #include "omnigate/channel.h"
+#include "omnigate/api.h"
 #include "omnigate/json.h"
 #include "omnigate/phone.h"
 #include "omnigate/tenants/settings.h"
@@ -77,9 +78,10 @@ static const char *const ctypes[] = {
 
 #define NCTYPES (sizeof(ctypes) / sizeof(ctypes[0]))
 
-static const char *const decode_codes[] = {"unsupported_media_type", "invalid_json", "unknown_field", NULL};
-static const char *const getter_codes[] = {"validation_failed", NULL};
-static const char *const settings_codes[] = {"validation_failed", "unknown_field", NULL};
+static const og_errcode_t *const decode_codes[] = {OG_E_UNSUPPORTED_MEDIA_TYPE, OG_E_INVALID_JSON,
+                                                   OG_E_UNKNOWN_FIELD, NULL};
+static const og_errcode_t *const getter_codes[] = {OG_E_VALIDATION_FAILED, NULL};
+static const og_errcode_t *const settings_codes[] = {OG_E_VALIDATION_FAILED, OG_E_UNKNOWN_FIELD, NULL};
 
 /* Runs the getter of `f` on `body` and checks what it says against the member itself. */
 static void get_field(json_t *body, const field_t *f)
@@ -170,7 +172,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         og_json_decode(ctype, ctype ? strlen(ctype) : 0, body, len, nallowed > 0 ? allowed : NULL, &err);
     if (obj == NULL) {
         fuzz_check_error(&err, decode_codes);
-        if (strcmp(err.code, "unknown_field") == 0) /* the field names the key, which may be "" */
+        if (err.code == OG_E_UNKNOWN_FIELD) /* the field names the key, which may be "" */
             FUZZ_CHECK(nallowed > 0);
         return 0;
     }

@@ -14,10 +14,11 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/tenants/settings.h"
 
-static const char *const settings_codes[] = {"validation_failed", "unknown_field", NULL};
-static const char *const sender_codes[] = {"validation_failed", "sender_not_approved", NULL};
+static const og_errcode_t *const settings_codes[] = {OG_E_VALIDATION_FAILED, OG_E_UNKNOWN_FIELD, NULL};
+static const og_errcode_t *const sender_codes[] = {OG_E_VALIDATION_FAILED, OG_E_SENDER_NOT_APPROVED, NULL};
 static const char *const channels[] = {"whatsapp_qr", "whatsapp_meta", "sms"};
 
 /* RFC 7396 as the RFC writes it, for comparison. A new reference. */

@@ -14,12 +14,13 @@
 #include <openssl/evp.h>
 
 #include "fuzz.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/router.h"
 #include "omnigate/callbacks/webhooks_in.h"
 
 #define MAX_FIELDS 128 /* webhooks_in.c refuses a form with more */
 
-static const char *const codes[] = {"invalid_payload", NULL};
+static const og_errcode_t *const codes[] = {OG_E_INVALID_PAYLOAD, NULL};
 static const char token[] = "twilio-auth-token";
 static const char url[] = "https://gw.example.com/webhooks/twilio?tenant=a";
 

@@ -80,6 +80,8 @@ struct sim_pending {
     sim_answer_t ans;
 };
 
+SIM_ERRCODES(OG_ERRCODE_DEFINE)
+
 static const char *const channel_names[SIM_CH__COUNT] = {"whatsapp_qr", "whatsapp_meta", "sms"};
 
 static const char *const stat_names[SIM_STAT__COUNT] = {
@@ -585,18 +587,18 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_channel_t ch;
     if (channel != NULL) {
         if (!channel_parse(channel, &ch)) {
-            og_err_fail(&err, "validation_failed", "channel",
+            og_err_fail(&err, OG_E_VALIDATION_FAILED, "channel",
                         "channel must be whatsapp_qr, whatsapp_meta or sms");
             goto failed;
         }
         rule.channel = (int)ch;
     }
     if (to != NULL && !sim_to_digits(to, strlen(to), rule.to)) {
-        og_err_fail(&err, "validation_failed", "to", "to must be +digits (at most 20)");
+        og_err_fail(&err, OG_E_VALIDATION_FAILED, "to", "to must be +digits (at most 20)");
         goto failed;
     }
     if (!behaviour_parse(behaviour, &rule.behaviour)) {
-        og_err_fail(&err, "validation_failed", "behaviour",
+        og_err_fail(&err, OG_E_VALIDATION_FAILED, "behaviour",
                     "behaviour must be ok, reject, error, hang, reset, garbage, throttle or auth");
         goto failed;
     }
@@ -604,7 +606,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     if (callback != NULL) {
         if (!sim_script_parse(callback, &script)) {
             og_err_fail(
-                &err, "validation_failed", "callback",
+                &err, OG_E_VALIDATION_FAILED, "callback",
                 "callback must be none, delivered_read, not_on_whatsapp, outside_window, undelivered, "
                 "before_answer, duplicate, read_first, sent_only or delivered_only");
             goto failed;
@@ -612,7 +614,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         rule.script = (int)script;
     }
     if (s->nrules == SIM_RULES_MAX) {
-        og_err_fail(&err, "too_many_rules", NULL, "at most %d rules; DELETE /__sim/rules first",
+        og_err_fail(&err, SIM_E_TOO_MANY_RULES, NULL, "at most %d rules; DELETE /__sim/rules first",
                     SIM_RULES_MAX);
         goto failed;
     }
@@ -620,7 +622,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         size_t cap = s->rules_cap ? s->rules_cap * 2 : 16;
         sim_rule_t *n = realloc(s->rules, cap * sizeof(*n));
         if (n == NULL) {
-            og_err_fail(&err, "unavailable", NULL, "out of memory");
+            og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
             goto failed;
         }
         s->rules = n;
@@ -667,18 +669,18 @@ static void requests_list(og_http_req_t *req, const og_route_match_t *m, void *c
     if (n > 0) {
         sim_channel_t ch;
         if (!channel_parse(buf, &ch)) {
-            og_api_error(req, "validation_failed", "channel",
+            og_api_error(req, OG_E_VALIDATION_FAILED, "channel",
                          "channel must be whatsapp_qr, whatsapp_meta or sms");
             return;
         }
         want_ch = (int)ch;
     } else if (n == -2) {
-        og_api_error(req, "validation_failed", "channel", "channel is malformed");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "channel", "channel is malformed");
         return;
     }
     n = og_query_param(req->query, req->query_len, "to", buf, sizeof(buf));
     if ((n > 0 && !sim_to_digits(buf, (size_t)n, to)) || n == -2) {
-        og_api_error(req, "validation_failed", "to", "to must be +digits (encode '+' as %2B)");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "to", "to must be +digits (encode '+' as %2B)");
         return;
     }
     json_t *items = json_array();
@@ -742,7 +744,7 @@ static void hooks_post(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     char mode[8];
     bool hang = og_route_param(m, "mode", mode, sizeof(mode)) && strcmp(mode, "hang") == 0;
     if (!hang && strcmp(mode, "ok") != 0) {
-        og_api_error(req, "not_found", NULL, "hooks are /__sim/hooks/ok and /__sim/hooks/hang");
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "hooks are /__sim/hooks/ok and /__sim/hooks/hang");
         return;
     }
     s->hooks[hang]++;

@@ -20,9 +20,15 @@
 
 #include <jansson.h>
 
+#include "omnigate/api.h"
 #include "omnigate/http.h"
 #include "omnigate/router.h"
 #include "omnigate/worker.h"
+
+/* The simulator's own error codes, beside the HTTP core's it answers too (api.h); X(symbol,
+ * name, status) as in OG_API_ERRCODES. */
+#define SIM_ERRCODES(X) X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422) /* the rule table is full */
+SIM_ERRCODES(OG_ERRCODE_EXTERN)
 
 typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
 

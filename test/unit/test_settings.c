@@ -43,8 +43,9 @@ static void assert_refused(const char *text, const char *code, const char *field
     og_err_t err = {0};
     if (og_settings_validate(s, &err))
         fail_msg("accepted: %s", text);
+    assert_non_null(err.code);
     assert_int_equal(og_api_status(err.code), 422);
-    assert_string_equal(err.code, code);
+    assert_string_equal(err.code->name, code);
     assert_string_equal(err.field, field);
     json_decref(s);
 }

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "omnigate/app/errors.h"
 #include "omnigate/callbacks/webhooks_in.h"
 
 static const char *field(json_t *arr, size_t i, const char *name)
@@ -116,7 +117,7 @@ static void test_twilio(void **state)
     json_decref(a);
     const char nosid[] = "MessageStatus=delivered";
     assert_null(og_webhook_parse_twilio(nosid, strlen(nosid), 42, &err));
-    assert_string_equal(err.code, "invalid_payload");
+    assert_ptr_equal(err.code, OG_E_INVALID_PAYLOAD);
 }
 
 /* The signature covers the URL and the decoded fields in name order. */

@@ -15,8 +15,8 @@ void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *o
     if (st == OG_DB_ERROR) {
         og_log(log, OG_LOG_ERROR, what, "\"requestId\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"",
                req->request_id, op->sqlstate, op->error);
-        og_api_error(req, "internal_error", NULL, "database error");
+        og_api_error(req, OG_E_INTERNAL_ERROR, NULL, "database error");
     } else {
-        og_api_error(req, "unavailable", NULL, unavailable);
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, unavailable);
     }
 }

@@ -54,17 +54,17 @@ void og_test_fault_set(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     if (point != NULL && strcmp(point, "hc_start") == 0) {
         og_hc_test_fail_start(gw->hc, n);
     } else if (point == NULL || strcmp(point, "db") != 0) {
-        og_api_error(req, "validation_failed", "point", "point must be db or hc_start");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "point", "point must be db or hc_start");
         goto out;
     } else if (gw->db == NULL) {
-        og_api_error(req, "validation_failed", "point", "no database configured");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "point", "no database configured");
         goto out;
     } else if (stmt != NULL && idx < 0) {
-        og_api_error(req, "validation_failed", "statement", "no such statement");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "statement", "no such statement");
         goto out;
     } else if (status == NULL || (strcmp(status, "error") != 0 && strcmp(status, "unavailable") != 0 &&
                                   strcmp(status, "lost") != 0)) {
-        og_api_error(req, "validation_failed", "status", "status must be error, unavailable or lost");
+        og_api_error(req, OG_E_VALIDATION_FAILED, "status", "status must be error, unavailable or lost");
         goto out;
     } else {
         og_db_status_t st = strcmp(status, "error") == 0 ? OG_DB_ERROR : OG_DB_UNAVAILABLE;

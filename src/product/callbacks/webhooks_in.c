@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/hmac.h"
@@ -54,13 +55,13 @@ static bool add_status(json_t *out, const char *channel, const char *pid, const 
                        const char *code, const char *message, og_err_t *err)
 {
     if (pid == NULL || pid[0] == '\0' || strlen(pid) >= PID_MAX)
-        return og_err_fail(err, "invalid_payload", NULL, "a status has no message id, or one over %d bytes",
-                           PID_MAX - 1);
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "a status has no message id, or one over %d bytes", PID_MAX - 1);
     if (code != NULL && strlen(code) >= CODE_MAX)
-        return og_err_fail(err, "invalid_payload", NULL, "an error code is over %d bytes", CODE_MAX - 1);
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "an error code is over %d bytes", CODE_MAX - 1);
     json_t *s = json_pack("{s:s,s:s,s:s,s:f}", "channel", channel, "pid", pid, "status", status, "at", at);
     if (s == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     bool failure = strcmp(status, "failed") == 0 || strcmp(status, "undelivered") == 0;
     if (failure) {
         char msg[MESSAGE_MAX];
@@ -106,9 +107,9 @@ static json_t *parse_json(const char *body, size_t len, og_err_t *err)
     json_error_t jerr;
     json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL)
-        og_err_fail(err, "invalid_json", NULL, "body is not valid JSON: %s", jerr.text);
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "body is not valid JSON: %s", jerr.text);
     else if (!json_is_object(root)) {
-        og_err_fail(err, "invalid_json", NULL, "body is not a JSON object");
+        og_err_fail(err, OG_E_INVALID_JSON, NULL, "body is not a JSON object");
         json_decref(root);
         root = NULL;
     }
@@ -123,7 +124,7 @@ static bool meta_status(json_t *out, json_t *st, og_err_t *err)
     double at;
     if (!json_is_object(st) || id == NULL || status == NULL ||
         !json_seconds(json_object_get(st, "timestamp"), &at))
-        return og_err_fail(err, "invalid_payload", NULL,
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
                            "a status needs string id and status and a timestamp of Unix seconds");
     const char *mapped = NULL;
     if (strcmp(status, "sent") == 0 || strcmp(status, "delivered") == 0 || strcmp(status, "failed") == 0)
@@ -136,7 +137,7 @@ static bool meta_status(json_t *out, json_t *st, og_err_t *err)
     const char *code = NULL, *message = NULL;
     json_t *errors = json_object_get(st, "errors");
     if (errors != NULL && !json_is_array(errors))
-        return og_err_fail(err, "invalid_payload", NULL, "errors is not an array");
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "errors is not an array");
     json_t *e0 = json_array_get(errors, 0);
     if (e0 != NULL) {
         code = code_text(json_object_get(e0, "code"), codebuf);
@@ -156,14 +157,14 @@ json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t
     json_t *entries = json_object_get(root, "entry");
     bool ok = out != NULL;
     if (ok && !json_is_array(entries))
-        ok = og_err_fail(err, "invalid_payload", "entry", "entry is not an array");
+        ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "entry is not an array");
     size_t i, j, k;
     json_t *entry, *change, *st;
     json_array_foreach(ok ? entries : NULL, i, entry)
     {
         json_t *changes = json_object_get(entry, "changes");
         if (!json_is_object(entry) || !json_is_array(changes)) {
-            ok = og_err_fail(err, "invalid_payload", "entry", "an entry has no changes array");
+            ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "an entry has no changes array");
             break;
         }
         json_array_foreach(changes, j, change)
@@ -171,14 +172,14 @@ json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t
             json_t *value = json_object_get(change, "value");
             const char *field = json_string_value(json_object_get(change, "field"));
             if (!json_is_object(change) || field == NULL) {
-                ok = og_err_fail(err, "invalid_payload", "entry", "a change has no field");
+                ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "a change has no field");
                 break;
             }
             if (strcmp(field, "messages") != 0)
                 continue; /* templates, account updates, ...: not ours to record */
             json_t *statuses = json_object_get(value, "statuses");
             if (!json_is_object(value) || (statuses != NULL && !json_is_array(statuses))) {
-                ok = og_err_fail(err, "invalid_payload", "entry", "a messages change has no value object");
+                ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "a messages change has no value object");
                 break;
             }
             json_array_foreach(statuses, k, st)
@@ -211,12 +212,12 @@ json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t
     json_t *payload = json_object_get(root, "payload");
     bool ok = out != NULL;
     if (ok && event == NULL)
-        ok = og_err_fail(err, "invalid_payload", "event", "event is not a string");
+        ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "event", "event is not a string");
     if (ok && strcmp(event, "message.ack") == 0) {
         const char *id = json_string_value(json_object_get(payload, "id"));
         json_t *ack = json_object_get(payload, "ack");
         if (!json_is_object(payload) || id == NULL || !json_is_integer(ack)) {
-            ok = og_err_fail(err, "invalid_payload", "payload",
+            ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "payload",
                              "message.ack needs payload.id and an integer payload.ack");
         } else {
             /* The envelope's timestamp is in milliseconds; without it, the time we got it. */
@@ -321,7 +322,7 @@ json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err
     form_t form;
     json_t *out = NULL;
     if (!form_parse(body, len, &form)) {
-        og_err_fail(err, "invalid_payload", NULL, "body is not a valid form");
+        og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "body is not a valid form");
         goto done;
     }
     const char *sid = form_get(&form, "MessageSid");
@@ -331,7 +332,7 @@ json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err
     if (status == NULL)
         status = form_get(&form, "SmsStatus");
     if (sid == NULL || status == NULL) {
-        og_err_fail(err, "invalid_payload", "MessageSid", "MessageSid and MessageStatus are required");
+        og_err_fail(err, OG_E_INVALID_PAYLOAD, "MessageSid", "MessageSid and MessageStatus are required");
         goto done;
     }
     static const char *const kept[] = {"sent", "delivered", "undelivered", "failed", "read"};
@@ -373,14 +374,14 @@ static double now_s(void)
 
 static void not_configured(og_http_req_t *req)
 {
-    og_api_error(req, "not_found", NULL, "no such route");
+    og_api_error(req, OG_E_NOT_FOUND, NULL, "no such route");
 }
 
 static void bad_signature(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, const char *header)
 {
     og_metrics_callback(gw->w->m, ch, OG_M_CB_BAD_SIGNATURE, 1);
     og_err_t err;
-    og_err_fail(&err, "invalid_signature", header, "missing or wrong %s", header);
+    og_err_fail(&err, OG_E_INVALID_SIGNATURE, header, "missing or wrong %s", header);
     og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
     og_api_send_error(req, &err, NULL, NULL, &h, 1);
 }
@@ -442,7 +443,7 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
     if (o == NULL || o->json == NULL) {
         json_decref(statuses);
         free(o);
-        og_api_error(req, "unavailable", NULL, gw->db == NULL ? "no database" : "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
         return;
     }
     o->gw = gw;
@@ -478,7 +479,7 @@ void og_webhook_meta_verify(og_http_req_t *req, const og_route_match_t *m, void 
     ok = ok && tn >= 0 && (size_t)tn == strlen(cfg->meta_verify_token) &&
          og_ct_equal(token, cfg->meta_verify_token, (size_t)tn) && cn >= 0;
     if (!ok) {
-        og_api_error(req, "forbidden", NULL, "verification refused");
+        og_api_error(req, OG_E_FORBIDDEN, NULL, "verification refused");
         return;
     }
     og_http_respond(req, 200, NULL, 0, "text/plain", challenge, (size_t)cn);
@@ -540,7 +541,7 @@ void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         asprintf(&url, "%.*s%.*s%s%.*s", (int)base, cfg->public_url, (int)req->path_len, req->path,
                  req->query != NULL ? "?" : "", (int)req->query_len, req->query != NULL ? req->query : "");
     if (un < 0) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     bool ok =

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/tenants/auth.h"
 #include "omnigate/logs/logs_api.h"
@@ -132,24 +133,25 @@ bool og_logs_query_parse(og_logs_query_t *l, og_logs_kind_t kind, const char *qu
             continue;
         }
         if (n <= 0)
-            return og_err_fail(err, "validation_failed", fields[i].name, "%s is empty or malformed",
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, fields[i].name, "%s is empty or malformed",
                                fields[i].name);
     }
     if (l->cursor[0] && !og_ids_reference_valid(l->cursor))
-        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "cursor", "cursor is not one this API returned");
     if (l->reference[0] && !og_ids_reference_valid(l->reference))
-        return og_err_fail(err, "validation_failed", "reference", "reference must look like kf_...");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "reference", "reference must look like kf_...");
     if (l->to[0] && !og_phone_e164_valid(l->to))
-        return og_err_fail(err, "validation_failed", "to", "to must be an E.164 number (+ and 8-15 digits)");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
+                           "to must be an E.164 number (+ and 8-15 digits)");
     if (l->status[0] && !one_of(l->status, l->kind->status_values))
-        return og_err_fail(err, "validation_failed", "status", "unknown status");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "status", "unknown status");
     if (l->filter4[0] && !one_of(l->filter4, l->kind->filter4_values))
-        return og_err_fail(err, "validation_failed", l->kind->filter4, "unknown %s", l->kind->filter4);
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, l->kind->filter4, "unknown %s", l->kind->filter4);
     int64_t since = 0, until = (int64_t)OG_IDS_TIME_MAX + 1;
     if (l->since[0] && !og_time_parse_rfc3339(l->since, &since))
-        return og_err_fail(err, "validation_failed", "since", "since must be an RFC 3339 time");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "since", "since must be an RFC 3339 time");
     if (l->until[0] && !og_time_parse_rfc3339(l->until, &until))
-        return og_err_fail(err, "validation_failed", "until", "until must be an RFC 3339 time");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "until", "until must be an RFC 3339 time");
     /* A record's time is its reference's (when the gateway made it), to the millisecond. */
     og_ids_reference_floor(l->lo, since < 0 ? 0 : (uint64_t)since);
     og_ids_reference_floor(l->hi, until < 0 ? 0 : (uint64_t)until);
@@ -175,7 +177,7 @@ static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
             og_metrics_add(&w->m->log_query_timeouts, 1);
         og_log(&w->log, OG_LOG_WARN, "logs query cancelled", "\"requestId\":\"%s\",\"timeoutMs\":%d",
                req->request_id, w->cfg->log_query_timeout_ms);
-        og_api_error(req, "query_timeout", NULL,
+        og_api_error(req, OG_E_QUERY_TIMEOUT, NULL,
                      "the log query took too long and was cancelled: narrow it or retry");
     } else {
         /* A replica cancelling a read for a recovery conflict (class 40) is worth a retry. */
@@ -222,7 +224,7 @@ static void page_done(og_db_op_t *op, og_db_status_t st)
     }
     /* An admin mirror reads the tenant's existence after the page (logs_tenant). */
     if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
         goto out;
     }
     /* The rows are JSON already (built by the query), spliced into the envelope as they are;
@@ -266,7 +268,7 @@ static logs_op_t *logs_op_new(og_http_req_t *req, og_gw_t *gw, og_logs_kind_t ki
 {
     logs_op_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
     l->gw = gw;
@@ -303,7 +305,7 @@ static void admin_logs(og_http_req_t *req, const og_route_match_t *m, void *ctx,
     if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
         return;
     if (gw->rdb == NULL) {
-        og_api_error(req, "unavailable", NULL, "no database configured");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
         return;
     }
     logs_op_t *l = logs_op_new(req, gw, kind);

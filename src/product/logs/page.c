@@ -28,7 +28,7 @@ bool og_page_check_params(const char *q, size_t len, const char *const *known, o
             if (!ok) {
                 char name[64];
                 snprintf(name, sizeof(name), "%.*s", (int)(k < 60 ? k : 60), q);
-                return og_err_fail(err, "validation_failed", name, "unknown query parameter %s", name);
+                return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "unknown query parameter %s", name);
             }
         }
         q += n;
@@ -51,7 +51,7 @@ bool og_page_limit(const char *query, size_t len, int *limit, og_err_t *err)
     char *end = NULL;
     long v = n > 0 ? strtol(buf, &end, 10) : 0;
     if (n <= 0 || *end != '\0' || buf[0] == '+' || buf[0] == '-' || v < 1 || v > OG_PAGE_MAX_LIMIT)
-        return og_err_fail(err, "validation_failed", "limit", "limit must be an integer from 1 to %d",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "limit", "limit must be an integer from 1 to %d",
                            OG_PAGE_MAX_LIMIT);
     *limit = (int)v;
     return true;
@@ -87,7 +87,7 @@ void og_page_answer(og_http_req_t *req, const PGresult *r, int limit, const char
     size_t n = 0;
     char *body = og_page_body(r, limit, message, &n);
     if (body == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     og_http_respond(req, 200, NULL, 0, "application/json", body, n);

@@ -10,6 +10,7 @@
 #include <openssl/sha.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/store.h"
 
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
@@ -24,11 +25,11 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     for (size_t k = 0; ok && k < len; k++)
         ok = v[k] >= 0x20 && v[k] <= 0x7e;
     if (!ok)
-        return og_err_fail(err, "validation_failed", "Idempotency-Key",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "Idempotency-Key",
                            "Idempotency-Key must be 1-255 printable ASCII characters");
     i->key = malloc(len + 1 + 2 * SHA256_DIGEST_LENGTH + 1);
     if (i->key == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     memcpy(i->key, v, len);
     i->key[len] = '\0';
     i->hash = i->key + len + 1;
@@ -52,7 +53,7 @@ char *og_idem_unknown_body(const char *reference, json_t *attempts, const char *
     json_t *data = json_pack("{s:s,s:s,s:o}", "reference", reference, "status", "unknown", "attempts",
                              attempts != NULL ? attempts : json_array());
     og_err_t err = {0};
-    og_err_fail(&err, "outcome_unknown", NULL, "%s", message);
+    og_err_fail(&err, OG_E_OUTCOME_UNKNOWN, NULL, "%s", message);
     return og_api_envelope(og_api_status(err.code), err.message, data, &err, NULL, len);
 }
 
@@ -61,7 +62,7 @@ void og_idem_answer_unknown(og_http_req_t *req, const char *reference, json_t *a
     size_t len;
     char *body = og_idem_unknown_body(reference, attempts, message, &len);
     if (body == NULL) {
-        og_api_error(req, "internal_error", NULL, "out of memory");
+        og_api_error(req, OG_E_INTERNAL_ERROR, NULL, "out of memory");
         return;
     }
     og_http_header_t h = {"X-Omnigate-Reference", 20, reference, strlen(reference)};
@@ -73,7 +74,7 @@ static void in_progress(og_idem_t *i)
 {
     og_http_header_t h = {"Retry-After", 11, "1", 1};
     og_err_t err = {0};
-    og_err_fail(&err, "idempotency_in_progress", NULL,
+    og_err_fail(&err, OG_E_IDEMPOTENCY_IN_PROGRESS, NULL,
                 "the first request with this Idempotency-Key is still in flight");
     og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
 }
@@ -131,7 +132,7 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
         "outcome; it is never sent again",
         &len);
     if (i->stale_body == NULL) {
-        og_api_error(i->req, "unavailable", NULL, "out of memory");
+        og_api_error(i->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         finish(i);
         return;
     }
@@ -180,7 +181,7 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
              * the client retry. */
             in_progress(i);
         } else if (strcmp(PQgetvalue(k, 0, 0), i->route) != 0 || strcmp(PQgetvalue(k, 0, 1), i->hash) != 0) {
-            og_api_error(i->req, "idempotency_key_reused", "Idempotency-Key",
+            og_api_error(i->req, OG_E_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key",
                          "this Idempotency-Key was used with a different request");
         } else if (PQgetisnull(k, 0, 2) && PQgetvalue(k, 0, 5)[0] == 't') {
             /* Unfinished past its lease: its instance died (API.md §15). */

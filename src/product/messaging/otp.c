@@ -12,6 +12,7 @@
 #include <openssl/crypto.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/tenants/auth.h"
 #include "omnigate/messaging/otp.h"
@@ -45,7 +46,7 @@ static void otp_attempted(og_attempt_t *a)
         json_t *e = og_attempt_error_json(r);
         c->error_text = json_dumps(e, JSON_COMPACT);
         json_decref(e);
-        og_err_fail(&err, "delivery_failed", NULL, "the SMS with the code could not be sent");
+        og_err_fail(&err, OG_E_DELIVERY_FAILED, NULL, "the SMS with the code could not be sent");
     }
     if (!og_smsreq_build_answer(c, r->sent ? "OTP sent" : err.message, data, r->sent ? NULL : &err) ||
         !og_smsreq_new_op(c))
@@ -86,10 +87,10 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
         og_http_header_t h = {"Retry-After", 11, retry, strlen(retry)};
         og_err_t err = {0};
         if (strcmp(outcome, "cooldown") == 0)
-            og_err_fail(&err, "otp_cooldown", NULL, "one OTP per number every 30 seconds: retry in %s s",
+            og_err_fail(&err, OG_E_OTP_COOLDOWN, NULL, "one OTP per number every 30 seconds: retry in %s s",
                         retry);
         else
-            og_err_fail(&err, "rate_limited", NULL, "at most 5 OTPs per number an hour: retry in %s s",
+            og_err_fail(&err, OG_E_RATE_LIMITED, NULL, "at most 5 OTPs per number an hour: retry in %s s",
                         retry);
         /* Not stored for idempotency: a limit is not an outcome, a retry later may succeed. */
         og_api_send_error(c->req, &err, NULL, NULL, &h, 1);
@@ -105,7 +106,7 @@ static void otp_claimed(og_smsreq_t *c)
     og_ids_reference(c->reference, og_ids_now_us());
     if (!og_otp_generate(c->code, c->length) ||
         !og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, c->code_hash)) {
-        og_api_error(c->req, "unavailable", NULL, "cannot generate a code");
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "cannot generate a code");
         og_smsreq_free(c);
         return;
     }
@@ -117,7 +118,7 @@ static void otp_claimed(og_smsreq_t *c)
     char *masked = malloc(len + 1);
     if (c->text == NULL || masked == NULL) {
         free(masked);
-        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         og_smsreq_free(c);
         return;
     }
@@ -147,11 +148,11 @@ static bool otp_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
         !og_json_get_string(body, "sender", false, &sender, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_err_fail(err, "validation_failed", "to",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     const char *at = strstr(tpl, "{code}");
     if (at == NULL || strstr(at + 6, "{code}") != NULL || strlen(tpl) > OTP_TEMPLATE_MAX)
-        return og_err_fail(err, "validation_failed", "template",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "template",
                            "template must contain {code} exactly once and be at most %d bytes",
                            OTP_TEMPLATE_MAX);
     snprintf(c->to, sizeof(c->to), "%s", to);
@@ -160,11 +161,11 @@ static bool otp_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
     snprintf(c->length_s, sizeof(c->length_s), "%d", c->length);
     snprintf(c->ttl_s, sizeof(c->ttl_s), "%d", c->ttl);
     if ((c->logged_text = strdup(tpl)) == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     /* Validate and count segments on the text as sent: digits stand in for the code. */
     size_t len = strlen(tpl) - 6 + (size_t)c->length;
     if ((c->text = malloc(len + 1)) == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     snprintf(c->text, len + 1, "%.*s%.*s%s", (int)(at - tpl), tpl, c->length, "0000000000", at + 6);
     bool ok = og_smsreq_text_segments(c, "template", err) && og_smsreq_sender(c, sender, err);
     free(c->text);
@@ -176,7 +177,7 @@ static bool otp_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
 
 static void verify_find(og_smsreq_t *c);
 
-static void verify_answer_error(og_smsreq_t *c, const char *code, const char *message, json_t *data)
+static void verify_answer_error(og_smsreq_t *c, const og_errcode_t *code, const char *message, json_t *data)
 {
     og_err_t err = {0};
     og_err_fail(&err, code, NULL, "%s", message);
@@ -205,7 +206,7 @@ static void verify_record(og_smsreq_t *c, const char *event)
     og_smsreq_submit(c, n, true, og_smsreq_committed);
 }
 
-static void verify_refused(og_smsreq_t *c, const char *code, const char *message, const char *event)
+static void verify_refused(og_smsreq_t *c, const og_errcode_t *code, const char *message, const char *event)
 {
     og_err_t err = {0};
     og_err_fail(&err, code, NULL, "%s", message);
@@ -217,7 +218,7 @@ static void verify_refused(og_smsreq_t *c, const char *code, const char *message
 /* The conditional update of a verify has committed. True when it changed the OTP's row;
  * otherwise the request is dealt with: a database error answered, or (another verify, a lock
  * or the clock got there first) the row judged again once, then refused with `code`. */
-static bool verify_updated(og_smsreq_t *c, og_db_op_t *op, og_db_status_t st, const char *code)
+static bool verify_updated(og_smsreq_t *c, og_db_op_t *op, og_db_status_t st, const og_errcode_t *code)
 {
     if (st != OG_DB_OK) {
         og_smsreq_db_failed(c, st);
@@ -238,20 +239,20 @@ static bool verify_updated(og_smsreq_t *c, og_db_op_t *op, og_db_status_t st, co
 static void verify_ok_done(og_db_op_t *op, og_db_status_t st)
 {
     og_smsreq_t *c = op->arg;
-    if (verify_updated(c, op, st, "otp_already_verified"))
+    if (verify_updated(c, op, st, OG_E_OTP_ALREADY_VERIFIED))
         og_smsreq_answer(c);
 }
 
 static void verify_bad_done(og_db_op_t *op, og_db_status_t st)
 {
     og_smsreq_t *c = op->arg;
-    if (!verify_updated(c, op, st, "otp_expired"))
+    if (!verify_updated(c, op, st, OG_E_OTP_EXPIRED))
         return;
     int failed = atoi(PQgetvalue(op->res[0], 0, 0));
     int remaining = failed >= OTP_MAX_FAILURES ? 0 : OTP_MAX_FAILURES - failed;
     og_db_op_clear(op);
     json_t *data = json_pack("{s:s,s:i}", "reference", c->reference, "attemptsRemaining", remaining);
-    verify_answer_error(c, "otp_invalid", "wrong code", data);
+    verify_answer_error(c, OG_E_OTP_INVALID, "wrong code", data);
 }
 
 static void verify_found(og_db_op_t *op, og_db_status_t st)
@@ -262,7 +263,7 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
     PGresult *r = op->res[0];
     if (r == NULL || PQntuples(r) == 0) {
         og_db_op_clear(op);
-        verify_answer_error(c, "not_found", "no such OTP", NULL);
+        verify_answer_error(c, OG_E_NOT_FOUND, "no such OTP", NULL);
         return;
     }
     snprintf(c->reference, sizeof(c->reference), "%s", PQgetvalue(r, 0, 0));
@@ -274,15 +275,15 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
     og_db_op_clear(op);
 
     if (strcmp(status, "verified") == 0) {
-        verify_refused(c, "otp_already_verified", "this OTP was already verified", "verify_failed");
+        verify_refused(c, OG_E_OTP_ALREADY_VERIFIED, "this OTP was already verified", "verify_failed");
     } else if (strcmp(status, "locked") == 0) {
         /* A new OTP can be asked for once the send cooldown has passed. */
         snprintf(c->retry_after, sizeof(c->retry_after), "30");
-        verify_refused(c, "otp_locked", "too many wrong codes: request a new OTP", "verify_failed");
+        verify_refused(c, OG_E_OTP_LOCKED, "too many wrong codes: request a new OTP", "verify_failed");
     } else if (strcmp(status, "pending") == 0 && expired) {
-        verify_refused(c, "otp_expired", "this OTP has expired", NULL);
+        verify_refused(c, OG_E_OTP_EXPIRED, "this OTP has expired", NULL);
     } else if (strcmp(status, "pending") != 0) {
-        verify_refused(c, "otp_expired",
+        verify_refused(c, OG_E_OTP_EXPIRED,
                        strcmp(status, "superseded") == 0 ? "this OTP was superseded by a newer one"
                                                          : "this OTP is no longer valid",
                        "verify_failed");
@@ -323,15 +324,15 @@ static bool verify_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
         !og_json_get_string(body, "code", true, &code, err))
         return false;
     if ((ref == NULL) == (to == NULL))
-        return og_err_fail(err, "validation_failed", ref ? "to" : "reference",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, ref ? "to" : "reference",
                            "give either reference or to, not both");
     if (ref != NULL && !og_ids_reference_valid(ref))
-        return og_err_fail(err, "validation_failed", "reference", "reference must look like kf_...");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "reference", "reference must look like kf_...");
     if (to != NULL && !og_phone_e164_valid(to))
-        return og_err_fail(err, "validation_failed", "to", "to must be an E.164 number");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "to", "to must be an E.164 number");
     size_t n = strlen(code);
     if (n < OG_OTP_MIN_LEN || n > OG_OTP_MAX_LEN || strspn(code, "0123456789") != n)
-        return og_err_fail(err, "validation_failed", "code", "code must be 4-10 digits");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "code", "code must be 4-10 digits");
     snprintf(c->reference, sizeof(c->reference), "%s", ref ? ref : "");
     snprintf(c->to, sizeof(c->to), "%s", to ? to : "");
     snprintf(c->code, sizeof(c->code), "%s", code);

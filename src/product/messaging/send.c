@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/tenants/auth.h"
 #include "omnigate/messaging/engine.h"
@@ -120,14 +121,14 @@ static void ctx_free(send_ctx_t *c)
 static bool read_fallback(send_ctx_t *c, const char *on, long long after, og_err_t *err)
 {
     if (strcmp(on, "accepted") != 0 && strcmp(on, "delivered") != 0 && strcmp(on, "read") != 0)
-        return og_err_fail(err, "validation_failed", "fallbackOn",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "fallbackOn",
                            "fallbackOn must be accepted, delivered or read");
     bool on_delivery = strcmp(on, "accepted") != 0;
     if (on_delivery && c->all)
-        return og_err_fail(err, "validation_failed", "fallbackOn",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "fallbackOn",
                            "fallbackOn %s needs deliveryMode fallback", on);
     if (after >= 0 && !on_delivery)
-        return og_err_fail(err, "validation_failed", "fallbackAfterSeconds",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "fallbackAfterSeconds",
                            "fallbackAfterSeconds needs fallbackOn delivered or read");
     c->fallback_on = on_delivery ? (strcmp(on, "read") == 0 ? "read" : "delivered") : NULL;
     c->fallback_after = after >= 0 ? after : 60;
@@ -150,19 +151,20 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
         !og_json_get_int(body, "fallbackAfterSeconds", false, 10, 86400, &after, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_err_fail(err, "validation_failed", "to",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     size_t nchars = 0;
     if (!og_text_validate(text, strlen(text), &nchars))
-        return og_err_fail(err, "validation_failed", "text",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "text",
                            "text must be 1-4096 characters of valid UTF-8, not only whitespace");
     if (strcmp(mode, "fallback") != 0 && strcmp(mode, "all") != 0)
-        return og_err_fail(err, "validation_failed", "deliveryMode", "deliveryMode must be fallback or all");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "deliveryMode",
+                           "deliveryMode must be fallback or all");
     if (*wa_from != NULL && !og_phone_wa_from_valid(*wa_from))
-        return og_err_fail(err, "validation_failed", "whatsappFrom",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "whatsappFrom",
                            "whatsappFrom must be 8-15 digits, no +");
     if (*sender != NULL && !og_phone_sender_valid(*sender))
-        return og_err_fail(err, "validation_failed", "sender",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "sender",
                            "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
     c->all = strcmp(mode, "all") == 0;
     if (!read_fallback(c, fallback_on, after, err))
@@ -170,7 +172,7 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
     snprintf(c->to, sizeof(c->to), "%s", to);
     c->text = strdup(text);
     if (c->text == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     return true;
 }
 
@@ -210,7 +212,7 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
     } else {
         if (!json_is_array(channels) || json_array_size(channels) == 0 ||
             json_array_size(channels) > OG_CH__COUNT)
-            return og_err_fail(err, "validation_failed", "channels",
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "channels",
                                "channels must be a non-empty array of whatsapp_qr, whatsapp_meta, sms");
         size_t i;
         json_t *v;
@@ -218,11 +220,11 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
         {
             og_channel_t ch;
             if (!json_is_string(v) || !og_channel_parse(json_string_value(v), &ch))
-                return og_err_fail(err, "validation_failed", "channels",
+                return og_err_fail(err, OG_E_VALIDATION_FAILED, "channels",
                                    "channels[%zu] must be one of whatsapp_qr, whatsapp_meta, sms", i);
             for (int k = 0; k < nwanted; k++)
                 if (wanted[k] == ch)
-                    return og_err_fail(err, "validation_failed", "channels", "channels must be distinct");
+                    return og_err_fail(err, OG_E_VALIDATION_FAILED, "channels", "channels must be distinct");
             wanted[nwanted++] = ch;
         }
     }
@@ -233,7 +235,7 @@ static bool choose_channels(send_ctx_t *c, json_t *body, og_err_t *err)
             skip(c, wanted[i], "channel_disabled");
     }
     if (c->nch == 0)
-        return og_err_fail(err, "no_channel_available", "channels",
+        return og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
                            "none of the requested channels is enabled for this tenant");
     return true;
 }
@@ -249,20 +251,21 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
                 return false;
             og_sms_encode_info(c->text, strlen(c->text), &c->sms);
             if (c->sms.segments > SMS_MAX_SEGMENTS)
-                return og_err_fail(err, "text_too_long", "text", "text needs %d SMS segments, more than %d",
-                                   (int)c->sms.segments, SMS_MAX_SEGMENTS);
+                return og_err_fail(err, OG_E_TEXT_TOO_LONG, "text",
+                                   "text needs %d SMS segments, more than %d", (int)c->sms.segments,
+                                   SMS_MAX_SEGMENTS);
             continue;
         }
         if (c->wa_from[0] == '\0') {
             const char *def = wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
             if (def == NULL)
-                return og_err_fail(err, "validation_failed", "whatsappFrom",
+                return og_err_fail(err, OG_E_VALIDATION_FAILED, "whatsappFrom",
                                    "whatsappFrom is required: the tenant has no default WhatsApp number");
             snprintf(c->wa_from, sizeof(c->wa_from), "%s", def);
         }
         og_settings_wa_number_t num;
         if (!og_settings_wa_number(settings, og_channel_name(c->ch[i]), c->wa_from, &num))
-            return og_err_fail(err, "whatsapp_from_not_registered", "whatsappFrom",
+            return og_err_fail(err, OG_E_WHATSAPP_FROM_NOT_REGISTERED, "whatsappFrom",
                                "%s is not registered for %s", c->wa_from, og_channel_name(c->ch[i]));
         if (c->ch[i] == OG_CH_WHATSAPP_QR) {
             c->qr_session = num.session;
@@ -373,7 +376,7 @@ static bool build_answer(send_ctx_t *c, const og_engine_t *e)
     if (winner != NULL)
         snprintf(message, sizeof(message), "Message sent via %s", winner);
     else
-        og_err_fail(&err, "delivery_failed", NULL, "every attempted channel failed");
+        og_err_fail(&err, OG_E_DELIVERY_FAILED, NULL, "every attempted channel failed");
     c->response_status = winner != NULL ? 200 : og_api_status(err.code);
     snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
     og_jw_t w;
@@ -483,7 +486,7 @@ static void engine_done(og_engine_t *e)
 {
     send_ctx_t *c = e->arg;
     if (!build_answer(c, e) || !build_completion(c, e)) {
-        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
         return;
     }
@@ -581,7 +584,7 @@ static void claimed(og_idem_t *i)
     write_skipped(c, &w);
     c->skipped_text = og_jw_finish(&w, NULL);
     if (c->skipped_text == NULL) {
-        og_api_error(c->req, "unavailable", NULL, "out of memory");
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
         return;
     }
@@ -638,7 +641,7 @@ static void nowa_checked(void *arg, bool remembered)
         og_metrics_add(&c->gw->w->m->not_on_whatsapp_skips, 1);
     if (c->nch == 0) {
         og_err_t err = {0};
-        og_err_fail(&err, "no_channel_available", "channels",
+        og_err_fail(&err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
                     "the number has no WhatsApp (a provider said so) and no other channel was requested");
         og_jw_t w;
         og_jw_init(&w, 0);
@@ -705,7 +708,7 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     send_ctx_t *c = calloc(1, sizeof(*c));
     if (c == NULL || (c->op = og_db_op_new()) == NULL) {
         free(c);
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     c->gw = gw;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "omnigate/api.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
 #include "omnigate/messaging/sms_req.h"
@@ -29,7 +30,7 @@ static void sms_attempted(og_attempt_t *a)
         json_t *e = og_attempt_error_json(r);
         c->error_text = json_dumps(e, JSON_COMPACT);
         json_object_set_new(data, "error", e);
-        og_err_fail(&err, "delivery_failed", NULL, "the SMS provider did not accept the message");
+        og_err_fail(&err, OG_E_DELIVERY_FAILED, NULL, "the SMS provider did not accept the message");
     }
     if (!og_smsreq_build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err) ||
         !og_smsreq_new_op(c))
@@ -76,11 +77,11 @@ static bool sms_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
         !og_json_get_string(body, "sender", false, &sender, err))
         return false;
     if (!og_phone_e164_valid(to))
-        return og_err_fail(err, "validation_failed", "to",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     snprintf(c->to, sizeof(c->to), "%s", to);
     if ((c->text = strdup(text)) == NULL)
-        return og_err_fail(err, "unavailable", NULL, "out of memory");
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     return og_smsreq_text_segments(c, "text", err) && og_smsreq_sender(c, sender, err);
 }
 

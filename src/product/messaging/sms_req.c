@@ -11,6 +11,7 @@
 
 #include "omnigate/api.h"
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/json.h"
 #include "omnigate/tenants/settings.h"
 
@@ -103,7 +104,7 @@ bool og_smsreq_build_answer(og_smsreq_t *c, const char *message, json_t *data, c
     c->response_text = og_api_envelope(c->status, message, data, err, NULL, &c->response_len);
     if (c->response_text != NULL)
         return true;
-    og_api_error(c->req, "unavailable", NULL, "out of memory");
+    og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
     og_smsreq_free(c);
     return false;
 }
@@ -114,7 +115,7 @@ bool og_smsreq_new_op(og_smsreq_t *c)
 {
     if ((c->op = og_db_op_new()) != NULL)
         return true;
-    og_api_error(c->req, "unavailable", NULL, "out of memory");
+    og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
     og_smsreq_free(c);
     return false;
 }
@@ -126,7 +127,7 @@ bool og_smsreq_sender(og_smsreq_t *c, const char *sender, og_err_t *err)
 {
     json_t *settings = c->auth.tenant->settings;
     if (!og_settings_channel_enabled(settings, "sms"))
-        return og_err_fail(err, "no_channel_available", NULL,
+        return og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, NULL,
                            "the sms channel is not enabled for this tenant");
     return og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err);
 }
@@ -135,11 +136,11 @@ bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err)
 {
     size_t nchars;
     if (!og_text_validate(c->text, strlen(c->text), &nchars))
-        return og_err_fail(err, "validation_failed", field,
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
                            "%s must be 1-4096 characters of valid UTF-8, not only whitespace", field);
     og_sms_encode_info(c->text, strlen(c->text), &c->sms);
     if (c->sms.segments > OG_SMS_MAX_SEGMENTS)
-        return og_err_fail(err, "text_too_long", field, "the text needs %zu SMS segments, more than %d",
+        return og_err_fail(err, OG_E_TEXT_TOO_LONG, field, "the text needs %zu SMS segments, more than %d",
                            c->sms.segments, OG_SMS_MAX_SEGMENTS);
     snprintf(c->segments_s, sizeof(c->segments_s), "%zu", c->sms.segments);
     return true;
@@ -197,7 +198,7 @@ void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind
     og_smsreq_t *c = calloc(1, sizeof(*c));
     if (c == NULL || (c->op = og_db_op_new()) == NULL) {
         free(c);
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     c->gw = og_gw(ctx);

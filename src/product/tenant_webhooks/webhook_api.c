@@ -18,6 +18,7 @@
 #include <openssl/crypto.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/tenants/auth.h"
 #include "omnigate/app/ctx.h"
@@ -83,7 +84,7 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     }
     PGresult *r = op->res[0];
     if (PQntuples(r) == 0) {
-        og_api_error(a->req, "not_found", NULL,
+        og_api_error(a->req, OG_E_NOT_FOUND, NULL,
                      a->kind == W_PUT ? "no such tenant" : "the tenant has no webhook");
         admin_free(a);
         return;
@@ -104,18 +105,18 @@ static wh_admin_t *admin_new(og_http_req_t *req, const og_route_match_t *m, void
     if (!og_auth_admin(req, gw->w->cfg->admin_token))
         return NULL;
     if (gw->db == NULL) {
-        og_api_error(req, "unavailable", NULL, "no database configured");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
         return NULL;
     }
     char id[37];
     if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
         return NULL;
     }
     wh_admin_t *a = calloc(1, sizeof(*a));
     if (a == NULL || !og_wh_seal_key(&a->key, gw->w->cfg->secret)) {
         free(a);
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
     for (size_t i = 0; i < sizeof(id); i++)
@@ -167,7 +168,7 @@ void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     a->url = strdup(url);
     json_decref(body);
     if (a->url == NULL || !new_secret(a)) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         admin_free(a);
         return;
     }
@@ -197,12 +198,12 @@ void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx
     if (a == NULL)
         return;
     if (req->body_len > 0) {
-        og_api_error(req, "validation_failed", NULL, "rotate-secret takes no body");
+        og_api_error(req, OG_E_VALIDATION_FAILED, NULL, "rotate-secret takes no body");
         admin_free(a);
         return;
     }
     if (!new_secret(a)) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         admin_free(a);
         return;
     }
@@ -236,7 +237,7 @@ static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *e
     snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
     int n = og_query_param(req->query, req->query_len, "status", l->status, sizeof(l->status));
     if (n == 0 || n < -1)
-        return og_err_fail(err, "validation_failed", "status", "status is empty or malformed");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "status", "status is empty or malformed");
     if (n == -1) {
         l->status[0] = '\0';
     } else {
@@ -244,14 +245,14 @@ static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *e
         for (const char *const *s = statuses; *s && !ok; s++)
             ok = strcmp(l->status, *s) == 0;
         if (!ok)
-            return og_err_fail(err, "validation_failed", "status",
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "status",
                                "status must be pending, failed, delivered or exhausted");
     }
     n = og_query_param(req->query, req->query_len, "cursor", l->cursor, sizeof(l->cursor));
     if (n == -1) {
         l->cursor[0] = '\0';
     } else if (n <= 0 || n > 18 || strspn(l->cursor, "0123456789") != (size_t)n || l->cursor[0] == '0') {
-        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "cursor", "cursor is not one this API returned");
     }
     return true;
 }
@@ -267,7 +268,7 @@ static void list_done(og_db_op_t *op, og_db_status_t st)
     }
     /* The admin mirror reads the tenant after the page: none is a 404, not an empty page. */
     if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
         goto out;
     }
     /* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
@@ -314,7 +315,7 @@ static wh_list_t *list_new(og_http_req_t *req, og_gw_t *gw)
 {
     wh_list_t *l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
     og_err_t err = {0};
@@ -347,7 +348,7 @@ static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t 
     if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
         return false;
     if (gw->db == NULL) {
-        og_api_error(req, "unavailable", NULL, "no database configured");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
         return false;
     }
     return true;
@@ -388,10 +389,10 @@ static void retry_done(og_db_op_t *op, og_db_status_t st)
             og_api_reply(req, 200, "one more try is queued", item, NULL, 0);
             og_jobs_wake(t->gw->jobs);
         } else if (strcmp(outcome, "disabled") == 0) {
-            og_api_error(req, "webhook_disabled", NULL,
+            og_api_error(req, OG_E_WEBHOOK_DISABLED, NULL,
                          "the tenant has no enabled webhook: set it again (PUT) before retrying");
         } else {
-            og_api_error(req, "not_found", NULL, "no such delivery");
+            og_api_error(req, OG_E_NOT_FOUND, NULL, "no such delivery");
         }
     }
     og_db_op_clear(op);
@@ -434,7 +435,7 @@ static wh_retry_op_t *retry_new(og_http_req_t *req, const og_route_match_t *m, o
 {
     wh_retry_op_t *t = calloc(1, sizeof(*t));
     if (t == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
     if (!og_route_param(m, name, t->id, sizeof(t->id)) || !delivery_id_valid(t->id))

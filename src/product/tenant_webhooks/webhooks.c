@@ -13,6 +13,7 @@
 #include <openssl/evp.h>
 
 #include "omnigate/addrguard.h"
+#include "omnigate/api.h"
 #include "omnigate/hmac.h"
 #include "omnigate/http_client.h"
 #include "omnigate/ids.h"
@@ -84,24 +85,24 @@ bool og_wh_url_check(const char *url, bool allow_http, bool allow_private, og_er
 {
     size_t n = strlen(url);
     if (n == 0 || n > OG_WH_URL_MAX)
-        return og_err_fail(err, "validation_failed", "url", "url must be 1-%d characters", OG_WH_URL_MAX);
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "url", "url must be 1-%d characters", OG_WH_URL_MAX);
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)url[i] <= 0x20 || url[i] == 0x7f)
-            return og_err_fail(err, "validation_failed", "url",
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "url",
                                "url must not contain spaces or control characters");
     char scheme[16], host[256];
     bool credentials = false;
     if (!og_hc_url_parts(url, scheme, sizeof(scheme), host, sizeof(host), &credentials))
-        return og_err_fail(err, "validation_failed", "url", "url must be an absolute URL with a host");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "url", "url must be an absolute URL with a host");
     bool https = strcmp(scheme, "https") == 0, http = strcmp(scheme, "http") == 0;
     if (!https && !(http && allow_http))
-        return og_err_fail(err, "validation_failed", "url", "url must start with https://%s",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "url", "url must start with https://%s",
                            http ? " (http:// is refused: OMNIGATE_WEBHOOK_ALLOW_HTTP is off)" : "");
     if (credentials)
-        return og_err_fail(err, "validation_failed", "url", "url must not carry a user name or password");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "url", "url must not carry a user name or password");
     og_addr_class_t cls;
     if (!allow_private && og_addr_class_text(host, &cls) && cls != OG_ADDR_PUBLIC)
-        return og_err_fail(err, "validation_failed", "url",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "url",
                            "url points to a %s address; webhooks only call public ones",
                            og_addr_class_name(cls));
     return true;
@@ -115,7 +116,7 @@ bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
             want[i] = true;
     } else {
         if (!json_is_array(events) || json_array_size(events) == 0)
-            return og_err_fail(err, "validation_failed", "events",
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "events",
                                "events must be a non-empty array of event types");
         size_t i;
         json_t *v;
@@ -127,12 +128,12 @@ bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
                     k = j;
             if (k < 0)
                 return og_err_fail(
-                    err, "validation_failed", "events",
+                    err, OG_E_VALIDATION_FAILED, "events",
                     "events[%zu] must be one of message.sent, message.failed, message.delivered, "
                     "message.read, message.undelivered, otp.verified, otp.locked",
                     i);
             if (want[k])
-                return og_err_fail(err, "validation_failed", "events", "events must be distinct");
+                return og_err_fail(err, OG_E_VALIDATION_FAILED, "events", "events must be distinct");
             want[k] = true;
         }
     }

@@ -14,6 +14,7 @@
 #include <openssl/crypto.h>
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/api.h"
 #include "omnigate/tenants/admin.h"
 #include "omnigate/app/ctx.h"
@@ -165,13 +166,13 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
         break;
     case A_TENANT_GET:
         if (rows == 0)
-            og_api_error(a->req, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
         else
             og_api_reply(a->req, 200, "tenant", tenant_json(a, r, 0), NULL, 0);
         break;
     case A_TENANT_PATCH_READ:
         if (rows == 0) {
-            og_api_error(a->req, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
             break;
         }
         patch_write(a, r);
@@ -186,9 +187,9 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
             submit(a);
             return;
         } else if (a->patch != NULL) {
-            og_api_error(a->req, "conflict", NULL, "the tenant kept changing; try again");
+            og_api_error(a->req, OG_E_CONFLICT, NULL, "the tenant kept changing; try again");
         } else {
-            og_api_error(a->req, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
         }
         break;
     case A_TOKEN_CREATE: {
@@ -200,16 +201,16 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
             json_object_del(data, "revokedAt");
             og_api_reply(a->req, 201, "token created: it is shown only this once", data, NULL, 0);
         } else if (t != NULL && PQntuples(t) == 1) {
-            og_api_error(a->req, "unified_api_locked", NULL,
+            og_api_error(a->req, OG_E_UNIFIED_API_LOCKED, NULL,
                          "the tenant's plan locks the unified API: enable it before generating a token");
         } else {
-            og_api_error(a->req, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
         }
         break;
     }
     case A_TOKEN_LIST: {
         if (op->res[1] == NULL || PQntuples(op->res[1]) == 0) {
-            og_api_error(a->req, "not_found", NULL, "no such tenant");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
             break;
         }
         json_t *items = json_array();
@@ -220,7 +221,7 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     }
     case A_TOKEN_REVOKE:
         if (rows == 0)
-            og_api_error(a->req, "not_found", NULL, "no such token");
+            og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such token");
         else
             og_api_reply(a->req, 200, "token revoked", token_json(r, 0), NULL, 0);
         break;
@@ -308,7 +309,7 @@ static void patch_write(admin_op_t *a, PGresult *current)
     if (merged == NULL || !og_settings_validate(merged, &err) ||
         !seal_for_store(a, merged, PQgetvalue(current, 0, OG_TENANT_ID))) {
         if (err.code == NULL)
-            og_err_fail(&err, "internal_error", NULL, "cannot merge settings");
+            og_err_fail(&err, OG_E_INTERNAL_ERROR, NULL, "cannot merge settings");
         json_decref(merged);
         og_api_send_error(a->req, &err, NULL, NULL, NULL, 0);
         admin_op_free(a);
@@ -329,12 +330,12 @@ static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind
     if (!og_auth_admin(req, gw->w->cfg->admin_token))
         return NULL;
     if (gw->db == NULL) {
-        og_api_error(req, "unavailable", NULL, "no database configured");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
         return NULL;
     }
     admin_op_t *a = calloc(1, sizeof(*a));
     if (a == NULL) {
-        og_api_error(req, "unavailable", NULL, "out of memory");
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
     a->req = req;
@@ -367,7 +368,7 @@ static bool uuid_param(admin_op_t *a, const og_route_match_t *m, const char *nam
                        const char *what)
 {
     if (!og_route_param(m, name, buf, 37) || !og_store_uuid_valid(buf)) {
-        og_api_error(a->req, "not_found", NULL, what);
+        og_api_error(a->req, OG_E_NOT_FOUND, NULL, what);
         return false;
     }
     return true;
@@ -385,10 +386,10 @@ static bool name_field(json_t *body, const char *field, bool required, size_t ma
     for (const unsigned char *p = (const unsigned char *)name; *p; p++)
         chars += (*p & 0xC0) != 0x80;
     if ((required && chars == 0) || chars > max_chars)
-        return og_err_fail(err, "validation_failed", field, "%s must be %s%zu characters", field,
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s must be %s%zu characters", field,
                            required ? "1-" : "at most ", max_chars);
     *out = strdup(name);
-    return *out != NULL || og_err_fail(err, "unavailable", NULL, "out of memory");
+    return *out != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
 }
 
 /* Answers a request refused while reading its body, and frees everything it took. */
@@ -409,12 +410,12 @@ bool og_admin_list_query(const char *q, size_t len, og_admin_list_t *out, og_err
     if (n == -1)
         out->cursor[0] = '\0';
     else if (n <= 0 || !og_store_uuid_valid(out->cursor))
-        return og_err_fail(err, "validation_failed", "cursor", "cursor is not one this API returned");
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "cursor", "cursor is not one this API returned");
     n = og_query_param(q, len, "name", out->name, sizeof(out->name));
     if (n == -1)
         out->name[0] = '\0';
     else if (n <= 0)
-        return og_err_fail(err, "validation_failed", "name", "name must be 1-%d characters of UTF-8",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "name", "name must be 1-%d characters of UTF-8",
                            OG_ADMIN_MAX_NAME_CHARS);
     return true;
 }
@@ -454,7 +455,7 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
         if (!og_settings_validate(settings, &err))
             goto fail;
         if (!seal_for_store(a, settings, a->id)) {
-            og_err_fail(&err, "unavailable", NULL, "out of memory");
+            og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
             goto fail;
         }
     }
@@ -502,7 +503,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
         !og_json_get_bool(body, "unifiedApiEnabled", false, &unified, &err))
         goto fail;
     if (a->name != NULL && a->name[0] == '\0') {
-        og_err_fail(&err, "validation_failed", "name", "name must be 1-%d characters", MAX_NAME_CHARS);
+        og_err_fail(&err, OG_E_VALIDATION_FAILED, "name", "name must be 1-%d characters", MAX_NAME_CHARS);
         goto fail;
     }
     if (has_unified)
@@ -510,7 +511,7 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
     json_t *settings = json_object_get(body, "settings");
     if (settings != NULL) {
         if (!json_is_object(settings)) {
-            og_err_fail(&err, "validation_failed", "settings",
+            og_err_fail(&err, OG_E_VALIDATION_FAILED, "settings",
                         "settings must be an object (applied as a JSON merge patch)");
             goto fail;
         }
@@ -539,7 +540,7 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
     if (body == NULL || !name_field(body, "name", false, 100, &a->name, &err))
         goto fail;
     if (a->name == NULL && (a->name = strdup("")) == NULL) {
-        og_err_fail(&err, "unavailable", NULL, "out of memory");
+        og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
         goto fail;
     }
     json_t *scopes = json_object_get(body, "scopes");
@@ -549,7 +550,7 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
         static const char *const names[] = {"send", "otp", "logs"};
         bool seen[3] = {false, false, false};
         if (!json_is_array(scopes) || json_array_size(scopes) == 0) {
-            og_err_fail(&err, "validation_failed", "scopes",
+            og_err_fail(&err, OG_E_VALIDATION_FAILED, "scopes",
                         "scopes must be a non-empty array of send, otp, logs");
             goto fail;
         }
@@ -562,7 +563,7 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
                 if (json_is_string(v) && strcmp(json_string_value(v), names[j]) == 0)
                     k = j;
             if (k < 0 || seen[k]) {
-                og_err_fail(&err, "validation_failed", "scopes",
+                og_err_fail(&err, OG_E_VALIDATION_FAILED, "scopes",
                             "scopes must be distinct values of send, otp, logs");
                 goto fail;
             }

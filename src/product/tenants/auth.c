@@ -4,6 +4,7 @@
 #include "omnigate/tenants/auth.h"
 
 #include "omnigate/app/answer.h"
+#include "omnigate/app/errors.h"
 #include "omnigate/metrics.h"
 #include "omnigate/tenants/ratelimit.h"
 #include "omnigate/tenants/settings.h"
@@ -111,7 +112,7 @@ static void touch(og_auth_t *auth, const char *token_id)
     /* Beyond that many distinct tokens in one second the extra ones wait for a later second. */
 }
 
-static void answer_error(og_http_req_t *req, const char *code, const char *message)
+static void answer_error(og_http_req_t *req, const og_errcode_t *code, const char *message)
 {
     og_api_error(req, code, NULL, message);
 }
@@ -128,7 +129,7 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
         return true;
     if (auth->metrics != NULL)
         og_metrics_add(&auth->metrics->rate_limited, 1);
-    og_api_error(req, "rate_limited", NULL, "the tenant's rate limit is exhausted: retry later");
+    og_api_error(req, OG_E_RATE_LIMITED, NULL, "the tenant's rate limit is exhausted: retry later");
     return false;
 }
 
@@ -136,11 +137,11 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
 static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
 {
     if (!s->found || s->revoked) {
-        answer_error(a->req, "unauthorized", s->revoked ? "token revoked" : "unknown token");
+        answer_error(a->req, OG_E_UNAUTHORIZED, s->revoked ? "token revoked" : "unknown token");
     } else if (a->unified && !s->tenant->unified_api_enabled) {
-        answer_error(a->req, "unified_api_locked", "the tenant's plan does not include the unified API");
+        answer_error(a->req, OG_E_UNIFIED_API_LOCKED, "the tenant's plan does not include the unified API");
     } else if ((s->scopes & a->scope) != a->scope) {
-        answer_error(a->req, "insufficient_scope", "the token lacks the scope this route needs");
+        answer_error(a->req, OG_E_INSUFFICIENT_SCOPE, "the token lacks the scope this route needs");
     } else if (!rate_ok(auth, a->req, s->tenant)) {
         /* answered 429 rate_limited */
     } else {
@@ -174,7 +175,7 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
             json_decref(settings);
             memset(s, 0, sizeof(*s));
             og_db_op_clear(op);
-            answer_error(a->req, "unavailable", "out of memory");
+            answer_error(a->req, OG_E_UNAVAILABLE, "out of memory");
             a->done(a);
             return;
         }
@@ -202,7 +203,7 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     size_t len;
     const char *v = og_http_req_header(a->req, "authorization", &len);
     if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
-        answer_error(a->req, "unauthorized", "missing bearer token");
+        answer_error(a->req, OG_E_UNAUTHORIZED, "missing bearer token");
         a->done(a);
         return;
     }
@@ -211,17 +212,17 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     while (tlen > 0 && *tok == ' ')
         tok++, tlen--;
     if (!og_token_format_valid(tok, tlen)) {
-        answer_error(a->req, "unauthorized", "malformed bearer token");
+        answer_error(a->req, OG_E_UNAUTHORIZED, "malformed bearer token");
         a->done(a);
         return;
     }
     if (a->op == NULL) { /* a route that gave no operation (auth.h): a bug, not the client's */
-        og_api_error(a->req, "internal_error", NULL, "authentication has no database operation");
+        og_api_error(a->req, OG_E_INTERNAL_ERROR, NULL, "authentication has no database operation");
         a->done(a);
         return;
     }
     if (auth->db == NULL) {
-        answer_error(a->req, "unavailable", "no database configured");
+        answer_error(a->req, OG_E_UNAVAILABLE, "no database configured");
         a->done(a);
         return;
     }
@@ -248,11 +249,11 @@ bool og_auth_admin(og_http_req_t *req, const char *admin_token)
     size_t len;
     const char *v = og_http_req_header(req, "authorization", &len);
     if (admin_token == NULL) {
-        answer_error(req, "unauthorized", "the admin API is disabled (OMNIGATE_ADMIN_TOKEN is not set)");
+        answer_error(req, OG_E_UNAUTHORIZED, "the admin API is disabled (OMNIGATE_ADMIN_TOKEN is not set)");
         return false;
     }
     if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {
-        answer_error(req, "unauthorized", "missing bearer token");
+        answer_error(req, OG_E_UNAUTHORIZED, "missing bearer token");
         return false;
     }
     /* Compare digests so neither the content nor the length of the admin token leaks
@@ -261,7 +262,7 @@ bool og_auth_admin(og_http_req_t *req, const char *admin_token)
     SHA256((const unsigned char *)admin_token, strlen(admin_token), want);
     SHA256((const unsigned char *)v + 7, len - 7, got);
     if (CRYPTO_memcmp(want, got, sizeof(want)) != 0) {
-        answer_error(req, "unauthorized", "invalid admin token");
+        answer_error(req, OG_E_UNAUTHORIZED, "invalid admin token");
         return false;
     }
     return true;
@@ -319,7 +320,7 @@ bool og_auth_admin_tenant(og_http_req_t *req, const og_route_match_t *m, const c
     if (!og_auth_admin(req, admin_token))
         return false;
     if (!og_route_param(m, "id", id, 37) || !og_store_uuid_valid(id)) {
-        og_api_error(req, "not_found", NULL, "no such tenant");
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
         return false;
     }
     return true;

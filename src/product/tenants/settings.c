@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/app/errors.h"
 #include "omnigate/phone.h"
 
 /* NULL-terminated so it doubles as the key list of settings.channels. */
@@ -53,7 +54,7 @@ static void key_excerpt(const char *key, char out[40])
 /* validation_failed for `field`, with "<field> <what>" as the message. */
 static bool invalid(og_err_t *err, const char *field, const char *what)
 {
-    return og_err_fail(err, "validation_failed", field, "%s %s", field, what);
+    return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s %s", field, what);
 }
 
 /* Requires `obj` to be an object whose keys are all in `known` (NULL-terminated); `path` names
@@ -74,7 +75,7 @@ static bool object_with_keys(const json_t *obj, const char *path, const char *co
             char ex[40];
             key_excerpt(key, ex);
             path_fmt(field, "%s.%s", path, ex);
-            return og_err_fail(err, "unknown_field", field, "%s is not a known setting", field);
+            return og_err_fail(err, OG_E_UNKNOWN_FIELD, field, "%s is not a known setting", field);
         }
     }
     return true;
@@ -557,13 +558,13 @@ bool og_settings_sms_sender(const json_t *settings, const char *requested, char 
     if (sender != NULL) {
         if (!og_phone_sender_valid(sender))
             return og_err_fail(
-                err, "validation_failed", "sender",
+                err, OG_E_VALIDATION_FAILED, "sender",
                 "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
         if (!og_settings_sms_sender_approved(settings, sender))
-            return og_err_fail(err, "sender_not_approved", "sender",
+            return og_err_fail(err, OG_E_SENDER_NOT_APPROVED, "sender",
                                "sender %s is not on the tenant's approved list", sender);
     } else if ((sender = og_settings_sms_default_sender(settings)) == NULL) {
-        return og_err_fail(err, "validation_failed", "sender",
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "sender",
                            "sender is required: the tenant has no default sender");
     }
     snprintf(out, outlen, "%s", sender);
