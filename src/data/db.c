@@ -227,7 +227,7 @@ struct og_db {
     uv_timer_t qtimer;   /* armed for the deadline of the oldest queued op (queue_arm) */
     uint64_t qtimer_due; /* what it is armed for, while it runs */
     og_db_stats_t stats;
-    struct og_metrics_slot *metrics;
+    og_db_metrics_t *metrics;
     bool closing;
     int open_handles;
     void (*closed)(void *arg);
@@ -1746,7 +1746,7 @@ static void on_check(uv_check_t *h)
     run_queues(db);
     queue_arm(db);
     if (db->metrics != NULL) {
-        og_metrics_slot_t *m = db->metrics;
+        og_db_metrics_t *m = db->metrics;
         og_metrics_gauge(db->reader ? &m->db_read_queue : &m->db_queue,
                          (uint64_t)(db->reads.len + db->writes.len));
         og_metrics_gauge(db->reader ? &m->db_read_connected : &m->db_connected,
@@ -1885,7 +1885,7 @@ bool og_db_listen(og_db_t *db, const char *channel, og_db_notify_fn fn, void *ar
     return true;
 }
 
-void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
+void og_db_set_metrics(og_db_t *db, og_db_metrics_t *m)
 {
     db->metrics = m;
 }
