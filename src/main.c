@@ -13,6 +13,7 @@
 #include "omnigate/app/gateway.h"
 #include "omnigate/metrics.h"
 #include "omnigate/supervisor.h"
+#include "omnigate/worker.h"
 
 extern char **environ;
 
@@ -56,7 +57,9 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "config-markdown") == 0) {
         og_config_markdown(stdout);
     } else if (strcmp(cmd, "metrics-markdown") == 0) {
-        og_metrics_markdown(stdout);
+        og_metrics_t m = {0};
+        rc = og_worker_register_metrics(&m, &og_gateway_app, NULL) ? 0 : 1;
+        og_metrics_markdown(&m, stdout);
     } else if (strcmp(cmd, "serve") == 0) {
         rc = og_cli_serve_check(&cfg);
         if (rc == 0)

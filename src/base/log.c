@@ -301,8 +301,21 @@ bool og_log_flush(og_log_t *l)
         return true;
     size_t done = 0;
     ssize_t n = 1;
-    while (done < l->len && (n = write_some(l, l->buf + done, next_chunk(l, done))) > 0)
+    while (done < l->len) {
+        size_t chunk = next_chunk(l, done);
+        n = write_some(l, l->buf + done, chunk);
+        if (n == 0 && !l->whole) {
+            /* A pipe takes a write of up to PIPE_BUF whole or not at one: with less room than
+             * the chunk, a single line may still fit. */
+            const char *nl = memchr(l->buf + done, '\n', chunk);
+            size_t one = nl != NULL ? (size_t)(nl - (l->buf + done)) + 1 : chunk;
+            if (one < chunk)
+                n = write_some(l, l->buf + done, one);
+        }
+        if (n <= 0)
+            break;
         done += (size_t)n;
+    }
     if (n < 0) {
         /* The output failed for good (its reader is gone): nobody will read these. */
         uint64_t lost = count_lines(l->buf + done, l->len - done);

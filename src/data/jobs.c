@@ -8,6 +8,7 @@
  */
 #include "omnigate/jobs.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,7 @@ typedef struct kind {
     uint32_t lease_ms;
     og_step_run_fn fn;
     void *arg;
-    int metric;  /* index into og_metrics_step_kinds, -1 when unlabelled */
+    int metric;  /* index into the app's kinds (og_jobs_kinds_t), -1 when unlabelled */
     int max;     /* og_jobs_limit: at most this many running on this worker */
     int running; /* steps of this kind running now */
 } kind_t;
@@ -35,7 +36,8 @@ struct og_jobs {
     uv_loop_t *loop;
     og_db_t *db;
     og_log_t *log;
-    og_metrics_slot_t *m;
+    og_jobs_metrics_t *m;
+    const og_jobs_kinds_t *labels; /* the app's kinds, which the metrics label by */
     char owner[96];
     bool sampler;
 
@@ -88,6 +90,15 @@ static int kind_of(const og_jobs_t *j, const char *name)
     return -1;
 }
 
+/* The index of `name` in the app's kinds (the steps metrics' labels), or -1. */
+static int metric_kind(const og_jobs_t *j, const char *name)
+{
+    for (int i = 0; j->labels != NULL && i < j->labels->n && i < OG_JOBS_MAX_KINDS; i++)
+        if (strcmp(j->labels->names[i], name) == 0)
+            return i;
+    return -1;
+}
+
 static char *dup_or_empty(const char *s)
 {
     return strdup(s != NULL ? s : "");
@@ -122,7 +133,8 @@ static void start_step(og_jobs_t *j, const PGresult *res, int r)
     j->running++;
     j->kinds[k].running++;
     gauge_running(j);
-    og_metrics_step_lag(j->m, s->lag_ms);
+    if (j->m != NULL)
+        og_metrics_observe(&j->m->step_lag, &og_m_latency_s, s->lag_ms * 1000);
     j->kinds[k].fn(s, j->kinds[k].arg);
 }
 
@@ -238,8 +250,8 @@ void og_jobs_on_notify(og_jobs_t *j, void (*fn)(void *arg, const char *payload),
     j->notify_arg = arg;
 }
 
-og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_slot_t *m, const char *owner,
-                       bool sampler)
+og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_jobs_metrics_t *m,
+                       const og_jobs_kinds_t *kinds, const char *owner, bool sampler)
 {
     og_jobs_t *j = calloc(1, sizeof(*j));
     if (j == NULL)
@@ -248,6 +260,7 @@ og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_s
     j->db = db;
     j->log = log;
     j->m = m;
+    j->labels = kinds;
     j->sampler = sampler;
     snprintf(j->owner, sizeof(j->owner), "%s", owner);
     uv_timer_init(loop, &j->timer);
@@ -281,7 +294,7 @@ int og_jobs_register(og_jobs_t *j, const char *name, uint32_t lease_ms, og_step_
     k->lease_ms = lease_ms;
     k->fn = fn;
     k->arg = arg;
-    k->metric = og_metrics_step_kind(name);
+    k->metric = metric_kind(j, name);
     k->max = OG_JOBS_MAX_RUNNING;
     j->nkinds++;
     return j->nkinds - 1;
@@ -316,7 +329,9 @@ int og_jobs_close_stmt(og_step_t *s, og_db_op_t *op, int n)
 void og_jobs_finish(og_step_t *s, bool ok)
 {
     og_jobs_t *j = s->jobs;
-    og_metrics_step(j->m, j->kinds[s->kind].metric, ok);
+    int metric = j->kinds[s->kind].metric;
+    if (j->m != NULL && metric >= 0)
+        og_metrics_add(ok ? &j->m->steps_done[metric] : &j->m->steps_failed[metric], 1);
     if (!ok)
         og_log(j->log, OG_LOG_WARN, "step failed: left for its lease to expire",
                "\"step\":\"%s\",\"kind\":\"%s\",\"claims\":%d", s->id, j->kinds[s->kind].name, s->claims);
@@ -358,3 +373,33 @@ void og_jobs_free(og_jobs_t *j)
 {
     free(j);
 }
+
+/* ---- the steps' metric block ----------------------------------------------------------------- */
+
+/* Index i of the app's kinds (ctx: its og_jobs_kinds_t); indexes past its list are no series. */
+static bool kind_label(const void *ctx, int i, const char *v[2])
+{
+    const og_jobs_kinds_t *k = ctx;
+    if (k == NULL || i >= k->n)
+        return false;
+    v[0] = k->names[i];
+    return true;
+}
+
+static const og_m_dim_t kind_dim = {OG_JOBS_MAX_KINDS, {"kind", NULL}, NULL, kind_label};
+
+#define F(field) offsetof(og_jobs_metrics_t, field)
+
+static const og_m_metric_t metrics[] = {
+    {"omnigate_steps_done_total", OG_M_COUNTER, &kind_dim, NULL, F(steps_done), OG_M_SUM, NULL, false,
+     "Durable steps finished and closed, by kind."},
+    {"omnigate_steps_failed_total", OG_M_COUNTER, &kind_dim, NULL, F(steps_failed), OG_M_SUM, NULL, false,
+     "Durable steps whose run failed (left to be claimed again when the lease expires), by kind."},
+    {"omnigate_step_lag_seconds", OG_M_HISTOGRAM, NULL, NULL, F(step_lag), OG_M_SUM, &og_m_latency_s, false,
+     "How late steps are claimed: claim time minus due time."},
+    OG_M_SUMMED("omnigate_steps_running", OG_M_GAUGE, F(steps_running), "Durable steps running now."),
+    OG_M_SUMMED("omnigate_steps_due", OG_M_GAUGE, F(steps_due),
+                "Durable steps due and not running, all instances (sampled every few seconds)."),
+};
+
+const og_m_block_t og_jobs_metrics_block = OG_M_BLOCK(og_jobs_metrics_t, metrics);

@@ -58,7 +58,6 @@ typedef struct hc_easy {
 struct og_hc {
     uv_loop_t *loop;
     og_log_t *log;
-    struct og_metrics_slot *metrics;
     CURLM *multi;
     uv_timer_t timer; /* curl's own timeout (CURLMOPT_TIMERFUNCTION) */
 #if OG_TEST_ROUTES
@@ -102,16 +101,6 @@ const char *og_hc_result_name(og_hc_result_t r)
         return "blocked";
     }
     return "?";
-}
-
-void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m)
-{
-    hc->metrics = m;
-}
-
-struct og_metrics_slot *og_hc_metrics(og_hc_t *hc)
-{
-    return hc->metrics;
 }
 
 uv_loop_t *og_hc_loop(og_hc_t *hc)

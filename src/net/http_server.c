@@ -344,7 +344,7 @@ static void on_connection(uv_stream_t *server, int status)
 }
 
 void og_server_init(og_server_t *s, uv_loop_t *loop, og_http_shared_t *http, og_log_t *log,
-                    og_metrics_slot_t *m, void (*conn_gone)(og_server_t *s, void *arg), void *arg)
+                    og_http_metrics_t *m, void (*conn_gone)(og_server_t *s, void *arg), void *arg)
 {
     memset(s, 0, offsetof(og_server_t, read_buf));
     s->loop = loop;

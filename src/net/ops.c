@@ -19,20 +19,12 @@ void og_ops_healthz(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     og_api_reply(req, 200, "ok", json_pack("{s:s}", "status", "ok"), NULL, 0);
 }
 
-static void route_label(const void *ctx, size_t i, const char **method, const char **pattern)
-{
-    const og_app_t *app = ctx;
-    *method = app->routes[i].method;
-    *pattern = app->routes[i].pattern;
-}
-
 /* Prometheus text format, the sum of every worker of this instance (metrics.h). */
 void og_ops_metrics(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_worker_t *w = ctx;
     size_t len = 0;
-    og_metrics_routes_t routes = {w->app->nroutes, route_label, w->app};
-    char *text = w->metrics ? og_metrics_render(w->metrics, &routes, &len) : NULL;
+    char *text = og_metrics_render(w->metrics, &len);
     if (text == NULL) {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "metrics are not available");
         return;

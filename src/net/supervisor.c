@@ -40,6 +40,7 @@ typedef struct supervisor {
     int signals;  /* SIGTERM/SIGINT received */
     int failures; /* workers that exited non-zero during drain */
     sigset_t mask;
+    og_router_t routes;   /* the app's route table: the route labels of the metrics */
     og_metrics_t metrics; /* shared with the workers; unmapped at exit */
 } supervisor_t;
 
@@ -69,7 +70,7 @@ static void spawn(supervisor_t *s, int i)
         og_log_forget(&s->log); /* the supervisor's lines are the supervisor's to write */
         /* Signals stay blocked until og_worker_run has its handlers in place: a SIGTERM that
          * arrives while the worker starts is then a drain, not a death by default action. */
-        _exit(og_worker_run(s->cfg, s->app, i, s->metrics.slots ? &s->metrics : NULL));
+        _exit(og_worker_run(s->cfg, s->app, i, s->metrics.area ? &s->metrics : NULL));
     }
     s->slots[i].pid = pid;
     s->slots[i].started_ms = mono_ms();
@@ -142,7 +143,7 @@ static void server_process_setup(void)
 int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
 {
     server_process_setup();
-    supervisor_t s = {.cfg = cfg, .app = app, .nslots = cfg->workers};
+    supervisor_t s = {.cfg = cfg, .app = app, .nslots = cfg->workers, .routes = {app->routes, app->nroutes}};
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
     /* Buffered like a worker's: a stalled log reader must not stop the supervisor from
@@ -151,7 +152,9 @@ int og_supervisor_run(const og_config_t *cfg, const og_app_t *app)
     s.slots = calloc((size_t)s.nslots, sizeof(*s.slots));
     if (s.slots == NULL)
         return 1;
-    if (!og_metrics_map(&s.metrics, s.nslots))
+    if (!og_worker_register_metrics(&s.metrics, app, &s.routes))
+        og_log(&s.log, OG_LOG_ERROR, "metric blocks clash (metrics.h): /metrics answers 503", NULL);
+    else if (!og_metrics_map(&s.metrics, s.nslots))
         og_log(&s.log, OG_LOG_WARN, "no shared memory for metrics: /metrics answers 503", NULL);
 
     sigemptyset(&s.mask);

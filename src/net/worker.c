@@ -53,7 +53,7 @@ static void handle_request(og_http_req_t *req, void *ctx)
 static void request_done(const og_http_req_t *req, void *ctx)
 {
     og_worker_t *w = ctx;
-    og_metrics_request(w->m, req->route_index, req->status, req->duration_us);
+    og_http_metrics_request(w->m, req->route_index, req->status, req->duration_us);
     if (!w->cfg->access_log || !og_log_enabled(&w->log, OG_LOG_INFO))
         return;
     og_log(&w->log, OG_LOG_INFO, "access",
@@ -129,7 +129,7 @@ static void on_lag_tick(uv_timer_t *t)
     og_worker_t *w = t->data;
     uint64_t now_us = uv_hrtime() / 1000, due_us = w->lag_due_ms * 1000;
     uint64_t lag_us = now_us > due_us ? now_us - due_us : 0;
-    og_metrics_loop_lag(w->m, lag_us, lag_window(w, now_us / 1000, lag_us));
+    og_http_metrics_loop_lag(w->m, lag_us, lag_window(w, now_us / 1000, lag_us));
     if (!w->log_waiting) /* the log's flush by time (log.h), nginx's `flush=` */
         flush_log(w);
     start_lag_timer(w);
@@ -233,6 +233,21 @@ static void on_sample(uv_timer_t *t)
         og_metrics_gauge(&w->m->conns_idle, og_server_count_idle(&w->server));
 }
 
+bool og_worker_register_metrics(og_metrics_t *m, const og_app_t *app, const og_router_t *routes)
+{
+    if (!og_metrics_register(m, (og_m_reg_t){&og_http_metrics_block, routes}))
+        return false;
+    for (size_t i = 0; i < app->nmetrics; i++)
+        if (!og_metrics_register(m, app->metrics[i]))
+            return false;
+    return true;
+}
+
+void *og_worker_metrics(const og_worker_t *w, const og_m_block_t *b)
+{
+    return og_metrics_block(w->metrics, w->index, b);
+}
+
 int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const og_metrics_t *metrics)
 {
     og_worker_t *w = calloc(1, sizeof(*w));
@@ -240,12 +255,12 @@ int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const 
         return 1;
     if (metrics != NULL && index >= 0 && index < metrics->nslots) {
         w->metrics = metrics;
-        w->m = &metrics->slots[index];
-        og_metrics_slot_start(w->m, (uint64_t)getpid());
+        og_metrics_slot_start(metrics, index, (uint64_t)getpid());
     }
     w->cfg = cfg;
     w->app = app;
     w->index = index;
+    w->m = og_worker_metrics(w, &og_http_metrics_block);
     og_log_level_t level = OG_LOG_INFO;
     og_log_level_parse(cfg->log_level, &level);
     if (!og_log_init(&w->log, level, true))

@@ -171,9 +171,11 @@ def test_stalled_log_reader_does_not_stop_the_supervisor(piped_gateway):
             assert c.read_response().status == 200
     finally:
         c.close()
-    # The pipe is full: what is in it leaves no room for another access line.
-    queued = struct.unpack("i", fcntl.ioctl(srv.proc.stderr.fileno(), termios.FIONREAD, b"\0" * 4))[0]
-    assert queued > 4096 - 300, queued
+    # The pipe fills (the workers write their buffered lines within 100 ms): what is in it then
+    # leaves no room for another access line.
+    def queued():
+        return struct.unpack("i", fcntl.ioctl(srv.proc.stderr.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+    assert wait_for(lambda: queued() > 4096 - 300, 5), queued()
     for _ in range(3):
         old = set(srv.worker_pids())
         os.kill(sorted(old)[0], signal.SIGKILL)

@@ -30,10 +30,11 @@
  *   - a regular file: plain write(2); it never says EAGAIN.
  * Every write is whole lines of at most PIPE_BUF bytes, which a pipe takes atomically, so no
  * other process's line is ever torn into ours; a regular file takes the whole buffer in one
- * write (each write(2) of a shared file description is placed whole). A socket or terminal may take part of a write:
- * the rest stays at the head of the buffer and goes first next time.
- * A worker waits for a full output with og_log_wait_fd (an epoll descriptor watching the
- * output for room) rather than by retrying.
+ * write (each write(2) of a shared file description is placed whole). A pipe with less room
+ * than a chunk is offered one line, which may still fit. A socket or terminal may take part of a
+ * write: the rest stays at the head of the buffer and goes first next time. A worker waits for
+ * a full output with og_log_wait_fd (an epoll descriptor watching the output for room) rather
+ * than by retrying.
  */
 #ifndef OMNIGATE_LOG_H
 #define OMNIGATE_LOG_H

@@ -64,6 +64,7 @@
 #include <uv.h>
 
 #include "og_build.h"
+#include "omnigate/db_metrics.h"
 #include "omnigate/log.h"
 
 #define OG_DB_MAX_STMTS  8
@@ -164,8 +165,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op);
 
 /* Records batches, commit latency, queue depth and ready connections in `m` (may be NULL); a
  * read pool records its queue and connections in the read gauges. */
-struct og_metrics_slot;
-void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m);
+void og_db_set_metrics(og_db_t *db, og_db_metrics_t *m);
 
 /* Prepared (true, the default): each new connection prepares the statement table once and
  * every statement is sent as Bind/Execute of its prepared name. false: every statement is sent

@@ -36,6 +36,27 @@
 typedef struct og_jobs og_jobs_t;
 typedef struct og_step og_step_t;
 
+/* The kinds of steps an app registers (og_jobs_register), in a fixed order: the `kind` label of
+ * the steps metrics. The app's list, given both to og_jobs_new and as the context of
+ * og_jobs_metrics_block when the app registers it (worker.h). */
+typedef struct og_jobs_kinds {
+    int n;
+    const char *const *names;
+} og_jobs_kinds_t;
+
+/* The steps' metric block (metrics.h): steps done and failed by kind (up to OG_JOBS_MAX_KINDS
+ * of the app's list), claim lag, steps running and due. */
+typedef struct og_jobs_metrics {
+    uint64_t steps_done[OG_JOBS_MAX_KINDS];
+    uint64_t steps_failed[OG_JOBS_MAX_KINDS];
+    og_m_hist_t step_lag; /* claim time - due time, in µs like the other latencies */
+    /* gauges */
+    uint64_t steps_running;
+    uint64_t steps_due; /* set by the worker that samples it */
+} og_jobs_metrics_t;
+
+extern const og_m_block_t og_jobs_metrics_block;
+
 /* One claimed step, owned by the jobs module; valid until og_jobs_finish. Strings are
  * NUL-terminated; tenant_id and reference may be "" for steps without a subject. */
 struct og_step {
@@ -54,16 +75,19 @@ struct og_step {
 /* Runs a claimed step; it must end, now or later, with exactly one og_jobs_finish. */
 typedef void (*og_step_run_fn)(og_step_t *step, void *arg);
 
-/* Creates the scheduler of one worker; nothing runs until og_jobs_start. `owner` names this
- * worker in leases (e.g. "host:pid:random"); copied. `sampler`: this worker also counts the
- * steps due (the omnigate_steps_due gauge; one worker per instance is enough). NULL on OOM. */
-og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_metrics_slot_t *m, const char *owner,
-                       bool sampler);
+/* Creates the scheduler of one worker; nothing runs until og_jobs_start. It records in `m` (its
+ * block in the worker's slot, or NULL) by the app's `kinds` (which must outlive it). `owner`
+ * names this worker in leases (e.g. "host:pid:random"); copied. `sampler`: this worker also
+ * counts the steps due (the omnigate_steps_due gauge; one worker per instance is enough). NULL
+ * on OOM. */
+og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_jobs_metrics_t *m,
+                       const og_jobs_kinds_t *kinds, const char *owner, bool sampler);
 
-/* Registers the runner of steps of kind `name` (one of og_metrics_step_kinds, which metrics
- * label by): its steps are leased for lease_ms, which must cover the longest run. Returns the
- * kind index for og_step_t.kind, or -1. At most OG_JOBS_MAX_RUNNING steps of all kinds run at
- * once on a worker; the rest wait in PostgreSQL for the next claim. */
+/* Registers the runner of steps of kind `name` (one of the `kinds` given to og_jobs_new, which
+ * metrics label by; another name runs uncounted): its steps are leased for lease_ms, which must
+ * cover the longest run. Returns the kind index for og_step_t.kind, or -1. At most
+ * OG_JOBS_MAX_RUNNING steps of all kinds run at once on a worker; the rest wait in PostgreSQL
+ * for the next claim. */
 int og_jobs_register(og_jobs_t *j, const char *name, uint32_t lease_ms, og_step_run_fn fn, void *arg);
 
 /* At most `max` steps of kind `kind` (an index from og_jobs_register) run at once on this

@@ -160,10 +160,6 @@ og_log_t *og_hc_log(og_hc_t *hc);
 
 /* The loop given to og_hc_new. */
 uv_loop_t *og_hc_loop(og_hc_t *hc);
-/* The worker's metrics slot provider attempts are recorded in (NULL: none). */
-struct og_metrics_slot;
-void og_hc_set_metrics(og_hc_t *hc, struct og_metrics_slot *m);
-struct og_metrics_slot *og_hc_metrics(og_hc_t *hc);
 
 /* Cancels every request in flight (each done is called once, from the loop, with
  * OG_HC_CANCELLED), closes the cached connections and every handle, then calls

@@ -16,8 +16,8 @@
 #include <uv.h>
 
 #include "omnigate/http.h"
+#include "omnigate/http_metrics.h"
 #include "omnigate/log.h"
-#include "omnigate/metrics.h"
 
 #define OG_READ_BUF (64 * 1024)
 
@@ -28,7 +28,7 @@ struct og_server {
     uv_loop_t *loop;
     og_http_shared_t *http; /* the HTTP core's shared settings and handler, owned by the caller */
     og_log_t *log;
-    og_metrics_slot_t *m; /* or NULL: no metrics */
+    og_http_metrics_t *m; /* or NULL: no metrics */
     /* Called after a connection is released (its handles closed, no request in flight), so
      * that a draining owner can tell when the last one is gone. */
     void (*conn_gone)(og_server_t *s, void *arg);
@@ -48,7 +48,7 @@ struct og_server {
 
 /* Sets s up on `loop`; nothing is opened until og_server_listen. */
 void og_server_init(og_server_t *s, uv_loop_t *loop, og_http_shared_t *http, og_log_t *log,
-                    og_metrics_slot_t *m, void (*conn_gone)(og_server_t *s, void *arg), void *arg);
+                    og_http_metrics_t *m, void (*conn_gone)(og_server_t *s, void *arg), void *arg);
 
 /* Binds host:port with SO_REUSEPORT and listens. 0 or a negative libuv/errno code; on failure
  * the listener handle, if it was initialised, is closed. */

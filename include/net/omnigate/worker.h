@@ -17,6 +17,7 @@
 #include "omnigate/config.h"
 #include "omnigate/http.h"
 #include "omnigate/http_server.h"
+#include "omnigate/http_metrics.h"
 #include "omnigate/log.h"
 #include "omnigate/metrics.h"
 #include "omnigate/router.h"
@@ -42,6 +43,11 @@ typedef struct og_app {
     /* Why the app is not ready (e.g. "database unreachable"), or NULL when it is. /readyz
      * answers 503 with it. May be NULL. */
     const char *(*not_ready)(og_worker_t *w);
+    /* The metric blocks of the app and of the layers it uses (metrics.h), in exposition order
+     * after the worker's own (http_metrics.h); each module finds its block with
+     * og_worker_metrics. May be empty. */
+    const og_m_reg_t *metrics;
+    size_t nmetrics;
 } og_app_t;
 
 struct og_worker {
@@ -54,7 +60,7 @@ struct og_worker {
     og_http_shared_t http;
     og_router_t router;
     const og_metrics_t *metrics; /* every worker's slots (shared memory), or NULL */
-    og_metrics_slot_t *m;        /* this worker's slot, or NULL */
+    og_http_metrics_t *m;        /* the HTTP server's block in this worker's slot, or NULL */
     uv_timer_t sample_timer;     /* samples gauges (idle connections) once a second */
 
     og_server_t server; /* the listener and the connections */
@@ -80,6 +86,15 @@ struct og_worker {
     time_t date_sec;
     char date[40];
 };
+
+/* Registers the metric blocks of a worker serving `app` in m (before it is mapped): the HTTP
+ * server's, its route labels from `routes` (app's table, which must outlive the workers; NULL
+ * for the list of metrics alone), then the app's. False when one cannot be (metrics.h). */
+bool og_worker_register_metrics(og_metrics_t *m, const og_app_t *app, const og_router_t *routes);
+
+/* Block b in this worker's slot, or NULL (no metrics, or b not registered). A module looks its
+ * block up once when the app starts and records through the typed pointer. */
+void *og_worker_metrics(const og_worker_t *w, const og_m_block_t *b);
 
 /* Runs worker `index` of `app` until it has drained after SIGTERM/SIGINT. Returns the exit code. */
 int og_worker_run(const og_config_t *cfg, const og_app_t *app, int index, const og_metrics_t *metrics);

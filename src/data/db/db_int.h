@@ -182,7 +182,7 @@ struct og_db {
     uv_timer_t qtimer;   /* armed for the deadline of the oldest queued op (pool.c's queue_arm) */
     uint64_t qtimer_due; /* what it is armed for, while it runs */
     og_db_stats_t stats;
-    struct og_metrics_slot *metrics;
+    og_db_metrics_t *metrics;
     bool closing;
     int open_handles;
     void (*closed)(void *arg);

@@ -300,7 +300,7 @@ static void on_check(uv_check_t *h)
     run_queues(db);
     queue_arm(db);
     if (db->metrics != NULL) {
-        og_metrics_slot_t *m = db->metrics;
+        og_db_metrics_t *m = db->metrics;
         og_metrics_gauge(db->reader ? &m->db_read_queue : &m->db_queue,
                          (uint64_t)(db->reads.len + db->writes.len));
         og_metrics_gauge(db->reader ? &m->db_read_connected : &m->db_connected,
@@ -401,7 +401,7 @@ void og_db_set_prepared(og_db_t *db, bool prepared)
     db->prepared = prepared;
 }
 
-void og_db_set_metrics(og_db_t *db, struct og_metrics_slot *m)
+void og_db_set_metrics(og_db_t *db, og_db_metrics_t *m)
 {
     db->metrics = m;
 }

@@ -66,6 +66,29 @@ static const og_route_t routes[] = {
     {"GET", "/openapi.json", og_static_serve},
 };
 
+/* The kinds of durable steps the features register (og_jobs_register), which the steps metrics
+ * label by: fallback (steps/fallback.c), webhook (tenant_webhooks/webhooks_out.c) and sweep
+ * (steps/pending_sweep.c). A kind missing here would run uncounted. */
+static const char *const step_kind_names[] = {"fallback", "webhook", "sweep"};
+static const og_jobs_kinds_t step_kinds = {sizeof(step_kind_names) / sizeof(step_kind_names[0]),
+                                           step_kind_names};
+
+/* The metric blocks of every layer the gateway uses, in exposition order after the HTTP
+ * server's (worker.h). */
+// clang-format off
+static const og_m_reg_t metric_blocks[] = {
+    {&og_providers_metrics_block, NULL},    /* providers/provider.h */
+    {&og_db_metrics_block, NULL},           /* db_metrics.h: both pools */
+    {&og_callbacks_metrics_block, NULL},    /* callbacks/webhooks_in.h */
+    {&og_send_metrics_block, NULL},         /* messaging/send.h */
+    {&og_status_sweep_metrics_block, NULL}, /* callbacks/status_sweep.h */
+    {&og_jobs_metrics_block, &step_kinds},  /* jobs.h */
+    {&og_whout_metrics_block, NULL},        /* tenant_webhooks/webhooks_out.h */
+    {&og_logs_metrics_block, NULL},         /* logs/logs_api.h */
+    {&og_auth_metrics_block, NULL},         /* tenants/auth.h: the rate limit */
+};
+// clang-format on
+
 static int gw_start(og_worker_t *w)
 {
     og_gw_t *gw = calloc(1, sizeof(*gw));
@@ -79,26 +102,29 @@ static int gw_start(og_worker_t *w)
         if (gw->db == NULL || !og_db_set_listener(gw->db, w->cfg->db_listen, w->cfg->database_listen_url))
             return -1;
         og_db_set_prepared(gw->db, w->cfg->db_prepared);
-        og_db_set_metrics(gw->db, w->m);
+        og_db_set_metrics(gw->db, og_worker_metrics(w, &og_db_metrics_block));
         const char *read_url =
             w->cfg->database_read_url != NULL ? w->cfg->database_read_url : w->cfg->database_url;
         gw->rdb = og_db_new_reader(&w->loop, &w->log, read_url, w->cfg->db_read_pool, w->cfg->db_timeout_ms,
                                    w->cfg->log_query_timeout_ms, og_store_stmts, OG_Q__COUNT);
         if (gw->rdb == NULL)
             return -1;
-        og_db_set_metrics(gw->rdb, w->m);
+        og_db_set_metrics(gw->rdb, og_worker_metrics(w, &og_db_metrics_block));
     }
     gw->hc = og_hc_new(&w->loop, &w->log);
     if (gw->hc == NULL)
         return -1;
-    og_hc_set_metrics(gw->hc, w->m);
     if (!og_providers_init(&gw->prov, gw->hc, w->cfg))
         return -1;
+    gw->prov.m = og_worker_metrics(w, &og_providers_metrics_block);
+    gw->callbacks_m = og_worker_metrics(w, &og_callbacks_metrics_block);
+    gw->nowa_skips = og_worker_metrics(w, &og_send_metrics_block);
+    gw->log_query_timeouts = og_worker_metrics(w, &og_logs_metrics_block);
     gw->auth = og_auth_new(&w->loop, gw->db, &w->log, w->cfg->secret, w->cfg->auth_ttl_ms);
     if (gw->auth == NULL)
         return -1;
     og_rl_init(&gw->rl, w->cfg->workers);
-    og_auth_set_rate_limit(gw->auth, &gw->rl, w->m);
+    og_auth_set_rate_limit(gw->auth, &gw->rl, og_worker_metrics(w, &og_auth_metrics_block));
     if (gw->db != NULL) {
         /* Leases name the worker: host, pid and a random tag (pids repeat across hosts). */
         char host[64] = "", owner[96];
@@ -109,7 +135,8 @@ static int gw_start(og_worker_t *w)
         gw->nowa = og_nowa_new(&w->loop, gw->db, w->cfg->not_on_whatsapp_ttl_s);
         if (gw->nowa == NULL)
             return -1;
-        gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, w->m, owner, w->index == 0);
+        gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, og_worker_metrics(w, &og_jobs_metrics_block),
+                               &step_kinds, owner, w->index == 0);
         if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0 ||
             (gw->whout = og_whout_start(gw)) == NULL)
             return -1;
@@ -214,4 +241,6 @@ const og_app_t og_gateway_app = {
     .start = gw_start,
     .stop = gw_stop,
     .not_ready = gw_not_ready,
+    .metrics = metric_blocks,
+    .nmetrics = sizeof(metric_blocks) / sizeof(metric_blocks[0]),
 };

@@ -10,8 +10,14 @@
 
 #define SWEEP_MS 250
 
+static const og_m_metric_t waiting = OG_M_SUMMED(
+    "omnigate_statuses_waiting", OG_M_GAUGE, 0,
+    "Statuses received in the last 10 minutes still waiting for their attempt (sampled every second).");
+const og_m_block_t og_status_sweep_metrics_block = OG_M_SCALAR_BLOCK(&waiting);
+
 typedef struct og_status_sweep {
     og_gw_t *gw;
+    uint64_t *waiting; /* the gauge in the worker's slot, or NULL */
     uv_timer_t timer;
     bool sweeping; /* op in flight */
     bool closing;  /* the timer is closed: the op's end frees s */
@@ -31,9 +37,8 @@ static void sweep_free(og_status_sweep_t *s)
 static void swept(og_db_op_t *op, og_db_status_t st)
 {
     og_status_sweep_t *s = container_of(op, og_status_sweep_t, op);
-    og_worker_t *w = s->gw->w;
-    if (st == OG_DB_OK && op->res[0] != NULL && PQntuples(op->res[0]) == 1 && w->m != NULL)
-        og_metrics_gauge(&w->m->statuses_waiting, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
+    if (st == OG_DB_OK && op->res[0] != NULL && PQntuples(op->res[0]) == 1 && s->waiting != NULL)
+        og_metrics_gauge(s->waiting, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
     og_db_op_clear(op);
     s->sweeping = false;
     if (s->closing)
@@ -57,6 +62,7 @@ og_status_sweep_t *og_status_sweep_start(og_gw_t *gw)
     if (s == NULL)
         return NULL;
     s->gw = gw;
+    s->waiting = og_worker_metrics(gw->w, &og_status_sweep_metrics_block);
     uv_timer_init(&gw->w->loop, &s->timer);
     uv_timer_start(&s->timer, on_sweep, SWEEP_MS, SWEEP_MS);
     uv_unref((uv_handle_t *)&s->timer);

@@ -10,6 +10,7 @@
  */
 #include "omnigate/callbacks/webhooks_in.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,57 @@
 #define PID_MAX     128 /* longest provider message id we record (attempts keep 127 bytes) */
 #define CODE_MAX    32
 #define MESSAGE_MAX 256
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+/* What became of a provider's status callback (API.md §10), counted per status for the first
+ * three and per request for the last two. */
+typedef enum cb_outcome {
+    CB_APPLIED,         /* a new status of one of our attempts or SMS records */
+    CB_DUPLICATE,       /* a repeat: changed nothing */
+    CB_UNKNOWN_MESSAGE, /* no attempt has that message id (yet): kept, waiting */
+    CB_BAD_SIGNATURE,   /* a request refused with 401 */
+    CB_BAD_BODY,        /* a request refused with 400 */
+    CB__COUNT
+} cb_outcome_t;
+
+struct og_callbacks_metrics {
+    uint64_t callbacks[OG_CH__COUNT][CB__COUNT]; /* by the provider of the channel */
+};
+
+static const char *const cb_outcomes[CB__COUNT] = {
+    [CB_APPLIED] = "applied",
+    [CB_DUPLICATE] = "duplicate",
+    [CB_UNKNOWN_MESSAGE] = "unknown_message",
+    [CB_BAD_SIGNATURE] = "bad_signature",
+    [CB_BAD_BODY] = "bad_body",
+};
+
+static bool provider_label(const void *ctx, int i, const char *v[2])
+{
+    v[0] = og_channel_provider((og_channel_t)i);
+    return true;
+}
+
+static const og_m_dim_t providers = {OG_CH__COUNT, {"provider", NULL}, NULL, provider_label};
+static const og_m_dim_t outcomes = {CB__COUNT, {"outcome", NULL}, cb_outcomes, NULL};
+
+static const og_m_metric_t metrics[] = {
+    {"omnigate_status_callbacks_total", OG_M_COUNTER, &providers, &outcomes,
+     offsetof(struct og_callbacks_metrics, callbacks), OG_M_SUM, NULL, false,
+     "Provider status callbacks (API.md §10): statuses applied, duplicate or for an unknown message id, and "
+     "requests refused for a bad signature or body."},
+};
+
+const og_m_block_t og_callbacks_metrics_block = OG_M_BLOCK(struct og_callbacks_metrics, metrics);
+
+/* `n` status callbacks of channel ch's provider ended as `outcome`. */
+static void count(og_gw_t *gw, og_channel_t ch, cb_outcome_t outcome, uint64_t n)
+{
+    struct og_callbacks_metrics *m = gw->callbacks_m;
+    if (m != NULL && (unsigned)ch < OG_CH__COUNT && n > 0)
+        og_metrics_add(&m->callbacks[ch][outcome], n);
+}
 
 /* ---- statuses ------------------------------------------------------------------------------ */
 
@@ -379,7 +431,7 @@ static void not_configured(og_http_req_t *req)
 
 static void bad_signature(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, const char *header)
 {
-    og_metrics_callback(gw->w->m, ch, OG_M_CB_BAD_SIGNATURE, 1);
+    count(gw, ch, CB_BAD_SIGNATURE, 1);
     og_err_t err;
     og_err_fail(&err, OG_E_INVALID_SIGNATURE, header, "missing or wrong %s", header);
     og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
@@ -407,10 +459,9 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
     if (st == OG_DB_OK) {
         long long applied = cell(op->res[0], 0), duplicate = cell(op->res[0], 1),
                   unknown = cell(op->res[0], 2);
-        og_metrics_slot_t *m = o->gw->w->m;
-        og_metrics_callback(m, o->ch, OG_M_CB_APPLIED, (uint64_t)applied);
-        og_metrics_callback(m, o->ch, OG_M_CB_DUPLICATE, (uint64_t)duplicate);
-        og_metrics_callback(m, o->ch, OG_M_CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
+        count(o->gw, o->ch, CB_APPLIED, (uint64_t)applied);
+        count(o->gw, o->ch, CB_DUPLICATE, (uint64_t)duplicate);
+        count(o->gw, o->ch, CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
         answer_counts(o->req, applied, duplicate, unknown);
     } else {
         og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",
@@ -428,7 +479,7 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
     og_err_t err = {0};
     json_t *statuses = parse(req->body, req->body_len, now_s(), &err);
     if (statuses == NULL) {
-        og_metrics_callback(gw->w->m, ch, OG_M_CB_BAD_BODY, 1);
+        count(gw, ch, CB_BAD_BODY, 1);
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
         return;
     }

@@ -35,6 +35,11 @@
 #include "omnigate/router.h"
 #include "omnigate/store.h"
 
+static const og_m_metric_t query_timeouts = OG_M_SUMMED(
+    "omnigate_log_query_timeouts_total", OG_M_COUNTER, 0,
+    "Log queries the server cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (answered 503 query_timeout).");
+const og_m_block_t og_logs_metrics_block = OG_M_SCALAR_BLOCK(&query_timeouts);
+
 /* The filters that pick an index, in the order they rank (logs_page). */
 enum { F_REFERENCE, F_TO, F_STATUS, F_4, F__COUNT };
 
@@ -173,8 +178,8 @@ static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
     og_http_req_t *req = l->req;
     og_worker_t *w = l->gw->w;
     if (st == OG_DB_ERROR && og_db_cancelled(op)) {
-        if (w->m != NULL)
-            og_metrics_add(&w->m->log_query_timeouts, 1);
+        if (l->gw->log_query_timeouts != NULL)
+            og_metrics_add(l->gw->log_query_timeouts, 1);
         og_log(&w->log, OG_LOG_WARN, "logs query cancelled", "\"requestId\":\"%s\",\"timeoutMs\":%d",
                req->request_id, w->cfg->log_query_timeout_ms);
         og_api_error(req, OG_E_QUERY_TIMEOUT, NULL,

@@ -28,6 +28,11 @@
 
 #define SMS_MAX_SEGMENTS 10
 
+static const og_m_metric_t nowa_skips = OG_M_SUMMED(
+    "omnigate_not_on_whatsapp_skips_total", OG_M_COUNTER, 0,
+    "Sends that skipped the WhatsApp channels because the number is remembered as not on WhatsApp.");
+const og_m_block_t og_send_metrics_block = OG_M_SCALAR_BLOCK(&nowa_skips);
+
 typedef struct send_ctx {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_gw_t *gw;
@@ -637,8 +642,8 @@ static void nowa_checked(void *arg, bool remembered)
         }
     }
     c->nch = kept;
-    if (c->gw->w->m != NULL)
-        og_metrics_add(&c->gw->w->m->not_on_whatsapp_skips, 1);
+    if (c->gw->nowa_skips != NULL)
+        og_metrics_add(c->gw->nowa_skips, 1);
     if (c->nch == 0) {
         og_err_t err = {0};
         og_err_fail(&err, OG_E_NO_CHANNEL_AVAILABLE, "channels",

@@ -8,6 +8,7 @@
 #include "omnigate/util.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,6 +233,59 @@ char *og_provider_url(const char *base, const char *fmt, ...)
     return url;
 }
 
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+struct og_providers_metrics {
+    uint64_t attempts[OG_CH__COUNT][OG_ATTEMPT_OUTCOMES];
+    og_m_hist_t attempt_us[OG_CH__COUNT];
+    uint64_t circuit_transitions[OG_CH__COUNT]; /* breaker state changes (breaker.h) */
+    uint64_t circuit_refused[OG_CH__COUNT];     /* attempts failed at once by an open circuit */
+    uint64_t circuit_state[OG_CH__COUNT];       /* gauge: 0 closed, 1 half-open, 2 open (breaker.h) */
+};
+
+static bool channel_label(const void *ctx, int i, const char *v[2])
+{
+    v[0] = og_channel_name((og_channel_t)i);
+    return true;
+}
+
+static const og_m_dim_t channels = {OG_CH__COUNT, {"channel", NULL}, NULL, channel_label};
+static const og_m_dim_t outcomes = {OG_ATTEMPT_OUTCOMES, {"outcome", NULL}, og_attempt_outcomes, NULL};
+
+#define F(field) offsetof(struct og_providers_metrics, field)
+
+static const og_m_metric_t metrics[] = {
+    {"omnigate_provider_attempts_total", OG_M_COUNTER, &channels, &outcomes, F(attempts), OG_M_SUM, NULL,
+     false, "Provider attempts by channel and outcome (sent or the attempt error code)."},
+    {"omnigate_provider_attempt_duration_seconds", OG_M_HISTOGRAM, &channels, NULL, F(attempt_us), OG_M_SUM,
+     &og_m_latency_s, false, "Provider attempt latency (request sent to answer classified), by channel."},
+    {"omnigate_circuit_state", OG_M_GAUGE, &channels, NULL, F(circuit_state), OG_M_MAX, NULL, false,
+     "Circuit breaker of each channel (API.md §13), the worst of the workers': 0 closed, 1 half-open, 2 "
+     "open."},
+    {"omnigate_circuit_transitions_total", OG_M_COUNTER, &channels, NULL, F(circuit_transitions), OG_M_SUM,
+     NULL, false, "Circuit breaker state changes, by channel, all workers."},
+    {"omnigate_circuit_refused_total", OG_M_COUNTER, &channels, NULL, F(circuit_refused), OG_M_SUM, NULL,
+     false, "Attempts failed at once (provider_unavailable) because the channel's circuit was open."},
+};
+
+const og_m_block_t og_providers_metrics_block = OG_M_BLOCK(struct og_providers_metrics, metrics);
+
+/* An attempt on channel ch ended as `outcome` ("sent" or an attempt error code). */
+static void attempt_metrics(struct og_providers_metrics *m, og_channel_t ch, const char *outcome,
+                            uint64_t latency_us)
+{
+    if (m == NULL || (unsigned)ch >= OG_CH__COUNT)
+        return;
+    int o = OG_ATTEMPT_OUTCOMES - 1;
+    for (int i = 0; i < OG_ATTEMPT_OUTCOMES; i++)
+        if (outcome != NULL && strcmp(og_attempt_outcomes[i], outcome) == 0) {
+            o = i;
+            break;
+        }
+    og_metrics_add(&m->attempts[ch][o], 1);
+    og_metrics_observe(&m->attempt_us[ch], &og_m_latency_s, latency_us);
+}
+
 /* ---- one attempt --------------------------------------------------------------------------- */
 
 /* The breaker's view of how an attempt that went out ended (breaker.h). */
@@ -245,7 +299,7 @@ static og_breaker_outcome_t breaker_outcome(const og_attempt_result_t *res)
 /* Mirrors channel ch's breaker in the worker's metrics. */
 static void breaker_metrics(og_providers_t *pv, og_channel_t ch)
 {
-    og_metrics_slot_t *m = og_hc_metrics(pv->hc);
+    struct og_providers_metrics *m = pv->m;
     if (m == NULL)
         return;
     const og_breaker_t *b = &pv->breaker[ch];
@@ -297,9 +351,8 @@ static void attempt_req_done(og_hc_req_t *req)
         breaker_metrics(pv, ch);
     }
     og_log_t *log = hc ? og_hc_log(hc) : NULL;
-    if (hc != NULL && a->prov != NULL)
-        og_metrics_attempt(og_hc_metrics(hc), (int)a->prov->channel, res->sent ? "sent" : res->error_code,
-                           res->latency_us);
+    if (pv != NULL && a->prov != NULL)
+        attempt_metrics(pv->m, a->prov->channel, res->sent ? "sent" : res->error_code, res->latency_us);
     if (res->bad_credential && log != NULL && og_log_enabled(log, OG_LOG_WARN)) {
         char code[80];
         og_log(log, OG_LOG_WARN, "provider refused the credentials or session; fix the configuration",
@@ -358,9 +411,8 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
             a->fail_code = OG_ERR_PROVIDER_UNAVAILABLE;
             snprintf(why, sizeof(why), "%s failed repeatedly; not called while its circuit is open",
                      a->prov->label);
-            og_metrics_slot_t *m = og_hc_metrics(hc);
-            if (m != NULL)
-                og_metrics_add(&m->circuit_refused[ch], 1);
+            if (pv->m != NULL)
+                og_metrics_add(&pv->m->circuit_refused[ch], 1);
         }
     }
     if (!a->configured) {

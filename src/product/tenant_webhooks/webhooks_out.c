@@ -20,6 +20,7 @@
  */
 #include "omnigate/tenant_webhooks/webhooks_out.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +44,59 @@
 #define TICK_MS       1000 /* worker 0: the scheduler, and every other tick the outbox gauges */
 #define LEASE_EXTRA   5000 /* ms of a lease beyond the window and the last try's timeout */
 
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+/* What a try made of its delivery, and the try's HTTP status class (none: no HTTP answer:
+ * timeout, connection error, blocked address). */
+typedef enum {
+    WH_DELIVERED,
+    WH_RETRYING, /* failed, another try is scheduled */
+    WH_EXHAUSTED,
+    WH__COUNT
+} wh_outcome_t;
+#define WH_CLASSES 5 /* 2xx, 3xx, 4xx, 5xx, none */
+
+typedef struct whout_metrics {
+    uint64_t deliveries[WH__COUNT];
+    uint64_t tries[WH_CLASSES];
+    /* gauges, set by the worker that samples the outbox */
+    uint64_t outbox_depth;
+    uint64_t outbox_oldest_us;
+    uint64_t disabled;
+} whout_metrics_t;
+
+static const char *const wh_outcomes[WH__COUNT] = {
+    [WH_DELIVERED] = "delivered", [WH_RETRYING] = "retrying", [WH_EXHAUSTED] = "exhausted"};
+static const char *const wh_classes[WH_CLASSES] = {"2xx", "3xx", "4xx", "5xx", "none"};
+
+static const og_m_dim_t outcomes = {WH__COUNT, {"outcome", NULL}, wh_outcomes, NULL};
+static const og_m_dim_t classes = {WH_CLASSES, {"class", NULL}, wh_classes, NULL};
+
+#define F(field) offsetof(whout_metrics_t, field)
+
+static const og_m_metric_t metrics[] = {
+    {"omnigate_webhook_deliveries_total", OG_M_COUNTER, &outcomes, NULL, F(deliveries), OG_M_SUM, NULL, false,
+     "Tenant webhook tries by what they made of their delivery: delivered, retrying (failed, another try "
+     "scheduled) or exhausted (no try left, or the webhook was disabled)."},
+    {"omnigate_webhook_tries_total", OG_M_COUNTER, &classes, NULL, F(tries), OG_M_SUM, NULL, false,
+     "Tenant webhook tries by the class of their HTTP status (none: timeout, connection error or blocked "
+     "address)."},
+    {"omnigate_webhook_outbox_depth", OG_M_GAUGE, NULL, NULL, F(outbox_depth), OG_M_MAX, NULL, false,
+     "Webhook events not delivered yet and still to be tried, all instances (sampled every 2 seconds)."},
+    {"omnigate_webhook_outbox_oldest_seconds", OG_M_GAUGE, NULL, NULL, F(outbox_oldest_us), OG_M_MAX,
+     &og_m_latency_s, false,
+     "Age of the oldest webhook event not delivered yet and still to be tried (sampled)."},
+    {"omnigate_webhooks_disabled", OG_M_GAUGE, NULL, NULL, F(disabled), OG_M_MAX, NULL, false,
+     "Tenant webhooks disabled by a 410 or by 5 days of failures (sampled)."},
+};
+
+const og_m_block_t og_whout_metrics_block = OG_M_BLOCK(whout_metrics_t, metrics);
+
+/* ---- state --------------------------------------------------------------------------------- */
+
 struct og_whout {
     og_gw_t *gw;
+    whout_metrics_t *m; /* the block in the worker's slot, or NULL */
     og_hc_t *hc;
     og_seal_key_t key; /* opens the webhooks' sealed secrets */
     int kind;
@@ -354,10 +406,12 @@ static void try_over(wh_try_t *t)
         t->retry_in_ms = og_whout_retry_delay_ms(t->tries + 1, cfg->webhook_retry_divisor, jitter,
                                                  (int)t->http, t->req.retry_after_s);
     }
-    og_m_wh_outcome_t outcome = t->ok                 ? OG_M_WH_DELIVERED
-                                : t->retry_in_ms >= 0 ? OG_M_WH_RETRYING
-                                                      : OG_M_WH_EXHAUSTED;
-    og_metrics_webhook_try(r->wo->gw->w->m, (int)t->http, outcome);
+    wh_outcome_t outcome = t->ok ? WH_DELIVERED : t->retry_in_ms >= 0 ? WH_RETRYING : WH_EXHAUSTED;
+    whout_metrics_t *m = r->wo->m;
+    if (m != NULL) {
+        og_metrics_add(&m->tries[t->http >= 200 && t->http < 600 ? t->http / 100 - 2 : WH_CLASSES - 1], 1);
+        og_metrics_add(&m->deliveries[outcome], 1);
+    }
     if (t->http == 410)
         r->gone = true; /* the record disables the webhook; try nothing more meanwhile */
     if (!t->ok && og_log_enabled(run_log(r), OG_LOG_DEBUG))
@@ -646,11 +700,11 @@ static void on_notify(void *arg, const char *payload)
 static void sampled(og_db_op_t *op, og_db_status_t st)
 {
     og_whout_t *wo = container_of(op, og_whout_t, sample_op);
-    og_metrics_slot_t *m = wo->gw->w->m;
+    whout_metrics_t *m = wo->m;
     if (st == OG_DB_OK && PQntuples(op->res[0]) == 1 && m != NULL) {
-        og_metrics_gauge(&m->wh_outbox_depth, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
-        og_metrics_gauge(&m->wh_outbox_oldest_us, strtoull(PQgetvalue(op->res[0], 0, 1), NULL, 10));
-        og_metrics_gauge(&m->wh_disabled, strtoull(PQgetvalue(op->res[0], 0, 2), NULL, 10));
+        og_metrics_gauge(&m->outbox_depth, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
+        og_metrics_gauge(&m->outbox_oldest_us, strtoull(PQgetvalue(op->res[0], 0, 1), NULL, 10));
+        og_metrics_gauge(&m->disabled, strtoull(PQgetvalue(op->res[0], 0, 2), NULL, 10));
     }
     og_db_op_clear(op);
     wo->sampling = false;
@@ -678,6 +732,7 @@ og_whout_t *og_whout_start(og_gw_t *gw)
     if (wo == NULL)
         return NULL;
     wo->gw = gw;
+    wo->m = og_worker_metrics(gw->w, &og_whout_metrics_block);
     const og_config_t *cfg = gw->w->cfg;
     wo->hc = og_hc_new(&gw->w->loop, &gw->w->log);
     /* The window of a run, then its last try's timeout, then its writes. */

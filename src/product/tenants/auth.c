@@ -41,7 +41,7 @@ struct og_auth {
     int ttl_ms;                 /* OMNIGATE_AUTH_TTL_MS: how long a cache entry is trusted */
     og_seal_key_t seal_key;     /* opens the sealed secrets of tenant settings (settings.h) */
     og_rl_t *rl;                /* per-tenant rate limit, or NULL */
-    og_metrics_slot_t *metrics; /* counts refusals, or NULL */
+    uint64_t *refused_requests; /* counted (og_auth_metrics_block), or NULL */
     slot_t slots[OG_AUTH_CACHE_SLOTS];
 
     /* last_used_at batching: ids gathered since the last flush, one update in flight. */
@@ -56,6 +56,10 @@ struct og_auth {
     void (*closed)(void *arg);
     void *closed_arg;
 };
+
+static const og_m_metric_t rate_limited = OG_M_SUMMED("omnigate_rate_limited_total", OG_M_COUNTER, 0,
+                                                      "Tenant requests refused by the rate limit (429).");
+const og_m_block_t og_auth_metrics_block = OG_M_SCALAR_BLOCK(&rate_limited);
 
 og_tenant_t *og_tenant_ref(og_tenant_t *t)
 {
@@ -127,8 +131,8 @@ static bool rate_ok(og_auth_t *auth, og_http_req_t *req, const og_tenant_t *t)
     og_rl_headers(&r, req);
     if (r.allowed)
         return true;
-    if (auth->metrics != NULL)
-        og_metrics_add(&auth->metrics->rate_limited, 1);
+    if (auth->refused_requests != NULL)
+        og_metrics_add(auth->refused_requests, 1);
     og_api_error(req, OG_E_RATE_LIMITED, NULL, "the tenant's rate limit is exhausted: retry later");
     return false;
 }
@@ -326,10 +330,10 @@ bool og_auth_admin_tenant(og_http_req_t *req, const og_route_match_t *m, const c
     return true;
 }
 
-void og_auth_set_rate_limit(og_auth_t *auth, og_rl_t *rl, og_metrics_slot_t *metrics)
+void og_auth_set_rate_limit(og_auth_t *auth, og_rl_t *rl, uint64_t *refused)
 {
     auth->rl = rl;
-    auth->metrics = metrics;
+    auth->refused_requests = refused;
 }
 
 og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret, int ttl_ms)

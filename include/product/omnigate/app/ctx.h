@@ -18,6 +18,7 @@
 struct og_whout;
 struct og_nowa;
 struct og_status_sweep;
+struct og_callbacks_metrics;
 
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
@@ -38,6 +39,12 @@ typedef struct og_gw {
     /* Worker 0 with a database only: the status sweep (callbacks/status_sweep.h). */
     struct og_status_sweep *status_sweep;
     int closing; /* pieces still closing in the gateway's stop */
+
+    /* The metric blocks, in the worker's slot, of the features that keep no state of their own
+     * (NULL: no metrics), found once when the app starts. */
+    struct og_callbacks_metrics *callbacks_m; /* callbacks/webhooks_in.h */
+    uint64_t *nowa_skips;                     /* messaging/send.h */
+    uint64_t *log_query_timeouts;             /* logs/logs_api.h */
 } og_gw_t;
 
 /* The app context of a route's or a step's ctx (the og_worker_t serving og_gateway_app). */

@@ -10,6 +10,11 @@
 #define OMNIGATE_CALLBACKS_STATUS_SWEEP_H
 
 #include "omnigate/app/ctx.h"
+#include "omnigate/metrics.h"
+
+/* Its metric block (metrics.h): one gauge, of the statuses waiting for their attempt. The app
+ * registers it (worker.h); the sweep's worker records it. */
+extern const og_m_block_t og_status_sweep_metrics_block;
 
 /* Starts the sweep of gw (which has a database); NULL when out of memory. */
 struct og_status_sweep *og_status_sweep_start(og_gw_t *gw);

@@ -18,10 +18,16 @@
 
 #include "omnigate/error.h"
 #include "omnigate/http.h"
+#include "omnigate/metrics.h"
 #include "omnigate/router.h"
 
 /* The body limit of the webhook routes: Meta batches up to 1,000 statuses, up to 3 MB. */
 #define OG_WEBHOOK_MAX_BODY (4u * 1024 * 1024)
+
+/* The status callbacks' metric block (metrics.h): what became of each, by provider. The app
+ * registers it and keeps it in its context (app/ctx.h). */
+struct og_callbacks_metrics;
+extern const og_m_block_t og_callbacks_metrics_block;
 
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (app/gateway.h); its app context
  * is og_gw(ctx) (app/ctx.h). */

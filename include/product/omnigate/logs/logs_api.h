@@ -18,7 +18,12 @@
 #include "omnigate/error.h"
 #include "omnigate/http.h"
 #include "omnigate/ids.h"
+#include "omnigate/metrics.h"
 #include "omnigate/router.h"
+
+/* The log routes' metric block (metrics.h): one counter, of queries cancelled at their
+ * timeout. The app registers it and keeps it in its context (app/ctx.h). */
+extern const og_m_block_t og_logs_metrics_block;
 
 typedef enum { OG_LOGS_OMNI, OG_LOGS_SMS, OG_LOGS_OTP } og_logs_kind_t;
 

@@ -9,7 +9,13 @@
 #define OMNIGATE_MESSAGING_SEND_H
 
 #include "omnigate/http.h"
+#include "omnigate/metrics.h"
 #include "omnigate/router.h"
+
+/* The send route's metric block (metrics.h): one counter, of sends that skipped WhatsApp for a
+ * number remembered as not on it (nowa.h). The app registers it and keeps it in its context
+ * (app/ctx.h). */
+extern const og_m_block_t og_send_metrics_block;
 
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (app/gateway.h); its app context
  * is og_gw(ctx) (app/ctx.h). */

@@ -18,6 +18,7 @@
 #include "omnigate/channel.h"
 #include "omnigate/config.h"
 #include "omnigate/http_client.h"
+#include "omnigate/metrics.h"
 
 /* What one attempt sends. Borrowed: og_attempt_start copies what it needs. */
 typedef struct og_send_params {
@@ -74,6 +75,11 @@ extern const og_provider_t og_provider_meta;
 extern const og_provider_t og_provider_waha;
 extern const og_provider_t og_provider_twilio;
 
+/* The providers' metric block (metrics.h): attempts by channel and outcome, their latency, and
+ * each channel's circuit breaker. The app registers it (worker.h). */
+struct og_providers_metrics;
+extern const og_m_block_t og_providers_metrics_block;
+
 /* What attempts need of their worker: its HTTP client and configuration, and one circuit
  * breaker per channel (breaker.h). One per worker, in the gateway's state. */
 typedef struct og_providers {
@@ -82,6 +88,9 @@ typedef struct og_providers {
     og_breaker_t breaker[OG_CH__COUNT];
     uint64_t transitions_reported[OG_CH__COUNT]; /* of breaker[i].transitions, in the metrics */
     og_hc_headers_t *headers[OG_CH__COUNT];      /* each channel's fixed header lines */
+    /* The block in the worker's slot, or NULL: no metrics. Set by the app after
+     * og_providers_init. */
+    struct og_providers_metrics *m;
 } og_providers_t;
 
 /* False when out of memory (the fixed header lines); og_providers_free frees what was made. */

@@ -16,6 +16,7 @@
 #define OMNIGATE_TENANT_WEBHOOKS_WEBHOOKS_OUT_H
 
 #include "omnigate/app/ctx.h"
+#include "omnigate/metrics.h"
 
 #define OG_WHOUT_INFLIGHT  8           /* deliveries in flight per tenant */
 #define OG_WHOUT_RUNS      32          /* tenants served at once per worker */
@@ -23,6 +24,10 @@
 #define OG_WHOUT_MAX_TRIES 8           /* the first try and 7 retries */
 
 typedef struct og_whout og_whout_t;
+
+/* Its metric block (metrics.h): tries by outcome and by HTTP status class, and the outbox
+ * gauges. The app registers it (worker.h). */
+extern const og_m_block_t og_whout_metrics_block;
 
 /* Registers the `webhook` step kind on gw->jobs and sets up the module's state (its HTTP
  * client; on worker 0 the sampler of the outbox gauges). NULL when it cannot. */

@@ -18,6 +18,7 @@
 
 #include "omnigate/db.h"
 #include "omnigate/http.h"
+#include "omnigate/metrics.h"
 #include "omnigate/router.h"
 
 #define OG_AUTH_CACHE_SLOTS 4096 /* direct-mapped by token hash; a collision just evicts */
@@ -63,11 +64,15 @@ struct og_auth_req {
 };
 
 /* `db` may be NULL (no database configured: every tenant request answers 503). */
+/* The rate limit's metric block (metrics.h): one counter, of tenant requests refused. The app
+ * registers it (worker.h). */
+extern const og_m_block_t og_auth_metrics_block;
+
 /* Enforces each tenant's rateLimitPerSecond with `rl` (owned by the caller, may be NULL)
- * after authentication succeeded; refusals are counted in `metrics` (may be NULL). */
+ * after authentication succeeded; refusals are counted in `refused` (the block in the worker's
+ * slot, may be NULL). */
 struct og_rl;
-struct og_metrics_slot;
-void og_auth_set_rate_limit(og_auth_t *auth, struct og_rl *rl, struct og_metrics_slot *metrics);
+void og_auth_set_rate_limit(og_auth_t *auth, struct og_rl *rl, uint64_t *refused);
 
 og_auth_t *og_auth_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, const char *secret, int ttl_ms);
 
