@@ -524,9 +524,9 @@ static int admin_logs(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
         fprintf(stderr, "omnigate: no such tenant\n");
         return 1;
     }
-    const char *v[OG_DB_MAX_PARAMS] = {0};
-    int stmt = og_logs_query_stmt(&q, argv[1], v);
-    if ((r = run(pg, stmt, og_store_stmts[stmt].nparams, v)) == NULL)
+    og_db_call_t stmt;
+    og_logs_query_stmt(&q, argv[1], &stmt);
+    if ((r = run(pg, stmt.stmt, og_store_stmts[stmt.stmt].nparams, stmt.values)) == NULL)
         return 1;
     size_t len = 0;
     char *body = og_page_body(r, q.limit, "logs", &len);
