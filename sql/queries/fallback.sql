@@ -4,31 +4,35 @@
 
 -- name: fallback_schedule
 -- Schedules the chain's next step after an accepted attempt (og_fallback_schedule).
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 -- Returns true when the step is due now.
-SELECT og_fallback_schedule($1::uuid, $2);
+-- columns: due_now
+SELECT og_fallback_schedule($1::uuid, $2) AS due_now;
 
 -- name: fallback_load
 -- What a fallback step decides on.
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 -- Returns to, text, the channels (comma-separated), fallbackOn, the WhatsApp number, the SMS
 -- sender, the tenant's settings, the last attempt's seq, whether the wanted status is reached,
 -- the delivery status of the last accepted attempt, and the seq of a 'pending' attempt (-1).
-SELECT m.to_number, m.body, array_to_string(m.channels, ','), m.fallback_on,
-    coalesce(m.whatsapp_from, ''), coalesce(m.sms_sender, ''), t.settings::text,
+-- columns: to, text, channels, fallback_on, wa_from, sender, settings, last_seq, reached,
+--     last_status, pending_seq
+SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS channels,
+    m.fallback_on, coalesce(m.whatsapp_from, '') AS wa_from, coalesce(m.sms_sender, '') AS sender,
+    t.settings::text,
     coalesce((SELECT max(a.seq) FROM attempts a
-              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), -1),
+              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), -1) AS last_seq,
     EXISTS (SELECT 1 FROM attempts a
             WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference
-                AND og_status_rank(a.delivery_status) >= og_status_rank(m.fallback_on)),
+                AND og_status_rank(a.delivery_status) >= og_status_rank(m.fallback_on)) AS reached,
     coalesce((SELECT a.delivery_status FROM attempts a
               WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'sent'
-              ORDER BY a.seq DESC LIMIT 1), ''),
+              ORDER BY a.seq DESC LIMIT 1), '') AS last_status,
     coalesce((SELECT a.seq FROM attempts a
               WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'pending'
-              LIMIT 1), -1)
+              LIMIT 1), -1) AS pending_seq
 FROM messages m
 JOIN tenants t ON t.id = m.tenant_id
 WHERE m.tenant_id = $1 AND m.reference = $2;
@@ -36,11 +40,11 @@ WHERE m.tenant_id = $1 AND m.reference = $2;
 -- name: fallback_begin
 -- Records the attempt a step is about to make, before the provider is called: a step claimed
 -- again after its holder died finds it 'pending' and never calls the provider a second time.
--- $1 = tenant id
--- $2 = reference
--- $3 = seq (the channel's index in the message's channels)
--- $4 = channel
--- $5 = why: 'status_failed', 'status_undelivered' or 'no_status_in_time'
+-- $1 tenant_id
+-- $2 reference
+-- $3 seq = seq (the channel's index in the message's channels)
+-- $4 channel
+-- $5 reason = why: 'status_failed', 'status_undelivered' or 'no_status_in_time'
 INSERT INTO attempts (tenant_id, reference, seq, channel, status, latency_ms, attempted_at,
     fallback_reason)
 VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5);
@@ -48,16 +52,16 @@ VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5);
 -- name: fallback_end
 -- Completes a step's attempt with its provider's answer, adopting statuses that came first,
 -- and makes an accepted one the message's winning channel.
--- $1 = tenant id
--- $2 = reference
--- $3 = seq
--- $4 = status ('sent' or 'failed')
--- $5 = provider message id, or NULL
--- $6 = error code, or NULL
--- $7 = error message, or NULL
--- $8 = provider code, or NULL
--- $9 = HTTP status, or NULL
--- $10 = latency in ms
+-- $1 tenant_id
+-- $2 reference
+-- $3 seq
+-- $4 status = 'sent' or 'failed'
+-- $5 provider_id = provider message id, or NULL
+-- $6 error_code = error code, or NULL
+-- $7 error_message = error message, or NULL
+-- $8 provider_code = provider code, or NULL
+-- $9 http_status = HTTP status, or NULL
+-- $10 latency_ms = latency in ms
 WITH u AS (
     UPDATE attempts a
     SET status = $4, provider_message_id = $5, error_code = $6, error_message = $7,
@@ -76,9 +80,9 @@ WHERE tenant_id = $1 AND reference = $2;
 -- name: fallback_abandon
 -- A step found the attempt of an earlier holder 'pending': that holder may have reached the
 -- provider, so nothing is sent again; the attempt and the message become 'unknown'.
--- $1 = tenant id
--- $2 = reference
--- $3 = seq
+-- $1 tenant_id
+-- $2 reference
+-- $3 seq
 WITH a AS (
     UPDATE attempts
     SET status = 'unknown', error_code = 'outcome_unknown',
@@ -90,8 +94,8 @@ WHERE tenant_id = $1 AND reference = $2;
 
 -- name: fallback_settle
 -- The message's status after a step moved its chain on (og_message_status).
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 UPDATE messages
 SET status = og_message_status($1, $2)
 WHERE tenant_id = $1 AND reference = $2 AND status IN ('sent', 'delivered', 'read', 'undelivered');

@@ -14,24 +14,27 @@
 -- reads (status with channel, which bound each other in no way, has a statement of its own).
 -- So the parameters are the same four, then the leading filter and those ranked below it that
 -- the statement takes, in that order, NULL when absent:
---   $1 = tenant id
---   $2 = lowest reference (since, as the smallest reference of its millisecond)
---   $3 = references below this one (the lower of until, as a reference, and the cursor)
---   $4 = limit
+--   $1 tenant_id
+--   $2 lo = lowest reference (since, as the smallest reference of its millisecond)
+--   $3 hi = references below this one (the lower of until, as a reference, and the cursor)
+--   $4 limit
 -- The log indexes are partial (sql/009_log_indexes.sql): on "<filter column> IS NOT NULL",
 -- which filtering on the column implies, or, for the status of messages and OTPs (which the
 -- write path filters on), on reference > 'kf_', true of every row, which only the statements
 -- below state. The items are built by the views og_log_omni, og_log_sms and og_log_otp
 -- (sql/009), only for the rows of the page.
--- Each statement returns reference, item JSON text.
+-- Each statement returns page rows: a record's reference (the next page's cursor is the last
+-- one shown) and its item as JSON text; so does the page of a tenant's webhook deliveries.
+-- row page: cursor, item
 
 -- name: logs_omni
 -- One page of unified sends, each with its attempts in order: by time only.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
 ORDER BY v.reference DESC
@@ -39,15 +42,16 @@ LIMIT $4;
 
 -- name: logs_omni_reference
 -- One page of unified sends: the one with this reference, if it passes the other filters.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = reference
--- $6 = to (E.164), or NULL
--- $7 = status, or NULL
--- $8 = channel some attempt used, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 reference
+-- $6 to = the number (E.164), or NULL
+-- $7 status = status, or NULL
+-- $8 channel = channel some attempt used, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.to_number = $6)
@@ -60,14 +64,15 @@ LIMIT $4;
 -- name: logs_omni_to
 -- One page of unified sends to one number (messages_tenant_to); the status and channel
 -- filters are checked on the number's messages, newest first.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = to (E.164)
--- $6 = status, or NULL
--- $7 = channel some attempt used, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 to = the number (E.164)
+-- $6 status = status, or NULL
+-- $7 channel = channel some attempt used, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.status = $6)
@@ -80,12 +85,13 @@ LIMIT $4;
 
 -- name: logs_omni_status
 -- One page of unified sends in one status (messages_tenant_status).
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = status
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 status
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
     AND v.reference >= $2 AND v.reference < $3
@@ -97,13 +103,14 @@ LIMIT $4;
 -- status (messages_tenant_status) and the attempts on the channel (attempts_tenant_channel),
 -- both read in reference order and merged. When either has nothing in the range, the page is
 -- answered at once; at worst both are read to the end of the range (docs/logs.md).
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = status
--- $6 = channel
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 status
+-- $6 channel
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 JOIN attempts a ON a.tenant_id = v.tenant_id AND a.reference = v.reference
 WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
@@ -117,12 +124,13 @@ LIMIT $4;
 -- from attempts_tenant_channel (one attempt per channel and message), then each message by
 -- its primary key (a lateral subquery kept apart, so it is a lookup per reference whatever
 -- the statistics say).
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = channel
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 channel
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM (SELECT a.reference FROM attempts a
       WHERE a.tenant_id = $1 AND a.channel = $5 AND a.reference >= $2 AND a.reference < $3
       ORDER BY a.reference DESC
@@ -133,11 +141,12 @@ ORDER BY p.reference DESC;
 
 -- name: logs_sms
 -- One page of SMS records, whichever route sent them: by time only.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_sms v
 WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
 ORDER BY v.reference DESC
@@ -147,15 +156,16 @@ LIMIT $4;
 -- One page of SMS records: the one with this reference, if it passes the other filters. An
 -- SMS record's reference is also its source's (a unified send's SMS has the send's reference,
 -- an OTP's SMS the OTP's), so this finds the SMS of a send or an OTP too.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = reference
--- $6 = to (E.164), or NULL
--- $7 = status or delivery status, or NULL
--- $8 = source ('sms', 'omni' or 'otp'), or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 reference
+-- $6 to = the number (E.164), or NULL
+-- $7 status = status or delivery status, or NULL
+-- $8 source = 'sms', 'omni' or 'otp', or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_sms v
 WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.to_number = $6)
@@ -167,14 +177,15 @@ LIMIT $4;
 -- name: logs_sms_to
 -- One page of SMS records to one number (sms_records_tenant_to); the status and source
 -- filters are checked on the number's records, newest first.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = to (E.164)
--- $6 = status or delivery status, or NULL
--- $7 = source, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 to = the number (E.164)
+-- $6 status = status or delivery status, or NULL
+-- $7 source = source, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_sms v
 WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.status = $6 OR v.delivery_status = $6)
@@ -190,13 +201,14 @@ LIMIT $4;
 -- only on a record that was sent, and 'sent' is looked up by the record's status alone (every
 -- record whose delivery is 'sent' has status 'sent'). The source filter is checked on the
 -- records each index gives, newest first.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = status or delivery status
--- $6 = source, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 status = status or delivery status
+-- $6 source = source, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM ((SELECT s.reference FROM sms_records s
        WHERE s.tenant_id = $1 AND s.status = $5 AND s.reference >= $2 AND s.reference < $3
            AND ($6::text IS NULL OR s.source = $6)
@@ -216,12 +228,13 @@ ORDER BY p.reference DESC;
 
 -- name: logs_sms_source
 -- One page of SMS records of one source (sms_records_tenant_source).
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = source
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 source
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_sms v
 WHERE v.tenant_id = $1 AND v.source = $5 AND v.reference >= $2 AND v.reference < $3
 ORDER BY v.reference DESC
@@ -229,11 +242,12 @@ LIMIT $4;
 
 -- name: logs_otp
 -- One page of OTP requests, each with its history of events in order: by time only.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_otp v
 WHERE v.tenant_id = $1 AND v.reference >= $2 AND v.reference < $3
 ORDER BY v.reference DESC
@@ -241,14 +255,15 @@ LIMIT $4;
 
 -- name: logs_otp_reference
 -- One page of OTP requests: the one with this reference, if it passes the other filters.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = reference
--- $6 = to (E.164), or NULL
--- $7 = status, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 reference
+-- $6 to = the number (E.164), or NULL
+-- $7 status = status, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_otp v
 WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.to_number = $6)
@@ -259,13 +274,14 @@ LIMIT $4;
 -- name: logs_otp_to
 -- One page of OTP requests to one number (otp_requests_tenant_to, which the OTP send's limits
 -- and the verify by number read too); the status filter is checked on the number's OTPs.
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = to (E.164)
--- $6 = status, or NULL
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 to = the number (E.164)
+-- $6 status = status, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_otp v
 WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.status = $6)
@@ -274,12 +290,13 @@ LIMIT $4;
 
 -- name: logs_otp_status
 -- One page of OTP requests in one status (otp_requests_tenant_status).
--- $1 = tenant id
--- $2 = lowest reference
--- $3 = references below this one
--- $4 = limit
--- $5 = status
-SELECT v.reference, v.item::text
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 status
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_otp v
 WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
     AND v.reference >= $2 AND v.reference < $3
@@ -290,7 +307,8 @@ LIMIT $4;
 -- Whether a tenant exists, for the admin mirrors of the logs (GET /admin/tenants/{id}/...):
 -- read in the same round trip as the page, on the same read connection, so an unknown tenant
 -- is a 404 rather than an empty page. Unlike the statements above it returns one column.
--- $1 = tenant id
-SELECT 1
+-- $1 tenant_id
+-- columns: found
+SELECT 1 AS found
 FROM tenants
 WHERE id = $1;

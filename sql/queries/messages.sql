@@ -4,18 +4,18 @@
 
 -- name: msg_insert
 -- Records a unified send before any provider is called.
--- $1 = tenant id
--- $2 = reference
--- $3 = to (E.164)
--- $4 = text
--- $5 = delivery mode ('fallback' or 'all')
--- $6 = channels to try, as a text[] literal: {a,b}
--- $7 = channels skipped (JSON array)
--- $8 = fallbackOn of a delivery-based fallback ('delivered' or 'read'), or NULL (API.md §11)
--- $9 = fallbackAfterSeconds, or NULL
--- $10 = the WhatsApp number it sends from, or NULL
--- $11 = the SMS sender, or NULL
--- Returns the reference.
+-- $1 tenant_id
+-- $2 reference
+-- $3 to = the number (E.164)
+-- $4 text
+-- $5 mode = delivery mode ('fallback' or 'all')
+-- $6 channels = channels to try, as a text[] literal: {a,b}
+-- $7 skipped = channels skipped (JSON array)
+-- $8 fallback_on = 'delivered' or 'read', a delivery-based fallback's (API.md §11), or NULL
+-- $9 fallback_after = fallbackAfterSeconds, or NULL
+-- $10 wa_from = the WhatsApp number it sends from, or NULL
+-- $11 sms_sender = the SMS sender, or NULL
+-- columns: reference
 INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
     fallback_on, fallback_after_s, whatsapp_from, sms_sender)
 VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11)
@@ -24,17 +24,17 @@ RETURNING reference;
 -- name: msg_insert_many
 -- The set form of msg_insert (sql/013_set_forms.sql): the pending rows of a write batch's
 -- sends in one statement. Each parameter is an array of the sends' values, in order.
--- $1 = tenant ids
--- $2 = references
--- $3 = to (E.164)
--- $4 = texts
--- $5 = delivery modes
--- $6 = channels to try, each a text[] literal
--- $7 = channels skipped (JSON arrays)
--- $8 = fallbackOn values, or NULLs
--- $9 = fallbackAfterSeconds values, or NULLs
--- $10 = the WhatsApp numbers they send from, or NULLs
--- $11 = the SMS senders, or NULLs
+-- $1 tenant_id = tenant ids
+-- $2 reference = references
+-- $3 to = the number (E.164)
+-- $4 text = texts
+-- $5 mode = delivery modes
+-- $6 channels = channels to try, each a text[] literal
+-- $7 skipped = channels skipped (JSON arrays)
+-- $8 fallback_on = fallbackOn values, or NULLs
+-- $9 fallback_after = fallbackAfterSeconds values, or NULLs
+-- $10 wa_from = the WhatsApp numbers they send from, or NULLs
+-- $11 sms_sender = the SMS senders, or NULLs
 -- Returns nothing.
 INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
     fallback_on, fallback_after_s, whatsapp_from, sms_sender)
@@ -48,19 +48,20 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 -- trip fewer per send), for a send without an Idempotency-Key that plans a WhatsApp channel.
 -- When the number is remembered nothing is written; the gateway drops the WhatsApp channels
 -- and inserts with msg_insert.
--- $1 = tenant id
--- $2 = reference
--- $3 = to (E.164): also the number looked up
--- $4 = text
--- $5 = delivery mode ('fallback' or 'all')
--- $6 = channels to try, as a text[] literal: {a,b}
--- $7 = channels skipped (JSON array)
--- $8 = fallbackOn of a delivery-based fallback ('delivered' or 'read'), or NULL (API.md §11)
--- $9 = fallbackAfterSeconds, or NULL
--- $10 = the WhatsApp number it sends from, or NULL
--- $11 = the SMS sender, or NULL
+-- $1 tenant_id
+-- $2 reference
+-- $3 to = the number (E.164): also the number looked up
+-- $4 text
+-- $5 mode = delivery mode ('fallback' or 'all')
+-- $6 channels = channels to try, as a text[] literal: {a,b}
+-- $7 skipped = channels skipped (JSON array)
+-- $8 fallback_on = 'delivered' or 'read', a delivery-based fallback's (API.md §11), or NULL
+-- $9 fallback_after = fallbackAfterSeconds, or NULL
+-- $10 wa_from = the WhatsApp number it sends from, or NULL
+-- $11 sms_sender = the SMS sender, or NULL
 -- Returns one row: the reference, NULL when nothing was inserted; and the milliseconds the
 -- number stays remembered, NULL when it is not.
+-- columns: reference, left_ms
 WITH nowa AS (
     SELECT ceil(extract(epoch FROM until - now()) * 1000)::bigint AS left_ms
     FROM not_on_whatsapp WHERE number = $3::text AND until > now()),
@@ -76,19 +77,20 @@ SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
 -- name: msg_insert_unless_nowa_many
 -- The set form of msg_insert_unless_nowa (sql/013_set_forms.sql): each parameter is an array
 -- of the sends' values, in order.
--- $1 = tenant ids
--- $2 = references
--- $3 = to (E.164): also the numbers looked up
--- $4 = texts
--- $5 = delivery modes
--- $6 = channels to try, each a text[] literal
--- $7 = channels skipped (JSON arrays)
--- $8 = fallbackOn values, or NULLs
--- $9 = fallbackAfterSeconds values, or NULLs
--- $10 = the WhatsApp numbers they send from, or NULLs
--- $11 = the SMS senders, or NULLs
+-- $1 tenant_id = tenant ids
+-- $2 reference = references
+-- $3 to = the number (E.164): also the numbers looked up
+-- $4 text = texts
+-- $5 mode = delivery modes
+-- $6 channels = channels to try, each a text[] literal
+-- $7 skipped = channels skipped (JSON arrays)
+-- $8 fallback_on = fallbackOn values, or NULLs
+-- $9 fallback_after = fallbackAfterSeconds values, or NULLs
+-- $10 wa_from = the WhatsApp numbers they send from, or NULLs
+-- $11 sms_sender = the SMS senders, or NULLs
 -- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row
 -- (og_msg_insert_unless_nowa_many, sql/014_set_forms_generic.sql).
+-- columns: ord, reference, left_ms
 SELECT ord, reference, left_ms
 FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
     $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[]);
@@ -97,13 +99,13 @@ FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text
 -- Completes a unified send: its outcome, and its attempts in one INSERT. An accepted attempt
 -- is born with the delivery statuses its provider reported before this commit (API.md §10:
 -- the callback can beat the completion write), and the message's status follows them.
--- $1 = tenant id
--- $2 = reference
--- $3 = status ('sent' or 'failed')
--- $4 = winning channel, or NULL
--- $5 = attempts, a JSON array of {seq, channel, status, provider_message_id, error_code,
+-- $1 tenant_id
+-- $2 reference
+-- $3 status = 'sent' or 'failed'
+-- $4 winner = winning channel, or NULL
+-- $5 attempts = a JSON array of {seq, channel, status, provider_message_id, error_code,
 --      error_message, provider_code, http_status, latency_ms, attempted_at_ms}
--- $6 = 'true' when a delivery-based fallback goes on after this (a step follows): the
+-- $6 goes_on = 'true' when a delivery-based fallback goes on after this (a step follows): the
 --      message is not undelivered while its chain goes on
 WITH a AS (
     INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
@@ -137,12 +139,12 @@ WHERE tenant_id = $1 AND reference = $2;
 -- name: msg_complete_many
 -- The set form of msg_complete: og_msg_complete_many (sql/013_set_forms.sql). Each parameter
 -- is an array of the sends' values, in order.
--- $1 = tenant ids
--- $2 = references
--- $3 = statuses ('sent' or 'failed')
--- $4 = winning channels, or NULLs
--- $5 = attempts, each a JSON array as msg_complete's $5
--- $6 = whether a delivery-based fallback goes on after each
+-- $1 tenant_id = tenant ids
+-- $2 reference = references
+-- $3 status = statuses ('sent' or 'failed')
+-- $4 winner = winning channels, or NULLs
+-- $5 attempts = each a JSON array as msg_complete's $5
+-- $6 goes_on = whether a delivery-based fallback goes on after each
 -- Returns nothing.
 SELECT FROM og_msg_complete_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::json[],
     $6::boolean[]);
@@ -150,7 +152,7 @@ SELECT FROM og_msg_complete_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 -- name: msg_mark_unknown
 -- Marks 'unknown' the messages a crash left pending: those older than any send could still
 -- be running, and younger than a week (older ones are left to retention).
--- $1 = older than, in milliseconds
+-- $1 older_ms = older than, in milliseconds
 UPDATE messages
 SET status = 'unknown', completed_at = now()
 WHERE status = 'pending'

@@ -2,27 +2,32 @@
 -- Every change of an OTP's status writes its event in the same statement, so the history
 -- that the logs show cannot miss a step. The send limits live in omnigate_otp_begin
 -- (sql/002_otp.sql).
+--
+-- An OTP row, what a verify judges, is its reference, code_hash, status, whether it expired
+-- (boolean) and failed_attempts:
+-- row otp: reference, code_hash, status, expired, failed_attempts
 
 -- name: otp_begin
 -- Starts an OTP, unless the number's send limits refuse it; supersedes the pending one.
--- $1 = tenant id
--- $2 = to (E.164)
--- $3 = reference
--- $4 = code hash
--- $5 = code length
--- $6 = time to live, in seconds
+-- $1 tenant_id
+-- $2 to = the number (E.164)
+-- $3 reference
+-- $4 code_hash
+-- $5 length = code length
+-- $6 ttl_s = time to live, in seconds
 -- Returns outcome ('ok', 'cooldown' or 'hourly'), retry_after in seconds, and expires_at
 -- as RFC 3339 UTC with milliseconds.
+-- columns: outcome, retry_after, expires_at
 SELECT outcome, retry_after,
-    to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+    to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS expires_at
 FROM omnigate_otp_begin($1, $2, $3, $4, $5, $6);
 
 -- name: otp_sent
 -- Records whether the SMS with the code went out: the OTP fails unless it did, and the
 -- event is 'sent' or 'send_failed'.
--- $1 = tenant id
--- $2 = reference
--- $3 = sent (boolean)
+-- $1 tenant_id
+-- $2 reference
+-- $3 sent = whether it was sent (boolean)
 WITH u AS (
     UPDATE otp_requests
     SET status = CASE WHEN $3::boolean THEN status ELSE 'failed' END
@@ -34,20 +39,20 @@ FROM u;
 
 -- name: otp_find
 -- Finds the OTP a verify is about, by its reference.
--- $1 = tenant id
--- $2 = reference
--- Returns reference, code_hash, status, expired (boolean), failed_attempts.
-SELECT reference, code_hash, status, expires_at <= now(), failed_attempts
+-- $1 tenant_id
+-- $2 reference
+-- columns: otp row
+SELECT reference, code_hash, status, expires_at <= now() AS expired, failed_attempts
 FROM otp_requests
 WHERE tenant_id = $1 AND reference = $2;
 
 -- name: otp_find_to
 -- Finds the OTP a verify by number is about: the number's newest (otp_requests_tenant_to;
 -- references are in time order, and two sends to one number are 30 s apart at least).
--- $1 = tenant id
--- $2 = to (E.164)
--- Returns reference, code_hash, status, expired (boolean), failed_attempts.
-SELECT reference, code_hash, status, expires_at <= now(), failed_attempts
+-- $1 tenant_id
+-- $2 to = the number (E.164)
+-- columns: otp row
+SELECT reference, code_hash, status, expires_at <= now() AS expired, failed_attempts
 FROM otp_requests
 WHERE tenant_id = $1 AND to_number = $2
 ORDER BY reference DESC
@@ -55,10 +60,11 @@ LIMIT 1;
 
 -- name: otp_verify_ok
 -- Verifies an OTP on the right code, if it is still pending, unexpired and not locked.
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 -- Returns a row when this verify won (status verified, event 'verify_success'), none when
 -- the OTP was no longer pending.
+-- columns: verified
 WITH u AS (
     UPDATE otp_requests
     SET status = 'verified', verified_at = now()
@@ -68,16 +74,17 @@ WITH u AS (
 INSERT INTO otp_events (tenant_id, otp_reference, event)
 SELECT tenant_id, reference, 'verify_success'
 FROM u
-RETURNING 1;
+RETURNING 1 AS verified;
 
 -- name: otp_verify_bad
 -- Counts a wrong code against a pending OTP: event 'verify_failed', and the OTP is locked
 -- (event 'locked') at the fifth. One INSERT writes both events in order, since
 -- data-modifying CTEs run in no set order.
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 -- Returns failed_attempts and status after the count; no row when the OTP was no longer
 -- pending.
+-- columns: failed_attempts, status
 WITH u AS (
     UPDATE otp_requests
     SET failed_attempts = failed_attempts + 1,
@@ -95,8 +102,8 @@ FROM u;
 
 -- name: otp_expire
 -- Expires a pending OTP past its time, with its event 'expired'.
--- $1 = tenant id
--- $2 = reference
+-- $1 tenant_id
+-- $2 reference
 WITH u AS (
     UPDATE otp_requests
     SET status = 'expired'
@@ -108,8 +115,8 @@ FROM u;
 
 -- name: otp_event
 -- Records an event of an OTP whose status does not change (a verify refused).
--- $1 = tenant id
--- $2 = reference
--- $3 = event
+-- $1 tenant_id
+-- $2 reference
+-- $3 event
 INSERT INTO otp_events (tenant_id, otp_reference, event)
 VALUES ($1, $2, $3);

@@ -6,14 +6,15 @@
 -- name: prune_check
 -- Reads --before as PostgreSQL does, and whether it is at least 24 h ago: sends may still be
 -- in flight, and idempotency keys live 24 h.
--- $1 = before (a date or an RFC 3339 time)
+-- $1 before = a date or an RFC 3339 time
 -- Returns before as RFC 3339 UTC with milliseconds, and whether it is old enough (boolean).
-SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
-    $1::timestamptz <= now() - interval '24 hours';
+-- columns: before, old_enough
+SELECT to_char($1::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS before,
+    $1::timestamptz <= now() - interval '24 hours' AS old_enough;
 
 -- name: prune_tenants
 -- Lists every tenant, for pruning tenant by tenant.
--- Returns id.
+-- columns: id
 SELECT id
 FROM tenants
 ORDER BY id;
@@ -21,15 +22,16 @@ ORDER BY id;
 -- name: prune_batch
 -- Deletes one batch of a tenant's log data created before a time: records whose reference is
 -- below the smallest reference of that time's millisecond (omnigate_prune_batch, sql/009).
--- $1 = tenant id
--- $2 = before, as a reference
--- $3 = batch size
+-- $1 tenant_id
+-- $2 before = the time, as a reference
+-- $3 batch = batch size
 -- Returns the number of rows deleted.
-SELECT omnigate_prune_batch($1, $2, $3);
+-- columns: deleted
+SELECT omnigate_prune_batch($1, $2, $3) AS deleted;
 
 -- name: prune_idem
 -- Deletes one batch of idempotency keys past their 24 h.
--- $1 = batch size
+-- $1 batch = batch size
 DELETE FROM idempotency_keys
 WHERE ctid = ANY (ARRAY(
     SELECT ctid
@@ -40,10 +42,11 @@ WHERE ctid = ANY (ARRAY(
 -- name: prune_webhooks
 -- Deletes one batch of a tenant's webhook deliveries created before a time and done with
 -- (delivered or exhausted), with their tries.
--- $1 = tenant id
--- $2 = before (RFC 3339)
--- $3 = batch size
+-- $1 tenant_id
+-- $2 before = the time (RFC 3339)
+-- $3 batch = batch size
 -- Returns the number of deliveries deleted.
+-- columns: deleted
 WITH d AS (
     DELETE FROM webhook_deliveries
     WHERE id = ANY (ARRAY(
@@ -57,5 +60,5 @@ t AS (
     DELETE FROM webhook_tries w
     USING d
     WHERE w.delivery_id = d.id)
-SELECT count(*)
+SELECT count(*) AS deleted
 FROM d;

@@ -4,13 +4,13 @@
 
 -- name: sms_pending
 -- Records an SMS of POST /api/sms/send before the provider is called.
--- $1 = tenant id
--- $2 = reference
--- $3 = to (E.164)
--- $4 = sender
--- $5 = text
--- $6 = segments
--- $7 = encoding
+-- $1 tenant_id
+-- $2 reference
+-- $3 to = the number (E.164)
+-- $4 sender
+-- $5 text
+-- $6 segments
+-- $7 encoding
 INSERT INTO sms_records (tenant_id, reference, source, to_number, sender, body, segments,
     encoding, status)
 VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
@@ -18,11 +18,11 @@ VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
 -- name: sms_finish
 -- Finishes an SMS of POST /api/sms/send with what the provider answered, and the delivery
 -- statuses the provider reported before this commit.
--- $1 = tenant id
--- $2 = reference
--- $3 = status ('sent' or 'failed')
--- $4 = provider message id, or NULL
--- $5 = error (JSON object), or NULL
+-- $1 tenant_id
+-- $2 reference
+-- $3 status = 'sent' or 'failed'
+-- $4 provider_id = provider message id, or NULL
+-- $5 error = a JSON object, or NULL
 UPDATE sms_records s
 SET status = $3, provider_message_id = $4, error = $5::jsonb,
     delivery_status = CASE WHEN $3 = 'sent' THEN coalesce(d.status, 'sent') END,
@@ -33,18 +33,18 @@ WHERE s.tenant_id = $1 AND s.reference = $2;
 -- name: sms_record
 -- Records an SMS a unified send or an OTP send has sent (or failed to send), with the
 -- delivery statuses the provider reported before this commit.
--- $1 = tenant id
--- $2 = reference
--- $3 = source ('omni' or 'otp')
--- $4 = reference of the OTP it carried, or NULL
--- $5 = to (E.164)
--- $6 = sender
--- $7 = text (of an OTP, with the code masked)
--- $8 = segments
--- $9 = encoding
--- $10 = status ('sent' or 'failed')
--- $11 = provider message id, or NULL
--- $12 = error (JSON object), or NULL
+-- $1 tenant_id
+-- $2 reference
+-- $3 source = 'omni' or 'otp'
+-- $4 source_reference = reference of the OTP it carried, or NULL
+-- $5 to = the number (E.164)
+-- $6 sender
+-- $7 text = the text (of an OTP, with the code masked)
+-- $8 segments
+-- $9 encoding
+-- $10 status = 'sent' or 'failed'
+-- $11 provider_id = provider message id, or NULL
+-- $12 error = a JSON object, or NULL
 INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_number, sender,
     body, segments, encoding, status, provider_message_id, error, delivery_status, delivered_at)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb,

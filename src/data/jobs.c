@@ -107,16 +107,17 @@ static char *dup_or_empty(const char *s)
 /* Turns row r of a claim into a step and hands it to its runner. */
 static void start_step(og_jobs_t *j, const PGresult *res, int r)
 {
-    int k = kind_of(j, PQgetvalue(res, r, 1));
+    int k = kind_of(j, PQgetvalue(res, r, OG_C_STEP_CLAIM_KIND));
     og_step_t *s = calloc(1, sizeof(*s));
     if (s != NULL) {
-        s->tenant_id = dup_or_empty(PQgetvalue(res, r, 2));
-        s->reference = dup_or_empty(PQgetvalue(res, r, 3));
-        s->payload = dup_or_empty(PQgetvalue(res, r, 4));
+        s->tenant_id = dup_or_empty(PQgetvalue(res, r, OG_C_STEP_CLAIM_TENANT_ID));
+        s->reference = dup_or_empty(PQgetvalue(res, r, OG_C_STEP_CLAIM_REFERENCE));
+        s->payload = dup_or_empty(PQgetvalue(res, r, OG_C_STEP_CLAIM_PAYLOAD));
     }
     if (s == NULL || s->tenant_id == NULL || s->reference == NULL || s->payload == NULL || k < 0) {
         /* Out of memory (or a kind we did not claim): the lease expires and someone retries. */
-        og_log(j->log, OG_LOG_ERROR, "step not started", "\"step\":\"%s\"", PQgetvalue(res, r, 0));
+        og_log(j->log, OG_LOG_ERROR, "step not started", "\"step\":\"%s\"",
+               PQgetvalue(res, r, OG_C_STEP_CLAIM_ID));
         if (s != NULL) {
             free(s->tenant_id);
             free(s->reference);
@@ -126,10 +127,10 @@ static void start_step(og_jobs_t *j, const PGresult *res, int r)
         return;
     }
     s->jobs = j;
-    snprintf(s->id, sizeof(s->id), "%s", PQgetvalue(res, r, 0));
+    snprintf(s->id, sizeof(s->id), "%s", PQgetvalue(res, r, OG_C_STEP_CLAIM_ID));
     s->kind = k;
-    s->claims = atoi(PQgetvalue(res, r, 5));
-    s->lag_ms = strtoull(PQgetvalue(res, r, 6), NULL, 10);
+    s->claims = atoi(PQgetvalue(res, r, OG_C_STEP_CLAIM_CLAIMS));
+    s->lag_ms = strtoull(PQgetvalue(res, r, OG_C_STEP_CLAIM_LAG_MS), NULL, 10);
     j->running++;
     j->kinds[k].running++;
     gauge_running(j);
@@ -194,11 +195,10 @@ static void claim(og_jobs_t *j)
     j->claiming = true;
     og_db_op_t *op = &j->claim_op;
     *op = (og_db_op_t){.nstmts = 1, .write = true, .done = claimed};
-    op->stmts[0].stmt = OG_Q_STEP_CLAIM;
-    op->stmts[0].values[0] = j->owner;
-    op->stmts[0].values[1] = j->kinds_lit;
-    op->stmts[0].values[2] = j->leases_lit;
-    op->stmts[0].values[3] = j->limit_s;
+    og_q_step_claim(&op->stmts[0], &(og_q_step_claim_t){.owner = j->owner,
+                                                        .kinds = j->kinds_lit,
+                                                        .leases = j->leases_lit,
+                                                        .limit = j->limit_s});
     og_db_submit(j->db, op);
 }
 
@@ -206,7 +206,7 @@ static void counted(og_db_op_t *op, og_db_status_t st)
 {
     og_jobs_t *j = container_of(op, og_jobs_t, due_op);
     if (st == OG_DB_OK && op->res[0] != NULL && PQntuples(op->res[0]) == 1 && j->m != NULL)
-        og_metrics_gauge(&j->m->steps_due, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
+        og_metrics_gauge(&j->m->steps_due, strtoull(PQgetvalue(op->res[0], 0, OG_C_STEPS_DUE_DUE), NULL, 10));
     og_db_op_clear(op);
     j->counting = false;
     maybe_closed(j);
@@ -221,7 +221,7 @@ static void on_tick(uv_timer_t *t)
     if (j->sampler && ++j->ticks % SAMPLE_EVERY == 0 && !j->counting && og_db_ready(j->db)) {
         j->counting = true;
         j->due_op = (og_db_op_t){.nstmts = 1, .done = counted};
-        j->due_op.stmts[0].stmt = OG_Q_STEPS_DUE;
+        og_q_steps_due(&j->due_op.stmts[0]);
         og_db_submit(j->db, &j->due_op);
     }
     arm(j);
@@ -320,9 +320,7 @@ void og_jobs_wake(og_jobs_t *j)
 
 int og_jobs_close_stmt(og_step_t *s, og_db_op_t *op, int n)
 {
-    op->stmts[n].stmt = OG_Q_STEP_CLOSE;
-    op->stmts[n].values[0] = s->id;
-    op->stmts[n].values[1] = s->jobs->owner;
+    og_q_step_close(&op->stmts[n], &(og_q_step_close_t){.step_id = s->id, .owner = s->jobs->owner});
     return 1;
 }
 

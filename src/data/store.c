@@ -1,7 +1,8 @@
 /*
  * The prepared statements of the request path. See include/data/omnigate/store.h. Their
- * table, og_store_stmts, is generated from the files of sql/queries/ by src/tools/embed_queries.py, so the
- * SQL is read and reviewed as SQL; what is left here is the check of ids bound for them.
+ * table, og_store_stmts, and their binders are generated from the files of sql/queries/ by
+ * src/tools/embed_queries.py, so the SQL is read and reviewed as SQL; what is left here is the
+ * check of ids bound for them.
  */
 #include "omnigate/store.h"
 

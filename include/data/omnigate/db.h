@@ -102,13 +102,16 @@ typedef enum og_db_status {
 
 typedef void (*og_db_done_fn)(og_db_op_t *op, og_db_status_t status);
 
+/* One statement of an op and its parameters. store.h's binders fill one by name. */
+typedef struct og_db_call {
+    int stmt; /* index into the statement table */
+    const char *values[OG_DB_MAX_PARAMS];
+} og_db_call_t;
+
 struct og_db_op {
     /* Filled by the caller; values must stay valid until done is called. NULL = SQL NULL. */
     int nstmts;
-    struct {
-        int stmt; /* index into the statement table */
-        const char *values[OG_DB_MAX_PARAMS];
-    } stmts[OG_DB_MAX_STMTS];
+    og_db_call_t stmts[OG_DB_MAX_STMTS];
     bool write; /* joins this loop turn's write batch */
     og_db_done_fn done;
     void *arg;

@@ -12,7 +12,7 @@
 
 /* One value per statement; each is the statement of the same name (OG_Q_TENANT_GET is
  * `-- name: tenant_get`) in the file named above it, where its parameters and the columns it
- * returns are documented. The build fails unless every value has exactly one statement. */
+ * returns are documented by name. The build fails unless every value has exactly one statement. */
 enum og_store_stmt {
     /* sql/queries/tokens.sql */
     OG_Q_AUTH_LOOKUP,
@@ -115,38 +115,16 @@ enum og_store_stmt {
     OG_Q__COUNT
 };
 
-/* Columns of a tenant row and a token row, in the order the statements of
- * sql/queries/tenants.sql and sql/queries/tokens.sql return them. */
-enum {
-    OG_TENANT_ID,
-    OG_TENANT_NAME,
-    OG_TENANT_UNIFIED,
-    OG_TENANT_SETTINGS,
-    OG_TENANT_CREATED,
-    OG_TENANT_UPDATED,
-    OG_TENANT_XMIN
-};
-enum {
-    OG_TOKEN_ID,
-    OG_TOKEN_NAME,
-    OG_TOKEN_PREFIX,
-    OG_TOKEN_SCOPES,
-    OG_TOKEN_CREATED,
-    OG_TOKEN_LAST_USED,
-    OG_TOKEN_REVOKED
-};
-
-/* Columns of a webhook row (sql/queries/webhooks.sql: wh_put, wh_get, wh_delete, wh_rotate). */
-enum {
-    OG_WH_URL,
-    OG_WH_EVENTS,
-    OG_WH_SECRET,
-    OG_WH_CREATED,
-    OG_WH_UPDATED,
-    OG_WH_DISABLED,
-    OG_WH_DISABLED_REASON,
-    OG_WH_INSERTED
-};
+/* Generated from those same lines (src/tools/embed_queries.py), so that nothing is filled or
+ * read by position: for each statement X, og_q_X_t names its parameters and og_q_X binds them
+ * into one statement of an op, setting its stmt and its values in order,
+ *
+ *     og_q_tenant_get(&op->stmts[0], &(og_q_tenant_get_t){.tenant_id = id});
+ *
+ * (statements that take the same parameters share one struct), and OG_C_X_<COLUMN> are the
+ * indexes of its columns, or OG_<ROW>_<COLUMN> those of a row several statements return
+ * (OG_TENANT_ID of a tenant row). A set form X_many has neither: callers bind X (db.h). */
+#include "og_store_names.h"
 
 /* Generated from the files of sql/queries/ at build time (src/tools/embed_queries.py). */
 extern const og_db_stmt_t og_store_stmts[OG_Q__COUNT];

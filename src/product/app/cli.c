@@ -34,7 +34,7 @@ static bool need_db(const og_config_t *cfg, const char *what)
 }
 
 static PGconn *connect_db(const og_config_t *cfg);
-static PGresult *run(PGconn *pg, int q, int n, const char *const *values);
+static PGresult *run(PGconn *pg, const og_db_call_t *stmt);
 
 /* ---- secrets at rest -------------------------------------------------------------------- */
 
@@ -53,8 +53,8 @@ static bool exec_cmd(PGconn *pg, const char *sql)
 static bool seal_rows(PGconn *pg, PGresult *r, const og_seal_key_t *key)
 {
     for (int i = 0; i < PQntuples(r); i++) {
-        const char *id = PQgetvalue(r, i, 0);
-        json_t *settings = json_loads(PQgetvalue(r, i, 1), 0, NULL);
+        const char *id = PQgetvalue(r, i, OG_C_TENANTS_UNSEALED_ID);
+        json_t *settings = json_loads(PQgetvalue(r, i, OG_C_TENANTS_UNSEALED_SETTINGS), 0, NULL);
         char *text = settings != NULL && og_settings_seal(settings, key, id) >= 0
                          ? json_dumps(settings, JSON_COMPACT)
                          : NULL;
@@ -63,8 +63,9 @@ static bool seal_rows(PGconn *pg, PGresult *r, const og_seal_key_t *key)
             fprintf(stderr, "omnigate: cannot seal the settings of tenant %s\n", id);
             return false;
         }
-        const char *v[2] = {id, text};
-        PGresult *u = run(pg, OG_Q_TENANT_SEAL, 2, v);
+        og_db_call_t stmt;
+        og_q_tenant_seal(&stmt, &(og_q_tenant_seal_t){.tenant_id = id, .settings = text});
+        PGresult *u = run(pg, &stmt);
         free(text);
         if (u == NULL)
             return false;
@@ -87,9 +88,10 @@ static int seal_stored(const og_config_t *cfg)
     PGconn *pg = connect_db(cfg);
     int sealed = -1;
     PGresult *r = NULL;
+    og_db_call_t stmt;
     if (pg == NULL || !exec_cmd(pg, "BEGIN"))
         goto out;
-    if ((r = run(pg, OG_Q_TENANTS_UNSEALED, 0, NULL)) != NULL && seal_rows(pg, r, &key) &&
+    if ((r = run(pg, og_q_tenants_unsealed(&stmt))) != NULL && seal_rows(pg, r, &key) &&
         exec_cmd(pg, "COMMIT"))
         sealed = PQntuples(r);
     else
@@ -109,7 +111,8 @@ out:
 static void warn_unsealed(const og_config_t *cfg)
 {
     PGconn *pg = connect_db(cfg);
-    PGresult *r = pg != NULL ? run(pg, OG_Q_TENANTS_UNSEALED, 0, NULL) : NULL;
+    og_db_call_t stmt;
+    PGresult *r = pg != NULL ? run(pg, og_q_tenants_unsealed(&stmt)) : NULL;
     if (r != NULL && PQntuples(r) > 0)
         fprintf(stderr,
                 "omnigate: warning: OMNIGATE_SECRET is not set: the provider credentials of %d tenant%s "
@@ -147,8 +150,10 @@ static void mark_unknown(const og_config_t *cfg)
     if (PQstatus(pg) == CONNECTION_OK) {
         char older[32];
         snprintf(older, sizeof(older), "%lld", 3LL * cfg->attempt_timeout_ms + 60000);
-        const char *v[1] = {older};
-        PGresult *r = PQexecParams(pg, og_store_stmts[OG_Q_MSG_MARK_UNKNOWN].sql, 1, NULL, v, NULL, NULL, 0);
+        og_db_call_t stmt;
+        og_q_msg_mark_unknown(&stmt, &(og_q_msg_mark_unknown_t){.older_ms = older});
+        PGresult *r = PQexecParams(pg, og_store_stmts[stmt.stmt].sql, og_store_stmts[stmt.stmt].nparams, NULL,
+                                   stmt.values, NULL, NULL, 0);
         if (PQresultStatus(r) == PGRES_COMMAND_OK && atoi(PQcmdTuples(r)) > 0)
             fprintf(stderr, "omnigate: marked %s message(s) left pending by a crash as unknown\n",
                     PQcmdTuples(r));
@@ -217,11 +222,11 @@ static PGconn *connect_db(const og_config_t *cfg)
     return NULL;
 }
 
-/* Runs statement `q` of the store's table with `n` parameters; NULL (after printing why) on
- * failure. */
-static PGresult *run(PGconn *pg, int q, int n, const char *const *values)
+/* Runs a statement of the store's table, bound (store.h); NULL (after printing why) on failure. */
+static PGresult *run(PGconn *pg, const og_db_call_t *stmt)
 {
-    PGresult *r = PQexecParams(pg, og_store_stmts[q].sql, n, NULL, values, NULL, NULL, 0);
+    const og_db_stmt_t *s = &og_store_stmts[stmt->stmt];
+    PGresult *r = PQexecParams(pg, s->sql, s->nparams, NULL, stmt->values, NULL, NULL, 0);
     ExecStatusType st = PQresultStatus(r);
     if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
         fprintf(stderr, "omnigate: %s", PQerrorMessage(pg));
@@ -298,8 +303,11 @@ static int admin_create_tenant(PGconn *pg, const og_config_t *cfg, int argc, cha
     char *settings = json_dumps(defaults, JSON_COMPACT);
     json_decref(defaults);
     /* No secret in the defaults: the database may choose the id. */
-    const char *v[4] = {argv[1], unified ? "true" : "false", settings, NULL};
-    int rc = tenant_result(cfg, run(pg, OG_Q_TENANT_INSERT, 4, v));
+    og_db_call_t stmt;
+    og_q_tenant_insert(&stmt, &(og_q_tenant_insert_t){.name = argv[1],
+                                                      .unified = unified ? "true" : "false",
+                                                      .settings = settings});
+    int rc = tenant_result(cfg, run(pg, &stmt));
     free(settings);
     return rc;
 }
@@ -308,8 +316,9 @@ static int admin_get_tenant(PGconn *pg, const og_config_t *cfg, int argc, char *
 {
     if (!tenant_id_ok(argv[1]))
         return 2;
-    const char *v[1] = {argv[1]};
-    return tenant_result(cfg, run(pg, OG_Q_TENANT_GET, 1, v));
+    og_db_call_t stmt;
+    og_q_tenant_get(&stmt, &(og_q_tenant_get_t){.tenant_id = argv[1]});
+    return tenant_result(cfg, run(pg, &stmt));
 }
 
 /* Sets the tenant's plan lock: the update statement leaves the NULL columns as they are. */
@@ -317,8 +326,10 @@ static int set_unified(PGconn *pg, const og_config_t *cfg, const char *tenant_id
 {
     if (!tenant_id_ok(tenant_id))
         return 2;
-    const char *v[5] = {tenant_id, NULL, enabled ? "true" : "false", NULL, NULL};
-    return tenant_result(cfg, run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    og_db_call_t stmt;
+    og_q_tenant_update(
+        &stmt, &(og_q_tenant_update_t){.tenant_id = tenant_id, .unified = enabled ? "true" : "false"});
+    return tenant_result(cfg, run(pg, &stmt));
 }
 
 static int admin_enable_unified(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
@@ -362,8 +373,9 @@ static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char
         fprintf(stderr, "omnigate: set-settings: cannot seal the credentials\n");
         return 1;
     }
-    const char *v[5] = {id, NULL, NULL, text, NULL};
-    int rc = tenant_result(cfg, run(pg, OG_Q_TENANT_UPDATE, 5, v));
+    og_db_call_t stmt;
+    og_q_tenant_update(&stmt, &(og_q_tenant_update_t){.tenant_id = id, .settings = text});
+    int rc = tenant_result(cfg, run(pg, &stmt));
     free(text);
     return rc;
 }
@@ -371,8 +383,9 @@ static int admin_set_settings(PGconn *pg, const og_config_t *cfg, int argc, char
 /* No row from the token insert: the tenant is missing, or its plan locks the unified API. */
 static void token_refused(PGconn *pg, const char *tenant_id)
 {
-    const char *v[1] = {tenant_id};
-    PGresult *t = run(pg, OG_Q_TENANT_UNIFIED, 1, v);
+    og_db_call_t stmt;
+    og_q_tenant_unified(&stmt, &(og_q_tenant_unified_t){.tenant_id = tenant_id});
+    PGresult *t = run(pg, &stmt);
     if (t != NULL && PQntuples(t) == 1)
         fprintf(stderr,
                 "omnigate: unified_api_locked: the tenant's plan locks the unified API (run "
@@ -391,8 +404,13 @@ static int admin_create_token(PGconn *pg, const og_config_t *cfg, int argc, char
     og_token_generate(token);
     og_token_prefix(token, prefix);
     og_token_hash(cfg->secret, token, strlen(token), hash);
-    const char *v[5] = {argv[1], argc == 3 ? argv[2] : "", prefix, hash, "send,otp,logs"};
-    PGresult *r = run(pg, OG_Q_TOKEN_INSERT, 5, v);
+    og_db_call_t stmt;
+    og_q_token_insert(&stmt, &(og_q_token_insert_t){.tenant_id = argv[1],
+                                                    .name = argc == 3 ? argv[2] : "",
+                                                    .prefix = prefix,
+                                                    .hash = hash,
+                                                    .scopes = "send,otp,logs"});
+    PGresult *r = run(pg, &stmt);
     if (r == NULL)
         return 1;
     int rc = 0;
@@ -412,8 +430,9 @@ static int admin_revoke_token(PGconn *pg, const og_config_t *cfg, int argc, char
 {
     if (!tenant_id_ok(argv[1]) || !og_store_uuid_valid(argv[2]))
         return 2;
-    const char *v[2] = {argv[1], argv[2]};
-    PGresult *r = run(pg, OG_Q_TOKEN_REVOKE, 2, v);
+    og_db_call_t stmt;
+    og_q_token_revoke(&stmt, &(og_q_token_revoke_t){.tenant_id = argv[1], .token_id = argv[2]});
+    PGresult *r = run(pg, &stmt);
     if (r == NULL)
         return 1;
     int rc = PQntuples(r) == 1 ? 0 : 1;
@@ -478,8 +497,11 @@ static int admin_list_tenants(PGconn *pg, const og_config_t *cfg, int argc, char
         return 2;
     if (!og_admin_list_query(query, strlen(query), &list, &err))
         return bad_param(argv[0], &err);
-    const char *v[3] = {list.cursor[0] ? list.cursor : NULL, list.name[0] ? list.name : NULL, list.limit_s};
-    PGresult *r = run(pg, OG_Q_TENANTS_LIST, 3, v);
+    og_db_call_t stmt;
+    og_q_tenants_list(&stmt, &(og_q_tenants_list_t){.cursor = list.cursor[0] ? list.cursor : NULL,
+                                                    .name = list.name[0] ? list.name : NULL,
+                                                    .limit = list.limit_s});
+    PGresult *r = run(pg, &stmt);
     if (r == NULL)
         return 1;
     int rows = PQntuples(r), shown = rows > list.limit ? list.limit : rows;
@@ -514,8 +536,9 @@ static int admin_logs(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
         return 2;
     if (!og_logs_query_parse(&q, (og_logs_kind_t)kind, query, strlen(query), &err))
         return bad_param(argv[0], &err);
-    const char *t[1] = {argv[1]};
-    PGresult *r = run(pg, OG_Q_LOGS_TENANT, 1, t);
+    og_db_call_t stmt;
+    og_q_logs_tenant(&stmt, &(og_q_logs_tenant_t){.tenant_id = argv[1]});
+    PGresult *r = run(pg, &stmt);
     if (r == NULL)
         return 1;
     bool known = PQntuples(r) == 1;
@@ -524,9 +547,8 @@ static int admin_logs(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
         fprintf(stderr, "omnigate: no such tenant\n");
         return 1;
     }
-    const char *v[OG_DB_MAX_PARAMS] = {0};
-    int stmt = og_logs_query_stmt(&q, argv[1], v);
-    if ((r = run(pg, stmt, og_store_stmts[stmt].nparams, v)) == NULL)
+    og_logs_query_stmt(&q, argv[1], &stmt);
+    if ((r = run(pg, &stmt)) == NULL)
         return 1;
     size_t len = 0;
     char *body = og_page_body(r, q.limit, "logs", &len);
@@ -613,30 +635,34 @@ static int admin_set_webhook(PGconn *pg, const og_config_t *cfg, int argc, char 
     char *sealed = webhook_new_secret(cfg, id);
     if (sealed == NULL)
         return 1;
-    const char *v[4] = {id, argv[2], events, sealed};
-    int rc = webhook_result(cfg, run(pg, OG_Q_WH_PUT, 4, v), id, false, "no such tenant");
+    og_db_call_t stmt;
+    og_q_wh_put(&stmt, &(og_q_wh_put_t){.tenant_id = id, .url = argv[2], .events = events, .secret = sealed});
+    int rc = webhook_result(cfg, run(pg, &stmt), id, false, "no such tenant");
     free(sealed);
     return rc;
 }
 
-/* get-webhook and delete-webhook: one statement on the tenant's id. */
-static int webhook_by_tenant(PGconn *pg, const og_config_t *cfg, const char *arg, int stmt)
+/* get-webhook and delete-webhook: one statement on the tenant's id, og_q_wh_get or og_q_wh_delete
+ * (one parameter type). */
+static int webhook_by_tenant(PGconn *pg, const og_config_t *cfg, const char *arg,
+                             og_db_call_t *(*bind)(og_db_call_t *, const og_q_wh_get_t *))
 {
     char id[37];
     if (!webhook_tenant(arg, id))
         return 2;
-    const char *v[1] = {id};
-    return webhook_result(cfg, run(pg, stmt, 1, v), id, false, "the tenant has no webhook");
+    og_db_call_t stmt;
+    bind(&stmt, &(og_q_wh_get_t){.tenant_id = id});
+    return webhook_result(cfg, run(pg, &stmt), id, false, "the tenant has no webhook");
 }
 
 static int admin_get_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_GET);
+    return webhook_by_tenant(pg, cfg, argv[1], og_q_wh_get);
 }
 
 static int admin_delete_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    return webhook_by_tenant(pg, cfg, argv[1], OG_Q_WH_DELETE);
+    return webhook_by_tenant(pg, cfg, argv[1], og_q_wh_delete);
 }
 
 static int admin_rotate_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
@@ -647,8 +673,9 @@ static int admin_rotate_webhook(PGconn *pg, const og_config_t *cfg, int argc, ch
     char *sealed = webhook_new_secret(cfg, id);
     if (sealed == NULL)
         return 1;
-    const char *v[2] = {id, sealed};
-    int rc = webhook_result(cfg, run(pg, OG_Q_WH_ROTATE, 2, v), id, true, "the tenant has no webhook");
+    og_db_call_t stmt;
+    og_q_wh_rotate(&stmt, &(og_q_wh_rotate_t){.tenant_id = id, .secret = sealed});
+    int rc = webhook_result(cfg, run(pg, &stmt), id, true, "the tenant has no webhook");
     free(sealed);
     return rc;
 }
@@ -740,15 +767,16 @@ int og_cli_admin(const og_config_t *cfg, int argc, char **argv)
 /* Deletes what was created before `before` in batches of `batch`; prints the counts. */
 static int prune_run(PGconn *pg, const char *before, long batch)
 {
-    const char *v[1] = {before};
-    PGresult *r = run(pg, OG_Q_PRUNE_CHECK, 1, v);
+    og_db_call_t stmt;
+    og_q_prune_check(&stmt, &(og_q_prune_check_t){.before = before});
+    PGresult *r = run(pg, &stmt);
     if (r == NULL) {
         fprintf(stderr, "omnigate: prune: --before must be a date (YYYY-MM-DD) or an RFC 3339 time\n");
         return 2;
     }
     char when[40];
-    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, 0));
-    bool old_enough = PQgetvalue(r, 0, 1)[0] == 't';
+    snprintf(when, sizeof(when), "%s", PQgetvalue(r, 0, OG_C_PRUNE_CHECK_BEFORE));
+    bool old_enough = PQgetvalue(r, 0, OG_C_PRUNE_CHECK_OLD_ENOUGH)[0] == 't';
     PQclear(r);
     if (!old_enough) {
         fprintf(stderr,
@@ -765,7 +793,7 @@ static int prune_run(PGconn *pg, const char *before, long batch)
         return 2;
     }
     og_ids_reference_floor(before_ref, before_ms < 0 ? 0 : (uint64_t)before_ms);
-    PGresult *tenants = run(pg, OG_Q_PRUNE_TENANTS, 0, NULL);
+    PGresult *tenants = run(pg, og_q_prune_tenants(&stmt));
     if (tenants == NULL)
         return 1;
     char limit[16];
@@ -775,18 +803,22 @@ static int prune_run(PGconn *pg, const char *before, long batch)
     for (int t = 0; t < PQntuples(tenants) && rc == 0; t++) {
         /* One short transaction per batch: writers never wait on us. The log data first (by
          * reference), then the webhook deliveries that are done with, and their tries (by time). */
-        const char *bv[2][3] = {{PQgetvalue(tenants, t, 0), before_ref, limit},
-                                {PQgetvalue(tenants, t, 0), when, limit}};
-        static const int stmts[2] = {OG_Q_PRUNE_BATCH, OG_Q_PRUNE_WEBHOOKS};
+        const char *tenant_id = PQgetvalue(tenants, t, OG_C_PRUNE_TENANTS_ID);
+        og_db_call_t pieces[2];
+        og_q_prune_batch(&pieces[0],
+                         &(og_q_prune_batch_t){.tenant_id = tenant_id, .before = before_ref, .batch = limit});
+        og_q_prune_webhooks(&pieces[1],
+                            &(og_q_prune_webhooks_t){.tenant_id = tenant_id, .before = when, .batch = limit});
+        static const int deleted_col[2] = {OG_C_PRUNE_BATCH_DELETED, OG_C_PRUNE_WEBHOOKS_DELETED};
         for (int k = 0; k < 2 && rc == 0; k++) {
             long n = batch;
             while (n > 0) {
-                PGresult *b = run(pg, stmts[k], 3, bv[k]);
+                PGresult *b = run(pg, &pieces[k]);
                 if (b == NULL) {
                     rc = 1;
                     break;
                 }
-                n = atol(PQgetvalue(b, 0, 0));
+                n = atol(PQgetvalue(b, 0, deleted_col[k]));
                 PQclear(b);
                 batches++;
                 deleted += n;
@@ -795,8 +827,8 @@ static int prune_run(PGconn *pg, const char *before, long batch)
     }
     PQclear(tenants);
     while (rc == 0) {
-        const char *iv[1] = {limit};
-        PGresult *b = run(pg, OG_Q_PRUNE_IDEM, 1, iv);
+        og_q_prune_idem(&stmt, &(og_q_prune_idem_t){.batch = limit});
+        PGresult *b = run(pg, &stmt);
         if (b == NULL) {
             rc = 1;
             break;

@@ -38,7 +38,8 @@ static void swept(og_db_op_t *op, og_db_status_t st)
 {
     og_status_sweep_t *s = container_of(op, og_status_sweep_t, op);
     if (st == OG_DB_OK && op->res[0] != NULL && PQntuples(op->res[0]) == 1 && s->waiting != NULL)
-        og_metrics_gauge(s->waiting, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
+        og_metrics_gauge(s->waiting,
+                         strtoull(PQgetvalue(op->res[0], 0, OG_C_STATUS_SWEEP_WAITING), NULL, 10));
     og_db_op_clear(op);
     s->sweeping = false;
     if (s->closing)
@@ -52,7 +53,7 @@ static void on_sweep(uv_timer_t *t)
         return;
     s->sweeping = true;
     s->op = (og_db_op_t){.nstmts = 1, .write = true, .done = swept};
-    s->op.stmts[0].stmt = OG_Q_STATUS_SWEEP;
+    og_q_status_sweep(&s->op.stmts[0]);
     og_db_submit(s->gw->db, &s->op);
 }
 

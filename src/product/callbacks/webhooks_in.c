@@ -457,8 +457,9 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
 {
     wh_op_t *o = (wh_op_t *)op;
     if (st == OG_DB_OK) {
-        long long applied = cell(op->res[0], 0), duplicate = cell(op->res[0], 1),
-                  unknown = cell(op->res[0], 2);
+        long long applied = cell(op->res[0], OG_C_STATUS_APPLY_APPLIED),
+                  duplicate = cell(op->res[0], OG_C_STATUS_APPLY_DUPLICATE),
+                  unknown = cell(op->res[0], OG_C_STATUS_APPLY_UNKNOWN);
         count(o->gw, o->ch, CB_APPLIED, (uint64_t)applied);
         count(o->gw, o->ch, CB_DUPLICATE, (uint64_t)duplicate);
         count(o->gw, o->ch, CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
@@ -500,8 +501,7 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
     o->gw = gw;
     o->req = req;
     o->ch = ch;
-    o->op.stmts[0].stmt = OG_Q_STATUS_APPLY;
-    o->op.stmts[0].values[0] = o->json;
+    og_q_status_apply(&o->op.stmts[0], &(og_q_status_apply_t){.statuses = o->json});
     /* In the same transaction: what the statuses say about numbers without WhatsApp. */
     o->op.nstmts = 1 + og_nowa_statuses_stmt(gw->nowa, &o->op, 1, statuses, o->json);
     json_decref(statuses);

@@ -192,13 +192,13 @@ static void page_failed(logs_op_t *l, og_db_op_t *op, og_db_status_t st)
     }
 }
 
-/* Chooses the statement of a page and fills its parameters (sql/queries/logs.sql): the range
+/* Chooses the statement of a page and binds its parameters (sql/queries/logs.sql): the range
  * and the limit, then the highest-ranked filter given, which picks the index the page is read
  * by, and the filters ranked below it, checked on the rows that index gives. The ranks follow
  * how few rows a filter leaves: one reference, one number's records, one status, one channel
  * or source. Status with channel is the exception: neither bounds the other, so its statement
  * reads both indexes in order and merges them. */
-int og_logs_query_stmt(const og_logs_query_t *l, const char *tenant_id, const char **v)
+void og_logs_query_stmt(const og_logs_query_t *l, const char *tenant_id, og_db_call_t *c)
 {
     const logs_kind_t *k = l->kind;
     const char *f[F__COUNT] = {opt(l->reference), opt(l->to), opt(l->status), opt(l->filter4)};
@@ -208,15 +208,62 @@ int og_logs_query_stmt(const og_logs_query_t *l, const char *tenant_id, const ch
     int stmt = lead == F__COUNT ? k->by_time : k->by[lead];
     if (lead == F_STATUS && f[F_4] != NULL && k->by_status_and_4 >= 0)
         stmt = k->by_status_and_4;
-    v[0] = tenant_id;
-    v[1] = l->lo;
-    v[2] = l->hi;
-    v[3] = l->limit_s;
-    /* The filters from the leading one down, as many as the statement takes: the status
-     * statement of the unified log takes no channel, which has a statement of its own. */
-    for (int n = 4, i = lead; n < og_store_stmts[stmt].nparams; n++, i++)
-        v[n] = f[i];
-    return stmt;
+    /* The filters from the leading one down, those the statement takes: the status statement
+     * of the unified log takes no channel, which has a statement of its own. */
+    const char *ref = f[F_REFERENCE], *to = f[F_TO], *status = f[F_STATUS], *f4 = f[F_4];
+#define RANGE .tenant_id = tenant_id, .lo = l->lo, .hi = l->hi, .limit = l->limit_s
+    switch (stmt) {
+    case OG_Q_LOGS_OMNI:
+        og_q_logs_omni(c, &(og_q_logs_omni_t){RANGE});
+        break;
+    case OG_Q_LOGS_OMNI_REFERENCE:
+        og_q_logs_omni_reference(c, &(og_q_logs_omni_reference_t){RANGE, .reference = ref, .to = to,
+                                                                  .status = status, .channel = f4});
+        break;
+    case OG_Q_LOGS_OMNI_TO:
+        og_q_logs_omni_to(c, &(og_q_logs_omni_to_t){RANGE, .to = to, .status = status, .channel = f4});
+        break;
+    case OG_Q_LOGS_OMNI_STATUS:
+        og_q_logs_omni_status(c, &(og_q_logs_omni_status_t){RANGE, .status = status});
+        break;
+    case OG_Q_LOGS_OMNI_STATUS_CHANNEL:
+        og_q_logs_omni_status_channel(
+            c, &(og_q_logs_omni_status_channel_t){RANGE, .status = status, .channel = f4});
+        break;
+    case OG_Q_LOGS_OMNI_CHANNEL:
+        og_q_logs_omni_channel(c, &(og_q_logs_omni_channel_t){RANGE, .channel = f4});
+        break;
+    case OG_Q_LOGS_SMS:
+        og_q_logs_sms(c, &(og_q_logs_sms_t){RANGE});
+        break;
+    case OG_Q_LOGS_SMS_REFERENCE:
+        og_q_logs_sms_reference(c, &(og_q_logs_sms_reference_t){RANGE, .reference = ref, .to = to,
+                                                                .status = status, .source = f4});
+        break;
+    case OG_Q_LOGS_SMS_TO:
+        og_q_logs_sms_to(c, &(og_q_logs_sms_to_t){RANGE, .to = to, .status = status, .source = f4});
+        break;
+    case OG_Q_LOGS_SMS_STATUS:
+        og_q_logs_sms_status(c, &(og_q_logs_sms_status_t){RANGE, .status = status, .source = f4});
+        break;
+    case OG_Q_LOGS_SMS_SOURCE:
+        og_q_logs_sms_source(c, &(og_q_logs_sms_source_t){RANGE, .source = f4});
+        break;
+    case OG_Q_LOGS_OTP:
+        og_q_logs_otp(c, &(og_q_logs_otp_t){RANGE});
+        break;
+    case OG_Q_LOGS_OTP_REFERENCE:
+        og_q_logs_otp_reference(
+            c, &(og_q_logs_otp_reference_t){RANGE, .reference = ref, .to = to, .status = status});
+        break;
+    case OG_Q_LOGS_OTP_TO:
+        og_q_logs_otp_to(c, &(og_q_logs_otp_to_t){RANGE, .to = to, .status = status});
+        break;
+    case OG_Q_LOGS_OTP_STATUS:
+        og_q_logs_otp_status(c, &(og_q_logs_otp_status_t){RANGE, .status = status});
+        break;
+    }
+#undef RANGE
 }
 
 static void page_done(og_db_op_t *op, og_db_status_t st)
@@ -247,11 +294,10 @@ static void submit_page(logs_op_t *l, const char *tenant_id, bool check_tenant)
 {
     og_db_op_t *op = &l->op;
     op->nstmts = 1;
-    op->stmts[0].stmt = og_logs_query_stmt(&l->q, tenant_id, op->stmts[0].values);
+    og_logs_query_stmt(&l->q, tenant_id, &op->stmts[0]);
     if (check_tenant) {
         op->nstmts = 2;
-        op->stmts[1].stmt = OG_Q_LOGS_TENANT;
-        op->stmts[1].values[0] = tenant_id;
+        og_q_logs_tenant(&op->stmts[1], &(og_q_logs_tenant_t){.tenant_id = tenant_id});
     }
     op->done = page_done;
     op->arg = l;

@@ -9,6 +9,7 @@
 
 #include "omnigate/api.h"
 #include "omnigate/router.h"
+#include "omnigate/store.h"
 
 bool og_page_check_params(const char *q, size_t len, const char *const *known, og_err_t *err)
 {
@@ -61,10 +62,10 @@ char *og_page_body(const PGresult *r, int limit, const char *message, size_t *le
 {
     int rows = PQntuples(r);
     int shown = rows > limit ? limit : rows;
-    const char *cursor = rows > limit ? PQgetvalue(r, shown - 1, 0) : NULL;
+    const char *cursor = rows > limit ? PQgetvalue(r, shown - 1, OG_PAGE_CURSOR) : NULL;
     size_t len = strlen(message) + 96 + (cursor ? strlen(cursor) : 0);
     for (int i = 0; i < shown; i++)
-        len += (size_t)PQgetlength(r, i, 1) + 1;
+        len += (size_t)PQgetlength(r, i, OG_PAGE_ITEM) + 1;
     char *body = malloc(len);
     if (body == NULL)
         return NULL;
@@ -72,8 +73,8 @@ char *og_page_body(const PGresult *r, int limit, const char *message, size_t *le
     for (int i = 0; i < shown; i++) {
         if (i > 0)
             body[n++] = ',';
-        size_t k = (size_t)PQgetlength(r, i, 1);
-        memcpy(body + n, PQgetvalue(r, i, 1), k);
+        size_t k = (size_t)PQgetlength(r, i, OG_PAGE_ITEM);
+        memcpy(body + n, PQgetvalue(r, i, OG_PAGE_ITEM), k);
         n += k;
     }
     n += (size_t)(cursor ? sprintf(body + n, "],\"nextCursor\":\"%s\"}}", cursor)

@@ -113,7 +113,7 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
         finish(i);
         return;
     }
-    const char *action = PQgetvalue(r, 0, 0);
+    const char *action = PQgetvalue(r, 0, OG_C_IDEM_STALE_ACTION);
     if (strcmp(action, "takeover") == 0) {
         i->claimed = true;
         finish(i);
@@ -127,7 +127,8 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
     }
     size_t len;
     i->stale_body = og_idem_unknown_body(
-        PQgetvalue(r, 0, 1), json_loads(PQgetvalue(r, 0, 2), 0, NULL),
+        PQgetvalue(r, 0, OG_C_IDEM_STALE_REFERENCE),
+        json_loads(PQgetvalue(r, 0, OG_C_IDEM_STALE_ATTEMPTS), 0, NULL),
         "the instance serving the first request with this Idempotency-Key stopped before recording its "
         "outcome; it is never sent again",
         &len);
@@ -138,11 +139,9 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
     }
     og_db_op_clear(op);
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_IDEM_COMPLETE;
-    op->stmts[0].values[0] = i->tenant_id;
-    op->stmts[0].values[1] = i->key;
-    op->stmts[0].values[2] = "502";
-    op->stmts[0].values[3] = i->stale_body;
+    og_q_idem_complete(&op->stmts[0],
+                       &(og_q_idem_complete_t){
+                           .tenant_id = i->tenant_id, .key = i->key, .status = "502", .body = i->stale_body});
     op->write = true;
     op->done = stale_stored;
     op->arg = i;
@@ -154,10 +153,8 @@ static void resolve_stale(og_idem_t *i)
     og_db_op_t *op = i->op;
     og_db_op_clear(op);
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_IDEM_STALE;
-    op->stmts[0].values[0] = i->tenant_id;
-    op->stmts[0].values[1] = i->key;
-    op->stmts[0].values[2] = i->lease_s;
+    og_q_idem_stale(&op->stmts[0],
+                    &(og_q_idem_stale_t){.tenant_id = i->tenant_id, .key = i->key, .lease_ms = i->lease_s});
     op->write = true;
     op->done = stale_resolved;
     op->arg = i;
@@ -180,20 +177,23 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
             /* The row vanished between the two statements (expired and pruned): rare; let
              * the client retry. */
             in_progress(i);
-        } else if (strcmp(PQgetvalue(k, 0, 0), i->route) != 0 || strcmp(PQgetvalue(k, 0, 1), i->hash) != 0) {
+        } else if (strcmp(PQgetvalue(k, 0, OG_C_IDEM_GET_ROUTE), i->route) != 0 ||
+                   strcmp(PQgetvalue(k, 0, OG_C_IDEM_GET_REQUEST_HASH), i->hash) != 0) {
             og_api_error(i->req, OG_E_IDEMPOTENCY_KEY_REUSED, "Idempotency-Key",
                          "this Idempotency-Key was used with a different request");
-        } else if (PQgetisnull(k, 0, 2) && PQgetvalue(k, 0, 5)[0] == 't') {
+        } else if (PQgetisnull(k, 0, OG_C_IDEM_GET_RESPONSE_STATUS) &&
+                   PQgetvalue(k, 0, OG_C_IDEM_GET_LEASE_OVER)[0] == 't') {
             /* Unfinished past its lease: its instance died (API.md §15). */
             i->answered = false;
             resolve_stale(i);
             return;
-        } else if (PQgetisnull(k, 0, 2)) {
+        } else if (PQgetisnull(k, 0, OG_C_IDEM_GET_RESPONSE_STATUS)) {
             in_progress(i);
         } else {
-            const char *body = PQgetvalue(k, 0, 3);
+            const char *body = PQgetvalue(k, 0, OG_C_IDEM_GET_RESPONSE_BODY);
             og_http_header_t h = {"Idempotency-Replayed", 20, "true", 4};
-            og_http_respond(i->req, atoi(PQgetvalue(k, 0, 2)), &h, 1, "application/json", body, strlen(body));
+            og_http_respond(i->req, atoi(PQgetvalue(k, 0, OG_C_IDEM_GET_RESPONSE_STATUS)), &h, 1,
+                            "application/json", body, strlen(body));
         }
     }
     finish(i);
@@ -217,15 +217,12 @@ void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, con
     }
     og_db_op_clear(op);
     op->nstmts = 2;
-    op->stmts[0].stmt = OG_Q_IDEM_CLAIM;
-    op->stmts[0].values[0] = i->tenant_id;
-    op->stmts[0].values[1] = i->key;
-    op->stmts[0].values[2] = i->route;
-    op->stmts[0].values[3] = i->hash;
-    op->stmts[0].values[4] = i->lease_s;
-    op->stmts[1].stmt = OG_Q_IDEM_GET;
-    op->stmts[1].values[0] = i->tenant_id;
-    op->stmts[1].values[1] = i->key;
+    og_q_idem_claim(&op->stmts[0], &(og_q_idem_claim_t){.tenant_id = i->tenant_id,
+                                                        .key = i->key,
+                                                        .route = i->route,
+                                                        .hash = i->hash,
+                                                        .lease_ms = i->lease_s});
+    og_q_idem_get(&op->stmts[1], &(og_q_idem_get_t){.tenant_id = i->tenant_id, .key = i->key});
     op->write = true;
     op->done = claimed;
     op->arg = i;
@@ -236,11 +233,9 @@ int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *st
 {
     if (!i->claimed)
         return 0;
-    op->stmts[slot].stmt = OG_Q_IDEM_COMPLETE;
-    op->stmts[slot].values[0] = i->tenant_id;
-    op->stmts[slot].values[1] = i->key;
-    op->stmts[slot].values[2] = status;
-    op->stmts[slot].values[3] = body;
+    og_q_idem_complete(
+        &op->stmts[slot],
+        &(og_q_idem_complete_t){.tenant_id = i->tenant_id, .key = i->key, .status = status, .body = body});
     return 1;
 }
 
@@ -248,9 +243,8 @@ int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *r
 {
     if (!i->claimed)
         return 0;
-    op->stmts[slot].stmt = OG_Q_IDEM_REFERENCE;
-    op->stmts[slot].values[0] = i->tenant_id;
-    op->stmts[slot].values[1] = i->key;
-    op->stmts[slot].values[2] = reference;
+    og_q_idem_reference(
+        &op->stmts[slot],
+        &(og_q_idem_reference_t){.tenant_id = i->tenant_id, .key = i->key, .reference = reference});
     return 1;
 }

@@ -70,8 +70,9 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     const PGresult *r = op->res[0];
     if (st == OG_DB_OK && r != NULL && PQntuples(r) == 1) {
         /* The row's remaining life in ms, NULL when the number is not remembered. */
-        remembered = !PQgetisnull(r, 0, 0);
-        uint64_t left = remembered ? strtoull(PQgetvalue(r, 0, 0), NULL, 10) : OG_NOWA_CACHE_MS;
+        remembered = !PQgetisnull(r, 0, OG_C_NOWA_GET_LEFT_MS);
+        uint64_t left =
+            remembered ? strtoull(PQgetvalue(r, 0, OG_C_NOWA_GET_LEFT_MS), NULL, 10) : OG_NOWA_CACHE_MS;
         cache(c->n, c->number, remembered, left);
     }
     og_db_op_clear(op);
@@ -115,8 +116,7 @@ void og_nowa_check(og_nowa_t *n, og_db_op_t *op, const char *number, void (*done
     c->arg = arg;
     memset(op, 0, sizeof(*op));
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_NOWA_GET;
-    op->stmts[0].values[0] = c->number;
+    og_q_nowa_get(&op->stmts[0], &(og_q_nowa_get_t){.number = c->number});
     op->done = read_done;
     op->arg = c;
     og_db_submit(n->db, op);
@@ -125,9 +125,7 @@ void og_nowa_check(og_nowa_t *n, og_db_op_t *op, const char *number, void (*done
 int og_nowa_mark_stmt(og_nowa_t *n, og_db_op_t *op, int slot, const char *number)
 {
     cache(n, number, true, OG_NOWA_CACHE_MS);
-    op->stmts[slot].stmt = OG_Q_NOWA_MARK;
-    op->stmts[slot].values[0] = number;
-    op->stmts[slot].values[1] = n->ttl_s;
+    og_q_nowa_mark(&op->stmts[slot], &(og_q_nowa_mark_t){.number = number, .ttl_s = n->ttl_s});
     return 1;
 }
 
@@ -152,8 +150,6 @@ int og_nowa_statuses_stmt(og_nowa_t *n, og_db_op_t *op, int slot, const json_t *
     json_array_foreach(statuses, i, s) any = any || relevant(s);
     if (!any)
         return 0;
-    op->stmts[slot].stmt = OG_Q_NOWA_STATUSES;
-    op->stmts[slot].values[0] = json;
-    op->stmts[slot].values[1] = n->ttl_s;
+    og_q_nowa_statuses(&op->stmts[slot], &(og_q_nowa_statuses_t){.statuses = json, .ttl_s = n->ttl_s});
     return 1;
 }

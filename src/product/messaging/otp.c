@@ -52,25 +52,22 @@ static void otp_attempted(og_attempt_t *a)
         !og_smsreq_new_op(c))
         return;
     og_db_op_t *op = c->op;
-    const char **v = op->stmts[0].values;
-    op->stmts[0].stmt = OG_Q_OTP_SENT;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = r->sent ? "true" : "false";
-    v = op->stmts[1].values;
-    op->stmts[1].stmt = OG_Q_SMS_RECORD;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = "otp";
-    v[3] = c->reference;
-    v[4] = c->to;
-    v[5] = c->sender;
-    v[6] = c->logged_text;
-    v[7] = c->segments_s;
-    v[8] = og_sms_encoding_name(c->sms.encoding);
-    v[9] = r->sent ? "sent" : "failed";
-    v[10] = r->sent ? r->provider_message_id : NULL;
-    v[11] = c->error_text;
+    og_q_otp_sent(&op->stmts[0], &(og_q_otp_sent_t){.tenant_id = c->auth.tenant->id,
+                                                    .reference = c->reference,
+                                                    .sent = r->sent ? "true" : "false"});
+    og_q_sms_record(&op->stmts[1],
+                    &(og_q_sms_record_t){.tenant_id = c->auth.tenant->id,
+                                         .reference = c->reference,
+                                         .source = "otp",
+                                         .source_reference = c->reference,
+                                         .to = c->to,
+                                         .sender = c->sender,
+                                         .text = c->logged_text,
+                                         .segments = c->segments_s,
+                                         .encoding = og_sms_encoding_name(c->sms.encoding),
+                                         .status = r->sent ? "sent" : "failed",
+                                         .provider_id = r->sent ? r->provider_message_id : NULL,
+                                         .error = c->error_text});
     int n = 2 + og_idem_complete_stmt(&c->idem, op, 2, c->status_s, c->response_text);
     og_smsreq_submit(c, n, true, og_smsreq_committed);
 }
@@ -81,9 +78,9 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
     if (c == NULL)
         return;
     PGresult *r = op->res[0];
-    const char *outcome = PQgetvalue(r, 0, 0);
+    const char *outcome = PQgetvalue(r, 0, OG_C_OTP_BEGIN_OUTCOME);
     if (strcmp(outcome, "ok") != 0) {
-        const char *retry = PQgetvalue(r, 0, 1);
+        const char *retry = PQgetvalue(r, 0, OG_C_OTP_BEGIN_RETRY_AFTER);
         og_http_header_t h = {"Retry-After", 11, retry, strlen(retry)};
         og_err_t err = {0};
         if (strcmp(outcome, "cooldown") == 0)
@@ -97,7 +94,7 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
         og_smsreq_free(c);
         return;
     }
-    snprintf(c->expires_at, sizeof(c->expires_at), "%s", PQgetvalue(r, 0, 2));
+    snprintf(c->expires_at, sizeof(c->expires_at), "%s", PQgetvalue(r, 0, OG_C_OTP_BEGIN_EXPIRES_AT));
     og_smsreq_start_sms(c, otp_attempted); /* frees op */
 }
 
@@ -126,14 +123,12 @@ static void otp_claimed(og_smsreq_t *c)
     snprintf(masked, len + 1, "%.*s%.*s%s", (int)pre, tpl, c->length, "**********", at + 6);
     free(c->logged_text);
     c->logged_text = masked;
-    const char **v = c->op->stmts[0].values;
-    c->op->stmts[0].stmt = OG_Q_OTP_BEGIN;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->to;
-    v[2] = c->reference;
-    v[3] = c->code_hash;
-    v[4] = c->length_s;
-    v[5] = c->ttl_s;
+    og_q_otp_begin(&c->op->stmts[0], &(og_q_otp_begin_t){.tenant_id = c->auth.tenant->id,
+                                                         .to = c->to,
+                                                         .reference = c->reference,
+                                                         .code_hash = c->code_hash,
+                                                         .length = c->length_s,
+                                                         .ttl_s = c->ttl_s});
     og_smsreq_submit(c, 1 + og_idem_reference_stmt(&c->idem, c->op, 1, c->reference), true, otp_begun);
 }
 
@@ -197,11 +192,13 @@ static void verify_answer_error(og_smsreq_t *c, const og_errcode_t *code, const 
 static void verify_record(og_smsreq_t *c, const char *event)
 {
     og_db_op_clear(c->op);
-    const char **v = c->op->stmts[0].values;
-    c->op->stmts[0].stmt = event ? OG_Q_OTP_EVENT : OG_Q_OTP_EXPIRE;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = event;
+    if (event != NULL)
+        og_q_otp_event(
+            &c->op->stmts[0],
+            &(og_q_otp_event_t){.tenant_id = c->auth.tenant->id, .reference = c->reference, .event = event});
+    else
+        og_q_otp_expire(&c->op->stmts[0],
+                        &(og_q_otp_expire_t){.tenant_id = c->auth.tenant->id, .reference = c->reference});
     int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
     og_smsreq_submit(c, n, true, og_smsreq_committed);
 }
@@ -248,7 +245,7 @@ static void verify_bad_done(og_db_op_t *op, og_db_status_t st)
     og_smsreq_t *c = op->arg;
     if (!verify_updated(c, op, st, OG_E_OTP_EXPIRED))
         return;
-    int failed = atoi(PQgetvalue(op->res[0], 0, 0));
+    int failed = atoi(PQgetvalue(op->res[0], 0, OG_C_OTP_VERIFY_BAD_FAILED_ATTEMPTS));
     int remaining = failed >= OTP_MAX_FAILURES ? 0 : OTP_MAX_FAILURES - failed;
     og_db_op_clear(op);
     json_t *data = json_pack("{s:s,s:i}", "reference", c->reference, "attemptsRemaining", remaining);
@@ -266,12 +263,12 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
         verify_answer_error(c, OG_E_NOT_FOUND, "no such OTP", NULL);
         return;
     }
-    snprintf(c->reference, sizeof(c->reference), "%s", PQgetvalue(r, 0, 0));
+    snprintf(c->reference, sizeof(c->reference), "%s", PQgetvalue(r, 0, OG_OTP_REFERENCE));
     char stored[65];
-    snprintf(stored, sizeof(stored), "%s", PQgetvalue(r, 0, 1));
+    snprintf(stored, sizeof(stored), "%s", PQgetvalue(r, 0, OG_OTP_CODE_HASH));
     char status[16];
-    snprintf(status, sizeof(status), "%s", PQgetvalue(r, 0, 2));
-    bool expired = PQgetvalue(r, 0, 3)[0] == 't';
+    snprintf(status, sizeof(status), "%s", PQgetvalue(r, 0, OG_OTP_STATUS));
+    bool expired = PQgetvalue(r, 0, OG_OTP_EXPIRED)[0] == 't';
     og_db_op_clear(op);
 
     if (strcmp(status, "verified") == 0) {
@@ -291,17 +288,17 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
         char hash[65];
         og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, hash);
         bool right = og_ct_equal(hash, stored, 64);
-        const char **v = c->op->stmts[0].values;
-        c->op->stmts[0].stmt = right ? OG_Q_OTP_VERIFY_OK : OG_Q_OTP_VERIFY_BAD;
-        v[0] = c->auth.tenant->id;
-        v[1] = c->reference;
+        /* og_q_otp_verify_bad_t is the same type: the two updates take the same parameters. */
+        const og_q_otp_verify_ok_t otp = {.tenant_id = c->auth.tenant->id, .reference = c->reference};
         if (right) {
+            og_q_otp_verify_ok(&c->op->stmts[0], &otp);
             json_t *data = json_pack("{s:s,s:b}", "reference", c->reference, "verified", 1);
             if (!og_smsreq_build_answer(c, "OTP verified", data, NULL))
                 return;
             int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
             og_smsreq_submit(c, n, true, verify_ok_done);
         } else {
+            og_q_otp_verify_bad(&c->op->stmts[0], &otp);
             og_smsreq_submit(c, 1, true, verify_bad_done);
         }
     }
@@ -309,10 +306,12 @@ static void verify_found(og_db_op_t *op, og_db_status_t st)
 
 static void verify_find(og_smsreq_t *c)
 {
-    const char **v = c->op->stmts[0].values;
-    c->op->stmts[0].stmt = c->reference[0] ? OG_Q_OTP_FIND : OG_Q_OTP_FIND_TO;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference[0] ? c->reference : c->to;
+    if (c->reference[0])
+        og_q_otp_find(&c->op->stmts[0],
+                      &(og_q_otp_find_t){.tenant_id = c->auth.tenant->id, .reference = c->reference});
+    else
+        og_q_otp_find_to(&c->op->stmts[0],
+                         &(og_q_otp_find_to_t){.tenant_id = c->auth.tenant->id, .to = c->to});
     og_smsreq_submit(c, 1, false, verify_found);
 }
 

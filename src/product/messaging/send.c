@@ -356,7 +356,8 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
     } else {
         /* A status that beat this commit may have made the next step due at once: run it. */
         const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;
-        if (sched != NULL && PQntuples(sched) == 1 && PQgetvalue(sched, 0, 0)[0] == 't')
+        if (sched != NULL && PQntuples(sched) == 1 &&
+            PQgetvalue(sched, 0, OG_C_FALLBACK_SCHEDULE_DUE_NOW)[0] == 't')
             og_jobs_wake(c->gw->jobs);
         og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
         og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text,
@@ -413,20 +414,17 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
         og_provider_write_error(&w, r);
         c->sms_error_text = og_jw_finish(&w, NULL);
     }
-    op->stmts[n].stmt = OG_Q_SMS_RECORD;
-    const char **v = op->stmts[n].values;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = "omni";
-    v[3] = NULL;
-    v[4] = c->to;
-    v[5] = c->sender;
-    v[6] = c->text;
-    v[7] = c->segments_s;
-    v[8] = og_sms_encoding_name(c->sms.encoding);
-    v[9] = c->sms_status;
-    v[10] = c->sms_provider_id;
-    v[11] = c->sms_error_text;
+    og_q_sms_record(&op->stmts[n], &(og_q_sms_record_t){.tenant_id = c->auth.tenant->id,
+                                                        .reference = c->reference,
+                                                        .source = "omni",
+                                                        .to = c->to,
+                                                        .sender = c->sender,
+                                                        .text = c->text,
+                                                        .segments = c->segments_s,
+                                                        .encoding = og_sms_encoding_name(c->sms.encoding),
+                                                        .status = c->sms_status,
+                                                        .provider_id = c->sms_provider_id,
+                                                        .error = c->sms_error_text});
     return 1;
 }
 
@@ -452,21 +450,19 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
     if (op == NULL)
         return false;
     int n = 0;
-    op->stmts[n].stmt = OG_Q_MSG_COMPLETE;
-    const char **v = op->stmts[n++].values;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = c->status_s;
-    v[3] = winner;
-    v[4] = c->attempts_text;
     /* A delivery-based fallback goes on while channels remain after the accepted one. */
     c->chain_goes_on = c->fallback_on != NULL && e->winner >= 0 && e->winner < c->nch - 1;
-    v[5] = c->chain_goes_on ? "true" : "false";
+    og_q_msg_complete(&op->stmts[n++],
+                      &(og_q_msg_complete_t){.tenant_id = c->auth.tenant->id,
+                                             .reference = c->reference,
+                                             .status = c->status_s,
+                                             .winner = winner,
+                                             .attempts = c->attempts_text,
+                                             .goes_on = c->chain_goes_on ? "true" : "false"});
     if (c->chain_goes_on) {
         c->schedule_stmt = n;
-        op->stmts[n].stmt = OG_Q_FALLBACK_SCHEDULE;
-        op->stmts[n].values[0] = c->auth.tenant->id;
-        op->stmts[n++].values[1] = c->reference;
+        og_q_fallback_schedule(&op->stmts[n++], &(og_q_fallback_schedule_t){.tenant_id = c->auth.tenant->id,
+                                                                            .reference = c->reference});
     }
     if (sms_idx >= 0)
         n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
@@ -548,10 +544,13 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
         /* The insert looked the number up (authed): learn its answer; when it is remembered
          * nothing was written, and the send goes on without its WhatsApp channels. */
         const PGresult *r = op->res[0];
-        bool written = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0);
-        bool remembered = r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, 1);
+        bool written =
+            r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, OG_C_MSG_INSERT_UNLESS_NOWA_REFERENCE);
+        bool remembered =
+            r != NULL && PQntuples(r) == 1 && !PQgetisnull(r, 0, OG_C_MSG_INSERT_UNLESS_NOWA_LEFT_MS);
         og_nowa_learn(c->gw->nowa, c->to, remembered,
-                      remembered ? strtoull(PQgetvalue(r, 0, 1), NULL, 10) : OG_NOWA_CACHE_MS);
+                      remembered ? strtoull(PQgetvalue(r, 0, OG_C_MSG_INSERT_UNLESS_NOWA_LEFT_MS), NULL, 10)
+                                 : OG_NOWA_CACHE_MS);
         c->nowa_in_insert = false;
         if (!written) {
             og_db_op_clear(op);
@@ -594,20 +593,23 @@ static void claimed(og_idem_t *i)
         return;
     }
     og_db_op_t *op = c->op;
-    const char **v = op->stmts[0].values;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = c->to;
-    v[3] = c->text;
-    v[4] = c->all ? "all" : "fallback";
-    v[5] = c->channels_lit;
-    v[6] = c->skipped_text;
-    v[7] = c->fallback_on;
-    v[8] = c->fallback_on != NULL ? c->fallback_after_s : NULL;
-    v[9] = c->wa_from[0] ? c->wa_from : NULL;
-    v[10] = c->sender[0] ? c->sender : NULL;
+    /* The two inserts take the same parameters (og_q_msg_insert_unless_nowa_t is this type). */
+    const og_q_msg_insert_t row = {.tenant_id = c->auth.tenant->id,
+                                   .reference = c->reference,
+                                   .to = c->to,
+                                   .text = c->text,
+                                   .mode = c->all ? "all" : "fallback",
+                                   .channels = c->channels_lit,
+                                   .skipped = c->skipped_text,
+                                   .fallback_on = c->fallback_on,
+                                   .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
+                                   .wa_from = c->wa_from[0] ? c->wa_from : NULL,
+                                   .sms_sender = c->sender[0] ? c->sender : NULL};
+    if (c->nowa_in_insert)
+        og_q_msg_insert_unless_nowa(&op->stmts[0], &row);
+    else
+        og_q_msg_insert(&op->stmts[0], &row);
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
-    op->stmts[0].stmt = c->nowa_in_insert ? OG_Q_MSG_INSERT_UNLESS_NOWA : OG_Q_MSG_INSERT;
     op->write = true;
     op->done = inserted;
     op->arg = c;

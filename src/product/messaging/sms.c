@@ -35,13 +35,12 @@ static void sms_attempted(og_attempt_t *a)
     if (!og_smsreq_build_answer(c, r->sent ? "SMS sent" : err.message, data, r->sent ? NULL : &err) ||
         !og_smsreq_new_op(c))
         return;
-    const char **v = c->op->stmts[0].values;
-    c->op->stmts[0].stmt = OG_Q_SMS_FINISH;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = r->sent ? "sent" : "failed";
-    v[3] = r->sent ? r->provider_message_id : NULL;
-    v[4] = c->error_text;
+    og_q_sms_finish(&c->op->stmts[0],
+                    &(og_q_sms_finish_t){.tenant_id = c->auth.tenant->id,
+                                         .reference = c->reference,
+                                         .status = r->sent ? "sent" : "failed",
+                                         .provider_id = r->sent ? r->provider_message_id : NULL,
+                                         .error = c->error_text});
     int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
     og_smsreq_submit(c, n, true, og_smsreq_committed);
 }
@@ -57,15 +56,14 @@ static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 static void sms_claimed(og_smsreq_t *c)
 {
     og_ids_reference(c->reference, og_ids_now_us());
-    const char **v = c->op->stmts[0].values;
-    c->op->stmts[0].stmt = OG_Q_SMS_PENDING;
-    v[0] = c->auth.tenant->id;
-    v[1] = c->reference;
-    v[2] = c->to;
-    v[3] = c->sender;
-    v[4] = c->text;
-    v[5] = c->segments_s;
-    v[6] = og_sms_encoding_name(c->sms.encoding);
+    og_q_sms_pending(&c->op->stmts[0],
+                     &(og_q_sms_pending_t){.tenant_id = c->auth.tenant->id,
+                                           .reference = c->reference,
+                                           .to = c->to,
+                                           .sender = c->sender,
+                                           .text = c->text,
+                                           .segments = c->segments_s,
+                                           .encoding = og_sms_encoding_name(c->sms.encoding)});
     og_smsreq_submit(c, 1 + og_idem_reference_stmt(&c->idem, c->op, 1, c->reference), true, sms_pending_done);
 }
 

@@ -79,11 +79,24 @@ static void write_failed(fb_t *f, og_db_status_t st, const char *what)
 
 /* ---- the writes ---------------------------------------------------------------------------- */
 
-static int stmt(og_db_op_t *op, int n, int which, const fb_t *f)
+/* Binds at op->stmts[n] one of the statements that take the step's message only:
+ * og_q_fallback_load, og_q_fallback_schedule or og_q_fallback_settle (one parameter type). */
+static int message_stmt(og_db_op_t *op, int n,
+                        og_db_call_t *(*bind)(og_db_call_t *, const og_q_fallback_load_t *), const fb_t *f)
 {
-    op->stmts[n].stmt = which;
-    op->stmts[n].values[0] = f->step->tenant_id;
-    op->stmts[n].values[1] = f->step->reference;
+    bind(&op->stmts[n],
+         &(og_q_fallback_load_t){.tenant_id = f->step->tenant_id, .reference = f->step->reference});
+    return 1;
+}
+
+/* fallback_begin of the attempt on channel f->next, whose seq is `seq`, at op->stmts[n]. */
+static int begin_stmt(const fb_t *f, og_db_op_t *op, int n, const char *seq)
+{
+    og_q_fallback_begin(&op->stmts[n], &(og_q_fallback_begin_t){.tenant_id = f->step->tenant_id,
+                                                                .reference = f->step->reference,
+                                                                .seq = seq,
+                                                                .channel = og_channel_name(f->ch[f->next]),
+                                                                .reason = f->reason});
     return 1;
 }
 
@@ -96,7 +109,8 @@ static void ended(og_db_op_t *op, og_db_status_t st)
         return;
     }
     const PGresult *sched = f->schedule_stmt >= 0 ? op->res[f->schedule_stmt] : NULL;
-    bool due_now = sched != NULL && PQntuples(sched) == 1 && PQgetvalue(sched, 0, 0)[0] == 't';
+    bool due_now = sched != NULL && PQntuples(sched) == 1 &&
+                   PQgetvalue(sched, 0, OG_C_FALLBACK_SCHEDULE_DUE_NOW)[0] == 't';
     og_gw_t *gw = f->gw;
     fb_free(f, true);
     if (due_now)
@@ -113,10 +127,10 @@ static void finish_with(fb_t *f, int n, bool schedule, bool settle)
     f->schedule_stmt = -1;
     if (schedule) {
         f->schedule_stmt = n;
-        n += stmt(op, n, OG_Q_FALLBACK_SCHEDULE, f);
+        n += message_stmt(op, n, og_q_fallback_schedule, f);
     }
     if (settle)
-        n += stmt(op, n, OG_Q_FALLBACK_SETTLE, f);
+        n += message_stmt(op, n, og_q_fallback_settle, f);
     op->nstmts = n;
     op->write = true;
     op->done = ended;
@@ -132,16 +146,19 @@ static int end_stmts(fb_t *f)
     const og_attempt_result_t *r = &f->att.result;
     snprintf(f->latency_s, sizeof(f->latency_s), "%llu", (unsigned long long)(r->latency_us / 1000));
     snprintf(f->http_s, sizeof(f->http_s), "%d", r->http_status);
-    int n = stmt(op, 0, OG_Q_FALLBACK_END, f);
-    const char **v = op->stmts[0].values;
-    v[2] = f->seq_s;
-    v[3] = r->sent ? "sent" : "failed";
-    v[4] = r->sent ? r->provider_message_id : NULL;
-    v[5] = r->sent ? NULL : r->error_code;
-    v[6] = r->sent ? NULL : r->error_message;
-    v[7] = !r->sent && r->provider_code[0] ? r->provider_code : NULL;
-    v[8] = r->http_status ? f->http_s : NULL;
-    v[9] = f->latency_s;
+    int n = 0;
+    og_q_fallback_end(
+        &op->stmts[n++],
+        &(og_q_fallback_end_t){.tenant_id = f->step->tenant_id,
+                               .reference = f->step->reference,
+                               .seq = f->seq_s,
+                               .status = r->sent ? "sent" : "failed",
+                               .provider_id = r->sent ? r->provider_message_id : NULL,
+                               .error_code = r->sent ? NULL : r->error_code,
+                               .error_message = r->sent ? NULL : r->error_message,
+                               .provider_code = !r->sent && r->provider_code[0] ? r->provider_code : NULL,
+                               .http_status = r->http_status ? f->http_s : NULL,
+                               .latency_ms = f->latency_s});
     if (f->ch[f->next] == OG_CH_SMS) {
         free(f->sms_error_text);
         f->sms_error_text = NULL;
@@ -151,20 +168,18 @@ static int end_stmts(fb_t *f)
             json_decref(e);
         }
         snprintf(f->segments_s, sizeof(f->segments_s), "%d", (int)f->sms.segments);
-        op->stmts[n].stmt = OG_Q_SMS_RECORD;
-        v = op->stmts[n++].values;
-        v[0] = f->step->tenant_id;
-        v[1] = f->step->reference;
-        v[2] = "omni";
-        v[3] = NULL;
-        v[4] = f->to;
-        v[5] = f->sender;
-        v[6] = f->text;
-        v[7] = f->segments_s;
-        v[8] = og_sms_encoding_name(f->sms.encoding);
-        v[9] = r->sent ? "sent" : "failed";
-        v[10] = r->sent ? r->provider_message_id : NULL;
-        v[11] = f->sms_error_text;
+        og_q_sms_record(&op->stmts[n++],
+                        &(og_q_sms_record_t){.tenant_id = f->step->tenant_id,
+                                             .reference = f->step->reference,
+                                             .source = "omni",
+                                             .to = f->to,
+                                             .sender = f->sender,
+                                             .text = f->text,
+                                             .segments = f->segments_s,
+                                             .encoding = og_sms_encoding_name(f->sms.encoding),
+                                             .status = r->sent ? "sent" : "failed",
+                                             .provider_id = r->sent ? r->provider_message_id : NULL,
+                                             .error = f->sms_error_text});
     }
     return n;
 }
@@ -190,11 +205,7 @@ static void attempted(og_attempt_t *a)
     f->next++;
     snprintf(f->next_seq_s, sizeof(f->next_seq_s), "%d", f->next);
     og_db_op_t *op = &f->op;
-    const char **v = op->stmts[n].values;
-    n += stmt(op, n, OG_Q_FALLBACK_BEGIN, f);
-    v[2] = f->next_seq_s; /* seq_s still holds the failed attempt's, for fallback_end */
-    v[3] = og_channel_name(f->ch[f->next]);
-    v[4] = f->reason;
+    n += begin_stmt(f, op, n, f->next_seq_s); /* seq_s still holds the failed attempt's, for fallback_end */
     op->nstmts = n;
     op->write = true;
     op->done = begun;
@@ -251,10 +262,7 @@ static void begin(fb_t *f)
     snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
     og_db_op_t *op = &f->op;
     og_db_op_clear(op);
-    int n = stmt(op, 0, OG_Q_FALLBACK_BEGIN, f);
-    op->stmts[0].values[2] = f->seq_s;
-    op->stmts[0].values[3] = og_channel_name(f->ch[f->next]);
-    op->stmts[0].values[4] = f->reason;
+    int n = begin_stmt(f, op, 0, f->seq_s);
     op->nstmts = n;
     op->write = true;
     op->done = begun;
@@ -292,22 +300,22 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
         finish_with(f, 0, false, false);
         return;
     }
-    snprintf(f->to, sizeof(f->to), "%s", PQgetvalue(r, 0, 0));
-    f->text = strdup(PQgetvalue(r, 0, 1));
-    bool channels_ok = parse_channels(f, PQgetvalue(r, 0, 2));
-    snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, 4));
-    snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, 5));
-    f->settings = json_loads(PQgetvalue(r, 0, 6), 0, NULL);
+    snprintf(f->to, sizeof(f->to), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TO));
+    f->text = strdup(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TEXT));
+    bool channels_ok = parse_channels(f, PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_CHANNELS));
+    snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_WA_FROM));
+    snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_SENDER));
+    f->settings = json_loads(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_SETTINGS), 0, NULL);
     og_seal_key_t key;
     if (f->settings != NULL) { /* the credentials are clear in memory only */
         og_settings_key(&key, f->gw->w->cfg->secret);
         og_settings_open(f->settings, &key, f->step->tenant_id, fb_log(f));
         og_seal_key_clear(&key);
     }
-    int last_seq = atoi(PQgetvalue(r, 0, 7));
-    bool reached = PQgetvalue(r, 0, 8)[0] == 't';
-    const char *last_status = PQgetvalue(r, 0, 9);
-    int pending = atoi(PQgetvalue(r, 0, 10));
+    int last_seq = atoi(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_LAST_SEQ));
+    bool reached = PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_REACHED)[0] == 't';
+    const char *last_status = PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_LAST_STATUS);
+    int pending = atoi(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_PENDING_SEQ));
     f->reason = strcmp(last_status, "failed") == 0        ? "status_failed"
                 : strcmp(last_status, "undelivered") == 0 ? "status_undelivered"
                                                           : "no_status_in_time";
@@ -328,9 +336,10 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
                "\"step\":\"%s\",\"reference\":\"%s\",\"seq\":%d,\"claims\":%d", f->step->id,
                f->step->reference, pending, f->step->claims);
         snprintf(f->seq_s, sizeof(f->seq_s), "%d", pending);
-        int n = stmt(op, 0, OG_Q_FALLBACK_ABANDON, f);
-        op->stmts[0].values[2] = f->seq_s;
-        finish_with(f, n, false, false);
+        og_q_fallback_abandon(&op->stmts[0], &(og_q_fallback_abandon_t){.tenant_id = f->step->tenant_id,
+                                                                        .reference = f->step->reference,
+                                                                        .seq = f->seq_s});
+        finish_with(f, 1, false, false);
         return;
     }
     f->next = last_seq + 1;
@@ -351,7 +360,7 @@ static void run(og_step_t *step, void *arg)
     }
     f->step = step;
     f->gw = gw;
-    int n = stmt(&f->op, 0, OG_Q_FALLBACK_LOAD, f);
+    int n = message_stmt(&f->op, 0, og_q_fallback_load, f);
     f->op.nstmts = n;
     f->op.done = loaded;
     f->op.arg = f;

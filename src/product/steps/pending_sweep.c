@@ -20,9 +20,10 @@ static void swept(og_db_op_t *op, og_db_status_t st)
 {
     sweep_run_t *r = (sweep_run_t *)op;
     const PGresult *res = op->res[0];
-    if (st == OG_DB_OK && res != NULL && PQntuples(res) == 1 && atoi(PQgetvalue(res, 0, 0)) > 0)
+    if (st == OG_DB_OK && res != NULL && PQntuples(res) == 1 &&
+        atoi(PQgetvalue(res, 0, OG_C_SWEEP_PENDING_MARKED)) > 0)
         og_log(&r->gw->w->log, OG_LOG_WARN, "pending messages marked unknown", "\"count\":%s",
-               PQgetvalue(res, 0, 0));
+               PQgetvalue(res, 0, OG_C_SWEEP_PENDING_MARKED));
     og_db_op_clear(op);
     og_jobs_finish(r->step, st == OG_DB_OK);
     free(r);
@@ -41,11 +42,10 @@ static void run(og_step_t *step, void *arg)
     /* Older than any send could still take: three channels' timeouts and the writes. */
     snprintf(r->older_s, sizeof(r->older_s), "%d", 3 * gw->w->cfg->attempt_timeout_ms + 5000);
     og_db_op_t *op = &r->op;
-    op->stmts[0].stmt = OG_Q_SWEEP_PENDING;
-    op->stmts[0].values[0] = r->older_s;
+    og_q_sweep_pending(&op->stmts[0], &(og_q_sweep_pending_t){.older_ms = r->older_s});
     int n = 1 + og_jobs_close_stmt(step, op, 1);
-    op->stmts[n++].stmt = OG_Q_SWEEP_NEXT;
-    op->stmts[n++].stmt = OG_Q_NOWA_PRUNE; /* numbers no longer remembered as not on WhatsApp */
+    og_q_sweep_next(&op->stmts[n++]);
+    og_q_nowa_prune(&op->stmts[n++]); /* numbers no longer remembered as not on WhatsApp */
     op->nstmts = n;
     op->write = true;
     op->done = swept;

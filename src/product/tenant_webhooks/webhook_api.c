@@ -135,12 +135,11 @@ static bool new_secret(wh_admin_t *a)
     return a->sealed != NULL;
 }
 
-static void admin_submit(wh_admin_t *a, int stmt, bool write)
+/* Submits a->op, its statement bound. */
+static void admin_submit(wh_admin_t *a, bool write)
 {
     og_db_op_t *op = &a->op;
     op->nstmts = 1;
-    op->stmts[0].stmt = stmt;
-    op->stmts[0].values[0] = a->id;
     op->write = write;
     op->done = admin_done;
     op->arg = a;
@@ -172,24 +171,28 @@ void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         admin_free(a);
         return;
     }
-    a->op.stmts[0].values[1] = a->url;
-    a->op.stmts[0].values[2] = a->events;
-    a->op.stmts[0].values[3] = a->sealed;
-    admin_submit(a, OG_Q_WH_PUT, true);
+    og_q_wh_put(
+        &a->op.stmts[0],
+        &(og_q_wh_put_t){.tenant_id = a->id, .url = a->url, .events = a->events, .secret = a->sealed});
+    admin_submit(a, true);
 }
 
 void og_wh_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     wh_admin_t *a = admin_new(req, m, ctx, W_GET);
-    if (a != NULL)
-        admin_submit(a, OG_Q_WH_GET, false);
+    if (a != NULL) {
+        og_q_wh_get(&a->op.stmts[0], &(og_q_wh_get_t){.tenant_id = a->id});
+        admin_submit(a, false);
+    }
 }
 
 void og_wh_admin_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     wh_admin_t *a = admin_new(req, m, ctx, W_DELETE);
-    if (a != NULL)
-        admin_submit(a, OG_Q_WH_DELETE, true);
+    if (a != NULL) {
+        og_q_wh_delete(&a->op.stmts[0], &(og_q_wh_delete_t){.tenant_id = a->id});
+        admin_submit(a, true);
+    }
 }
 
 void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -207,8 +210,8 @@ void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx
         admin_free(a);
         return;
     }
-    a->op.stmts[0].values[1] = a->sealed;
-    admin_submit(a, OG_Q_WH_ROTATE, true);
+    og_q_wh_rotate(&a->op.stmts[0], &(og_q_wh_rotate_t){.tenant_id = a->id, .secret = a->sealed});
+    admin_submit(a, true);
 }
 
 /* ---- the tenant's deliveries ------------------------------------------------------------------ */
@@ -285,15 +288,13 @@ static void list_submit(wh_list_t *l, const char *tenant_id, bool check_tenant)
 {
     og_db_op_t *op = &l->op;
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_WH_DELIVERIES;
-    op->stmts[0].values[0] = tenant_id;
-    op->stmts[0].values[1] = l->status[0] ? l->status : NULL;
-    op->stmts[0].values[2] = l->cursor[0] ? l->cursor : NULL;
-    op->stmts[0].values[3] = l->limit_s;
+    og_q_wh_deliveries(&op->stmts[0], &(og_q_wh_deliveries_t){.tenant_id = tenant_id,
+                                                              .status = l->status[0] ? l->status : NULL,
+                                                              .cursor = l->cursor[0] ? l->cursor : NULL,
+                                                              .limit = l->limit_s});
     if (check_tenant) {
         op->nstmts = 2;
-        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
-        op->stmts[1].values[0] = tenant_id;
+        og_q_tenant_unified(&op->stmts[1], &(og_q_tenant_unified_t){.tenant_id = tenant_id});
     }
     op->done = list_done;
     op->arg = l;
@@ -383,9 +384,9 @@ static void retry_done(og_db_op_t *op, og_db_status_t st)
     if (st != OG_DB_OK) {
         og_answer_db_failure(req, &t->gw->w->log, op, st, "webhook retry failed", "database unavailable");
     } else {
-        const char *outcome = PQgetvalue(op->res[0], 0, 0);
+        const char *outcome = PQgetvalue(op->res[0], 0, OG_C_WH_RETRY_OUTCOME);
         if (strcmp(outcome, "ok") == 0) {
-            json_t *item = json_loads(PQgetvalue(op->res[0], 0, 1), 0, NULL);
+            json_t *item = json_loads(PQgetvalue(op->res[0], 0, OG_C_WH_RETRY_ITEM), 0, NULL);
             og_api_reply(req, 200, "one more try is queued", item, NULL, 0);
             og_jobs_wake(t->gw->jobs);
         } else if (strcmp(outcome, "disabled") == 0) {
@@ -404,9 +405,7 @@ static void retry_submit(wh_retry_op_t *t, const char *tenant_id)
 {
     og_db_op_t *op = &t->op;
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_WH_RETRY;
-    op->stmts[0].values[0] = tenant_id;
-    op->stmts[0].values[1] = t->id;
+    og_q_wh_retry(&op->stmts[0], &(og_q_wh_retry_t){.tenant_id = tenant_id, .delivery_id = t->id});
     op->write = true;
     op->done = retry_done;
     op->arg = t;

@@ -270,9 +270,8 @@ static int record_stmt(wh_run_t *r, og_db_op_t *op, int n)
 {
     free(r->flush_text);
     r->flush_text = take_results(r);
-    op->stmts[n].stmt = OG_Q_WH_RECORD;
-    op->stmts[n].values[0] = r->step->tenant_id;
-    op->stmts[n].values[1] = r->flush_text;
+    og_q_wh_record(&op->stmts[n],
+                   &(og_q_wh_record_t){.tenant_id = r->step->tenant_id, .tries = r->flush_text});
     return 1;
 }
 
@@ -288,7 +287,7 @@ static void flushed(og_db_op_t *op, og_db_status_t st)
     wh_run_t *r = op->arg;
     r->flushing = false;
     if (st == OG_DB_OK) {
-        if (PQgetvalue(op->res[0], 0, 0)[0] == 't') {
+        if (PQgetvalue(op->res[0], 0, OG_C_WH_RECORD_DISABLED)[0] == 't') {
             og_log(run_log(r), OG_LOG_WARN, "webhook disabled", "\"tenant\":\"%s\"", r->step->tenant_id);
             r->gone = true;
         }
@@ -326,7 +325,7 @@ static void ended(og_db_op_t *op, og_db_status_t st)
     og_step_t *step = r->step;
     og_jobs_t *jobs = r->wo->gw->jobs;
     bool ok = st == OG_DB_OK;
-    bool due_now = ok && PQgetvalue(op->res[op->nstmts - 1], 0, 0)[0] == 't';
+    bool due_now = ok && PQgetvalue(op->res[op->nstmts - 1], 0, OG_C_WH_RELEASE_DUE_NOW)[0] == 't';
     if (!ok)
         write_failed(r, op, st, "ending a webhook step failed");
     run_free(r);
@@ -352,10 +351,9 @@ static void end(wh_run_t *r)
             return;
         }
     }
-    op->stmts[n].stmt = OG_Q_WH_RELEASE;
-    op->stmts[n].values[0] = r->step->id;
-    op->stmts[n].values[1] = og_jobs_owner(r->wo->gw->jobs);
-    op->stmts[n].values[2] = r->step->tenant_id;
+    og_q_wh_release(&op->stmts[n], &(og_q_wh_release_t){.step_id = r->step->id,
+                                                        .owner = og_jobs_owner(r->wo->gw->jobs),
+                                                        .tenant_id = r->step->tenant_id});
     op->nstmts = n + 1;
     op->write = true;
     op->done = ended;
@@ -495,7 +493,7 @@ static void try_start(wh_run_t *r, wh_try_t *t)
 /* The webhook of the load's rows: its URL, and the key of its secret when it changed. */
 static void take_webhook(wh_run_t *r, const PGresult *res)
 {
-    const char *url = PQgetvalue(res, 0, 0), *sealed = PQgetvalue(res, 0, 1);
+    const char *url = PQgetvalue(res, 0, OG_C_WH_DUE_URL), *sealed = PQgetvalue(res, 0, OG_C_WH_DUE_SECRET);
     if (r->url == NULL || strcmp(r->url, url) != 0) {
         free(r->url);
         r->url = strdup(url);
@@ -532,23 +530,23 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
         take_webhook(r, res);
         r->last_found = uv_now(&r->wo->gw->w->loop);
         r->backoff_ms = 0;
-        snprintf(r->floor, sizeof(r->floor), "%s", PQgetvalue(res, rows - 1, 6));
+        snprintf(r->floor, sizeof(r->floor), "%s", PQgetvalue(res, rows - 1, OG_C_WH_DUE_NEXT_AT));
     }
     wh_try_t **tail = &r->tries;
     while (*tail != NULL)
         tail = &(*tail)->next;
     for (int i = 0; i < rows; i++) {
         wh_try_t *t = calloc(1, sizeof(*t));
-        if (t == NULL || (t->body = strdup(PQgetvalue(res, i, 5))) == NULL || r->url == NULL) {
+        if (t == NULL || (t->body = strdup(PQgetvalue(res, i, OG_C_WH_DUE_BODY))) == NULL || r->url == NULL) {
             free(t);
             break; /* out of memory: the rest stays due */
         }
         t->run = r;
         t->state = T_QUEUED;
-        t->id = strtoll(PQgetvalue(res, i, 2), NULL, 10);
-        snprintf(t->webhook_id, sizeof(t->webhook_id), "%s", PQgetvalue(res, i, 3));
-        t->tries = atoi(PQgetvalue(res, i, 4));
-        t->body_len = (size_t)PQgetlength(res, i, 5);
+        t->id = strtoll(PQgetvalue(res, i, OG_C_WH_DUE_ID), NULL, 10);
+        snprintf(t->webhook_id, sizeof(t->webhook_id), "%s", PQgetvalue(res, i, OG_C_WH_DUE_WEBHOOK_ID));
+        t->tries = atoi(PQgetvalue(res, i, OG_C_WH_DUE_TRIES));
+        t->body_len = (size_t)PQgetlength(res, i, OG_C_WH_DUE_BODY);
         *tail = t;
         tail = &t->next;
         r->nqueued++;
@@ -572,17 +570,16 @@ static void load(wh_run_t *r)
     strcpy(p, "}");
     snprintf(r->limit_s, sizeof(r->limit_s), "%d", want);
     og_db_op_t *op = &r->load_op;
-    op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_WH_DUE;
-    op->stmts[0].values[0] = r->step->tenant_id;
-    op->stmts[0].values[1] = r->exclude;
-    op->stmts[0].values[2] = r->limit_s;
     /* A full load now and then, and before the run ends: a delivery whose transaction began
      * more than a second before the floor and committed after it is found then. */
     r->full = r->floor[0] == '\0' || uv_now(&r->wo->gw->w->loop) - r->last_full >= FULL_EVERY_MS;
     if (r->full)
         r->last_full = uv_now(&r->wo->gw->w->loop);
-    op->stmts[0].values[3] = r->full ? NULL : r->floor;
+    op->nstmts = 1;
+    og_q_wh_due(&op->stmts[0], &(og_q_wh_due_t){.tenant_id = r->step->tenant_id,
+                                                .exclude = r->exclude,
+                                                .limit = r->limit_s,
+                                                .floor = r->full ? NULL : r->floor});
     op->write = false;
     op->done = loaded;
     op->arg = r;
@@ -656,7 +653,7 @@ static void schedule(og_whout_t *wo);
 static void scheduled(og_db_op_t *op, og_db_status_t st)
 {
     og_whout_t *wo = container_of(op, og_whout_t, sched_op);
-    bool due = st == OG_DB_OK && atoi(PQgetvalue(op->res[0], 0, 0)) > 0;
+    bool due = st == OG_DB_OK && atoi(PQgetvalue(op->res[0], 0, OG_C_WH_SCHEDULE_DUE)) > 0;
     if (st == OG_DB_ERROR)
         og_log(&wo->gw->w->log, OG_LOG_ERROR, "scheduling webhook steps failed",
                "\"sqlstate\":\"%s\",\"error\":\"%s\"", op->sqlstate, op->error);
@@ -685,7 +682,7 @@ static void schedule(og_whout_t *wo)
     }
     wo->scheduling = true;
     wo->sched_op = (og_db_op_t){.nstmts = 1, .write = true, .done = scheduled};
-    wo->sched_op.stmts[0].stmt = OG_Q_WH_SCHEDULE;
+    og_q_wh_schedule(&wo->sched_op.stmts[0]);
     og_db_submit(wo->gw->db, &wo->sched_op);
 }
 
@@ -702,9 +699,12 @@ static void sampled(og_db_op_t *op, og_db_status_t st)
     og_whout_t *wo = container_of(op, og_whout_t, sample_op);
     whout_metrics_t *m = wo->m;
     if (st == OG_DB_OK && PQntuples(op->res[0]) == 1 && m != NULL) {
-        og_metrics_gauge(&m->outbox_depth, strtoull(PQgetvalue(op->res[0], 0, 0), NULL, 10));
-        og_metrics_gauge(&m->outbox_oldest_us, strtoull(PQgetvalue(op->res[0], 0, 1), NULL, 10));
-        og_metrics_gauge(&m->disabled, strtoull(PQgetvalue(op->res[0], 0, 2), NULL, 10));
+        og_metrics_gauge(&m->outbox_depth,
+                         strtoull(PQgetvalue(op->res[0], 0, OG_C_WH_SAMPLE_DEPTH), NULL, 10));
+        og_metrics_gauge(&m->outbox_oldest_us,
+                         strtoull(PQgetvalue(op->res[0], 0, OG_C_WH_SAMPLE_OLDEST_US), NULL, 10));
+        og_metrics_gauge(&m->disabled,
+                         strtoull(PQgetvalue(op->res[0], 0, OG_C_WH_SAMPLE_DISABLED), NULL, 10));
     }
     og_db_op_clear(op);
     wo->sampling = false;
@@ -720,7 +720,7 @@ static void on_tick(uv_timer_t *t)
         return;
     wo->sampling = true;
     wo->sample_op = (og_db_op_t){.nstmts = 1, .done = sampled};
-    wo->sample_op.stmts[0].stmt = OG_Q_WH_SAMPLE;
+    og_q_wh_sample(&wo->sample_op.stmts[0]);
     og_db_submit(wo->gw->db, &wo->sample_op);
 }
 

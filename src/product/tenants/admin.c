@@ -238,60 +238,51 @@ static void submit(admin_op_t *a)
     switch (a->kind) {
     case A_TENANT_LIST:
         op->nstmts = 1;
-        op->stmts[0].stmt = OG_Q_TENANTS_LIST;
-        op->stmts[0].values[0] = a->list.cursor[0] ? a->list.cursor : NULL;
-        op->stmts[0].values[1] = a->list.name[0] ? a->list.name : NULL;
-        op->stmts[0].values[2] = a->list.limit_s;
+        og_q_tenants_list(&op->stmts[0],
+                          &(og_q_tenants_list_t){.cursor = a->list.cursor[0] ? a->list.cursor : NULL,
+                                                 .name = a->list.name[0] ? a->list.name : NULL,
+                                                 .limit = a->list.limit_s});
         break;
     case A_TENANT_CREATE:
         op->nstmts = 1;
-        op->stmts[0].stmt = OG_Q_TENANT_INSERT;
-        op->stmts[0].values[0] = a->name;
-        op->stmts[0].values[1] = a->unified;
-        op->stmts[0].values[2] = a->settings_text;
-        op->stmts[0].values[3] = a->id;
+        og_q_tenant_insert(&op->stmts[0], &(og_q_tenant_insert_t){.name = a->name,
+                                                                  .unified = a->unified,
+                                                                  .settings = a->settings_text,
+                                                                  .id = a->id});
         op->write = true;
         break;
     case A_TENANT_GET:
     case A_TENANT_PATCH_READ:
         op->nstmts = 1;
-        op->stmts[0].stmt = OG_Q_TENANT_GET;
-        op->stmts[0].values[0] = a->id;
+        og_q_tenant_get(&op->stmts[0], &(og_q_tenant_get_t){.tenant_id = a->id});
         break;
     case A_TENANT_PATCH_WRITE:
         op->nstmts = 1;
-        op->stmts[0].stmt = OG_Q_TENANT_UPDATE;
-        op->stmts[0].values[0] = a->id;
-        op->stmts[0].values[1] = a->name;
-        op->stmts[0].values[2] = a->unified;
-        op->stmts[0].values[3] = a->settings_text;
-        op->stmts[0].values[4] = a->xmin[0] ? a->xmin : NULL;
+        og_q_tenant_update(&op->stmts[0], &(og_q_tenant_update_t){.tenant_id = a->id,
+                                                                  .name = a->name,
+                                                                  .unified = a->unified,
+                                                                  .settings = a->settings_text,
+                                                                  .xmin = a->xmin[0] ? a->xmin : NULL});
         op->write = true;
         break;
     case A_TOKEN_CREATE:
         op->nstmts = 2;
-        op->stmts[0].stmt = OG_Q_TOKEN_INSERT;
-        op->stmts[0].values[0] = a->id;
-        op->stmts[0].values[1] = a->name;
-        op->stmts[0].values[2] = a->prefix;
-        op->stmts[0].values[3] = a->hash;
-        op->stmts[0].values[4] = a->scopes;
-        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
-        op->stmts[1].values[0] = a->id;
+        og_q_token_insert(&op->stmts[0], &(og_q_token_insert_t){.tenant_id = a->id,
+                                                                .name = a->name,
+                                                                .prefix = a->prefix,
+                                                                .hash = a->hash,
+                                                                .scopes = a->scopes});
+        og_q_tenant_unified(&op->stmts[1], &(og_q_tenant_unified_t){.tenant_id = a->id});
         op->write = true;
         break;
     case A_TOKEN_LIST:
         op->nstmts = 2;
-        op->stmts[0].stmt = OG_Q_TOKEN_LIST;
-        op->stmts[0].values[0] = a->id;
-        op->stmts[1].stmt = OG_Q_TENANT_UNIFIED;
-        op->stmts[1].values[0] = a->id;
+        og_q_token_list(&op->stmts[0], &(og_q_token_list_t){.tenant_id = a->id});
+        og_q_tenant_unified(&op->stmts[1], &(og_q_tenant_unified_t){.tenant_id = a->id});
         break;
     case A_TOKEN_REVOKE:
         op->nstmts = 1;
-        op->stmts[0].stmt = OG_Q_TOKEN_REVOKE;
-        op->stmts[0].values[0] = a->id;
-        op->stmts[0].values[1] = a->token_id;
+        og_q_token_revoke(&op->stmts[0], &(og_q_token_revoke_t){.tenant_id = a->id, .token_id = a->token_id});
         op->write = true;
         break;
     }

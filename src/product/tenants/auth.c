@@ -173,7 +173,7 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
     s->fetched_ms = uv_now(auth->loop);
     if (r != NULL && PQntuples(r) == 1) {
         og_tenant_t *t = calloc(1, sizeof(*t));
-        json_t *settings = json_loads(PQgetvalue(r, 0, 5), 0, NULL);
+        json_t *settings = json_loads(PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_SETTINGS), 0, NULL);
         if (t == NULL || settings == NULL) {
             free(t);
             json_decref(settings);
@@ -184,16 +184,16 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
             return;
         }
         t->refs = 1;
-        snprintf(t->id, sizeof(t->id), "%s", PQgetvalue(r, 0, 1));
-        t->unified_api_enabled = PQgetvalue(r, 0, 4)[0] == 't';
+        snprintf(t->id, sizeof(t->id), "%s", PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_TENANT_ID));
+        t->unified_api_enabled = PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_UNIFIED)[0] == 't';
         /* Cached tenants hold their credentials clear, in memory only. */
         og_settings_open(settings, &auth->seal_key, t->id, auth->log);
         t->settings = settings;
         s->tenant = t;
         s->found = true;
-        s->revoked = PQgetvalue(r, 0, 3)[0] == 't';
-        s->scopes = parse_scopes(PQgetvalue(r, 0, 2));
-        snprintf(s->token_id, sizeof(s->token_id), "%s", PQgetvalue(r, 0, 0));
+        s->revoked = PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_REVOKED)[0] == 't';
+        s->scopes = parse_scopes(PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_SCOPES));
+        snprintf(s->token_id, sizeof(s->token_id), "%s", PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_TOKEN_ID));
     }
     og_db_op_clear(op);
     decide(auth, a, s);
@@ -240,8 +240,7 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     og_db_op_t *op = a->op;
     og_db_op_clear(op);
     op->nstmts = 1;
-    op->stmts[0].stmt = OG_Q_AUTH_LOOKUP;
-    op->stmts[0].values[0] = a->hash;
+    og_q_auth_lookup(&op->stmts[0], &(og_q_auth_lookup_t){.hash = a->hash});
     op->write = false;
     op->done = lookup_done;
     op->arg = a;
@@ -305,8 +304,7 @@ static void touch_flush(og_auth_t *auth)
     auth->ntouch = 0;
     memset(&auth->touch_op, 0, sizeof(auth->touch_op));
     auth->touch_op.nstmts = 1;
-    auth->touch_op.stmts[0].stmt = OG_Q_TOKENS_TOUCH;
-    auth->touch_op.stmts[0].values[0] = auth->touch_param;
+    og_q_tokens_touch(&auth->touch_op.stmts[0], &(og_q_tokens_touch_t){.ids = auth->touch_param});
     auth->touch_op.write = true;
     auth->touch_op.done = touch_done;
     auth->touch_op.arg = auth;

@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 
+#include "omnigate/db.h"
 #include "omnigate/error.h"
 #include "omnigate/http.h"
 #include "omnigate/ids.h"
@@ -41,9 +42,9 @@ typedef struct og_logs_query {
 bool og_logs_query_parse(og_logs_query_t *q, og_logs_kind_t kind, const char *query, size_t len,
                          og_err_t *err);
 
-/* The statement (OG_Q_LOGS_*) that reads the page of `q` for `tenant_id`; its parameters are
- * stored in `values` (OG_DB_MAX_PARAMS of them), pointing into q and tenant_id. */
-int og_logs_query_stmt(const og_logs_query_t *q, const char *tenant_id, const char **values);
+/* Binds into `c` the statement (OG_Q_LOGS_*) that reads the page of `q` for `tenant_id`, its
+ * parameters pointing into q and tenant_id. */
+void og_logs_query_stmt(const og_logs_query_t *q, const char *tenant_id, og_db_call_t *c);
 
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (app/gateway.h); its app context
  * is og_gw(ctx) (app/ctx.h). */

@@ -28,8 +28,9 @@ bool og_page_check_params(const char *query, size_t len, const char *const *know
 bool og_page_limit(const char *query, size_t len, int *limit, og_err_t *err);
 
 /* Answers 200 with a page of a list (the logs, webhook deliveries): {"success": true,
- * "message", "data": {"items": [...], "nextCursor"}}. `r` holds up to limit + 1 rows of (cursor,
- * item JSON text): the items are spliced in as they are, without parsing; with more than
+ * "message", "data": {"items": [...], "nextCursor"}}. `r` holds up to limit + 1 page rows
+ * (cursor, item JSON text: `-- row page` of sql/queries/logs.sql, OG_PAGE_* of store.h): the
+ * items are spliced in as they are, without parsing; with more than
  * `limit` rows, nextCursor is the cursor column of the last item shown, which must need no JSON
  * escaping (a reference, a number), else null. Answers 503 when out of memory. */
 void og_page_answer(og_http_req_t *req, const PGresult *r, int limit, const char *message);
