@@ -256,12 +256,7 @@ og_jobs_t *og_jobs_new(uv_loop_t *loop, og_db_t *db, og_log_t *log, og_jobs_metr
     og_jobs_t *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return NULL;
-    j->loop = loop;
-    j->db = db;
-    j->log = log;
-    j->m = m;
-    j->labels = kinds;
-    j->sampler = sampler;
+    *j = (og_jobs_t){.loop = loop, .db = db, .log = log, .m = m, .labels = kinds, .sampler = sampler};
     snprintf(j->owner, sizeof(j->owner), "%s", owner);
     uv_timer_init(loop, &j->timer);
     uv_unref((uv_handle_t *)&j->timer);

@@ -92,6 +92,10 @@ typedef struct og_m_block {
 /* The block of one OG_M_SUMMED metric at offset 0: its struct is a single uint64_t, which its
  * owner records through a uint64_t *. */
 #define OG_M_SCALAR_BLOCK(metric) {sizeof(uint64_t), metric, 1}
+/* Defines `block`, the block of one summed counter or gauge `name`, with its metric. */
+#define OG_M_SCALAR(block, name, type, help)                                    \
+    static const og_m_metric_t block##_metric = OG_M_SUMMED(name, type, 0, help); \
+    const og_m_block_t block = OG_M_SCALAR_BLOCK(&block##_metric)
 // clang-format on
 
 /* A block as a process uses it: the descriptor, and the context its dimensions' value

@@ -10,10 +10,9 @@
 
 #define SWEEP_MS 250
 
-static const og_m_metric_t waiting = OG_M_SUMMED(
-    "omnigate_statuses_waiting", OG_M_GAUGE, 0,
+OG_M_SCALAR(
+    og_status_sweep_metrics_block, "omnigate_statuses_waiting", OG_M_GAUGE,
     "Statuses received in the last 10 minutes still waiting for their attempt (sampled every second).");
-const og_m_block_t og_status_sweep_metrics_block = OG_M_SCALAR_BLOCK(&waiting);
 
 typedef struct og_status_sweep {
     og_gw_t *gw;

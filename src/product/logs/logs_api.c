@@ -35,10 +35,9 @@
 #include "omnigate/router.h"
 #include "omnigate/store.h"
 
-static const og_m_metric_t query_timeouts = OG_M_SUMMED(
-    "omnigate_log_query_timeouts_total", OG_M_COUNTER, 0,
+OG_M_SCALAR(
+    og_logs_metrics_block, "omnigate_log_query_timeouts_total", OG_M_COUNTER,
     "Log queries the server cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (answered 503 query_timeout).");
-const og_m_block_t og_logs_metrics_block = OG_M_SCALAR_BLOCK(&query_timeouts);
 
 /* The filters that pick an index, in the order they rank (logs_page). */
 enum { F_REFERENCE, F_TO, F_STATUS, F_4, F__COUNT };

@@ -28,10 +28,8 @@
 
 #define SMS_MAX_SEGMENTS 10
 
-static const og_m_metric_t nowa_skips = OG_M_SUMMED(
-    "omnigate_not_on_whatsapp_skips_total", OG_M_COUNTER, 0,
-    "Sends that skipped the WhatsApp channels because the number is remembered as not on WhatsApp.");
-const og_m_block_t og_send_metrics_block = OG_M_SCALAR_BLOCK(&nowa_skips);
+OG_M_SCALAR(og_send_metrics_block, "omnigate_not_on_whatsapp_skips_total", OG_M_COUNTER,
+            "Sends that skipped the WhatsApp channels because the number is remembered as not on WhatsApp.");
 
 typedef struct send_ctx {
     og_auth_req_t auth; /* first: the auth callback finds us from it */

@@ -57,9 +57,8 @@ struct og_auth {
     void *closed_arg;
 };
 
-static const og_m_metric_t rate_limited = OG_M_SUMMED("omnigate_rate_limited_total", OG_M_COUNTER, 0,
-                                                      "Tenant requests refused by the rate limit (429).");
-const og_m_block_t og_auth_metrics_block = OG_M_SCALAR_BLOCK(&rate_limited);
+OG_M_SCALAR(og_auth_metrics_block, "omnigate_rate_limited_total", OG_M_COUNTER,
+            "Tenant requests refused by the rate limit (429).");
 
 og_tenant_t *og_tenant_ref(og_tenant_t *t)
 {
