@@ -10,14 +10,15 @@
 -- $3 route
 -- $4 hash = request hash
 -- $5 lease_ms = lease in milliseconds
+-- $6 token = the claim's token, which every later write of the claim names (sql/015)
 -- Returns one row when the key is new (or taken over), none when it is taken.
 -- columns: claimed
-INSERT INTO idempotency_keys (tenant_id, key, route, request_hash, lease_until)
-VALUES ($1, $2, $3, $4, now() + $5::integer * interval '1 millisecond')
+INSERT INTO idempotency_keys (tenant_id, key, route, request_hash, lease_until, claim_token)
+VALUES ($1, $2, $3, $4, now() + $5::integer * interval '1 millisecond', $6)
 ON CONFLICT (tenant_id, key) DO UPDATE
 SET route = EXCLUDED.route, request_hash = EXCLUDED.request_hash, reference = NULL,
     response_status = NULL, response_body = NULL, created_at = now(), completed_at = NULL,
-    lease_until = EXCLUDED.lease_until
+    lease_until = EXCLUDED.lease_until, claim_token = EXCLUDED.claim_token
 WHERE idempotency_keys.created_at < now() - interval '24 hours'
 RETURNING 1 AS claimed;
 
@@ -34,34 +35,39 @@ FROM idempotency_keys
 WHERE tenant_id = $1 AND key = $2;
 
 -- name: idem_complete
--- Stores the answer of the request that claimed a key.
+-- Stores the answer of the request that claimed a key, while it still holds the claim (a
+-- holder that lost it records nothing over the new holder's answer) and only once.
 -- $1 tenant_id
 -- $2 key
 -- $3 status = HTTP status
 -- $4 body = response body
+-- $5 token = the claim's token
 UPDATE idempotency_keys
 SET response_status = $3, response_body = $4, completed_at = now()
-WHERE tenant_id = $1 AND key = $2;
+WHERE tenant_id = $1 AND key = $2 AND claim_token = $5 AND completed_at IS NULL;
 
 -- name: idem_reference
 -- Records which record a claimed key is about, in the transaction that commits the record's
--- pending row, before any provider call (API.md §15).
+-- pending row, before any provider call (API.md §15); fails that transaction (SQLSTATE OG001)
+-- when the request no longer holds the claim, so the row is not committed (og_idem_hold).
 -- $1 tenant_id
 -- $2 key
 -- $3 reference
-UPDATE idempotency_keys
-SET reference = $3
-WHERE tenant_id = $1 AND key = $2;
+-- $4 token = the claim's token
+-- columns: held
+SELECT og_idem_hold($1::uuid, $2, $4, $3) AS held;
 
 -- name: idem_stale
--- Resolves an unfinished claim whose lease ran out (og_idem_stale in sql/007).
+-- Resolves an unfinished claim whose lease ran out (og_idem_stale in sql/015): the claim
+-- becomes the repeat's (its token) whatever the action.
 -- $1 tenant_id
 -- $2 key
 -- $3 lease_ms = lease in milliseconds, for a take-over
+-- $4 token = the repeat's token
 -- Returns action ('takeover', 'unknown' or 'busy'), reference, attempts (JSON).
 -- columns: action, reference, attempts
 SELECT action, reference, attempts
-FROM og_idem_stale($1::uuid, $2, $3::integer);
+FROM og_idem_stale($1::uuid, $2, $3::integer, $4);
 
 -- name: sweep_pending
 -- Marks 'unknown' the pending messages older than any send could still take.

@@ -96,7 +96,9 @@ FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text
     $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[]);
 
 -- name: msg_complete
--- Completes a unified send: its outcome, and its attempts in one INSERT. An accepted attempt
+-- Completes a unified send: its outcome, and its attempts in one INSERT, over 'pending' or
+-- over 'unknown' when the pending sweep or a stale claim marked it so while the send still ran
+-- (it did run: its truth replaces the guess, sql/015). An accepted attempt
 -- is born with the delivery statuses its provider reported before this commit (API.md §10:
 -- the callback can beat the completion write), and the message's status follows them.
 -- $1 tenant_id
@@ -134,7 +136,7 @@ SET status = CASE WHEN $3 <> 'sent' THEN $3 ELSE (
                     ELSE 'sent' END
         FROM a WHERE status = 'sent') END,
     winning_channel = $4, completed_at = now()
-WHERE tenant_id = $1 AND reference = $2;
+WHERE tenant_id = $1 AND reference = $2 AND status IN ('pending', 'unknown');
 
 -- name: msg_complete_many
 -- The set form of msg_complete: og_msg_complete_many (sql/013_set_forms.sql). Each parameter

@@ -17,7 +17,8 @@ VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
 
 -- name: sms_finish
 -- Finishes an SMS of POST /api/sms/send with what the provider answered, and the delivery
--- statuses the provider reported before this commit.
+-- statuses the provider reported before this commit: over 'pending', or over 'unknown' when
+-- a stale claim marked it so while it ran (it did send: the truth replaces the guess).
 -- $1 tenant_id
 -- $2 reference
 -- $3 status = 'sent' or 'failed'
@@ -28,7 +29,7 @@ SET status = $3, provider_message_id = $4, error = $5::jsonb,
     delivery_status = CASE WHEN $3 = 'sent' THEN coalesce(d.status, 'sent') END,
     delivered_at = d.delivered_at
 FROM og_delivery_of('sms', $4) AS d
-WHERE s.tenant_id = $1 AND s.reference = $2;
+WHERE s.tenant_id = $1 AND s.reference = $2 AND s.status IN ('pending', 'unknown');
 
 -- name: sms_record
 -- Records an SMS a unified send or an OTP send has sent (or failed to send), with the

@@ -220,10 +220,9 @@ def test_kill_while_holding_a_step(make_server, fresh_db, tmp_path):
     """kill -9 of the instance holding a step's lease in the middle of its provider call: the
     other instance takes the step over when the lease expires and does it once: the SMS that
     may have been sent is not sent again (its outcome is recorded unknown)."""
-    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path, workers=1,
-                                  env={"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"}))
-    b = linked_gateway(make_server, fresh_db, tmp_path, sim=a.sim, workers=1,
-                       env={"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000"})
+    env = {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000", "OMNIGATE_DB_TIMEOUT_MS": "500"}
+    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path, workers=1, env=env))
+    b = linked_gateway(make_server, fresh_db, tmp_path, sim=a.sim, workers=1, env=env)
     b.token = a.token
     try:
         b.stop()  # only a runs the step at first
@@ -235,7 +234,8 @@ def test_kill_while_holding_a_step(make_server, fresh_db, tmp_path):
         assert wait_for(lambda: len(a.sim.requests("sms")) == 1, 10)
         a.kill()
         b.start()
-        # The lease (3 x 1 s + 10 s) runs out, then b takes the step over.
+        # The lease (the send budget: 3 x 2 x 0.5 s + 3 x 1 s + 5 s = 11 s) runs out, then b
+        # takes the step over.
         assert wait_for(lambda: db(b, "SELECT count(*) FROM steps WHERE kind = 'fallback'") == [("0",)], 25)
         it = item(b, d["reference"])
         assert it["status"] == "unknown"

@@ -11,9 +11,15 @@ from gwlib import call, magic, query_url, sim, tenant_gateway  # noqa: F401
 TO = "+6281234577777"
 
 
+# The send budget of these gateways (messaging/budget.h): 3 writes x 2 x 0.5 s (the database
+# deadline) + 3 channels x 1 s (the attempt timeout) + 5 s = 11 s, the claims' lease.
+DB_TIMEOUT_MS = 500
+BUDGET_S = 3 * 2 * DB_TIMEOUT_MS / 1000 + 3 * 1 + 5
+
+
 @pytest.fixture
 def gw(make_gateway, sim):
-    return tenant_gateway(make_gateway, sim, workers=1)
+    return tenant_gateway(make_gateway, sim, workers=1, env={"OMNIGATE_DB_TIMEOUT_MS": str(DB_TIMEOUT_MS)})
 
 
 def db(gw, sql):
@@ -26,7 +32,7 @@ def send(gw, body, key):
 
 def test_dead_instance_claim_answers_outcome_unknown(gw, sim):
     """The instance serving a keyed send is killed while the provider holds the request: a
-    repeat answers 409 while the lease holds (3 channels x 1 s + 5 s), then 502
+    repeat answers 409 while the lease holds (the send budget, BUDGET_S), then 502
     outcome_unknown with the reference, status unknown and Idempotency-Replayed, every time
     after that; the message is unknown; the provider saw the message once."""
     sim.rule("whatsapp_qr", "hang", to=TO)
@@ -50,8 +56,8 @@ def test_dead_instance_claim_answers_outcome_unknown(gw, sim):
     def resolved():
         r = send(gw, body, "dead-1")
         return r if r.status == 502 else None
-    assert wait_for(lambda: resolved() is not None, 15)
-    assert time.monotonic() - t_restart < 12
+    assert wait_for(lambda: resolved() is not None, BUDGET_S + 5)
+    assert time.monotonic() - t_restart < BUDGET_S + 1
     for _ in range(2):
         r = send(gw, body, "dead-1")
         j = assert_error(r, 502, "outcome_unknown")

@@ -1,6 +1,8 @@
 /*
  * Synchronous database commands. See include/product/omnigate/app/cli.h.
  */
+#include "omnigate/channel.h"
+#include "omnigate/messaging/budget.h"
 #include "omnigate/app/cli.h"
 
 #include <ctype.h>
@@ -142,14 +144,14 @@ int og_cli_migrate(const og_config_t *cfg)
 }
 
 /* Messages a crash left pending are marked 'unknown' rather than left pending forever. Only
- * those older than any send could still be running anywhere: every attempt of a fallback
- * chain timing out, plus a minute of margin, since other instances share the database. */
+ * those older than any send could still be running anywhere (the send budget on every channel,
+ * as the pending sweep uses it; a late completion still records its truth, sql/015). */
 static void mark_unknown(const og_config_t *cfg)
 {
     PGconn *pg = PQconnectdb(cfg->database_url);
     if (PQstatus(pg) == CONNECTION_OK) {
         char older[32];
-        snprintf(older, sizeof(older), "%lld", 3LL * cfg->attempt_timeout_ms + 60000);
+        snprintf(older, sizeof(older), "%u", og_send_budget_ms(cfg, OG_CH__COUNT));
         og_db_call_t stmt;
         og_q_msg_mark_unknown(&stmt, &(og_q_msg_mark_unknown_t){.older_ms = older});
         PGresult *r = PQexecParams(pg, og_store_stmts[stmt.stmt].sql, og_store_stmts[stmt.stmt].nparams, NULL,

@@ -11,6 +11,7 @@
 
 #include "omnigate/app/answer.h"
 #include "omnigate/app/errors.h"
+#include "omnigate/ids.h"
 #include "omnigate/store.h"
 
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
@@ -37,6 +38,10 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     SHA256((const unsigned char *)i->req->body, i->req->body_len, md);
     for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
         snprintf(i->hash + 2 * k, 3, "%02x", md[k]);
+    unsigned char tok[16];
+    og_ids_random(tok, sizeof(tok));
+    for (size_t k = 0; k < sizeof(tok); k++)
+        snprintf(i->token + 2 * k, 3, "%02x", tok[k]);
     i->has_key = true;
     return true;
 }
@@ -70,13 +75,26 @@ void og_idem_answer_unknown(og_http_req_t *req, const char *reference, json_t *a
     free(body);
 }
 
-static void in_progress(og_idem_t *i)
+static void answer_in_progress(og_http_req_t *req, const char *message)
 {
     og_http_header_t h = {"Retry-After", 11, "1", 1};
     og_err_t err = {0};
-    og_err_fail(&err, OG_E_IDEMPOTENCY_IN_PROGRESS, NULL,
-                "the first request with this Idempotency-Key is still in flight");
-    og_api_send_error(i->req, &err, NULL, NULL, &h, 1);
+    og_err_fail(&err, OG_E_IDEMPOTENCY_IN_PROGRESS, NULL, "%s", message);
+    og_api_send_error(req, &err, NULL, NULL, &h, 1);
+}
+
+static void in_progress(og_idem_t *i)
+{
+    answer_in_progress(i->req, "the first request with this Idempotency-Key is still in flight");
+}
+
+bool og_idem_answer_lost(og_http_req_t *req, const og_db_op_t *op, og_db_status_t st)
+{
+    if (st != OG_DB_ERROR || strcmp(op->sqlstate, OG_IDEM_LOST_SQLSTATE) != 0)
+        return false;
+    answer_in_progress(req, "a repeat of this request took its Idempotency-Key over after its lease; this "
+                            "request sent nothing");
+    return true;
 }
 
 static void finish(og_idem_t *i)
@@ -139,9 +157,11 @@ static void stale_resolved(og_db_op_t *op, og_db_status_t st)
     }
     og_db_op_clear(op);
     op->nstmts = 1;
-    og_q_idem_complete(&op->stmts[0],
-                       &(og_q_idem_complete_t){
-                           .tenant_id = i->tenant_id, .key = i->key, .status = "502", .body = i->stale_body});
+    og_q_idem_complete(&op->stmts[0], &(og_q_idem_complete_t){.tenant_id = i->tenant_id,
+                                                              .key = i->key,
+                                                              .status = "502",
+                                                              .body = i->stale_body,
+                                                              .token = i->token});
     op->write = true;
     op->done = stale_stored;
     op->arg = i;
@@ -154,7 +174,8 @@ static void resolve_stale(og_idem_t *i)
     og_db_op_clear(op);
     op->nstmts = 1;
     og_q_idem_stale(&op->stmts[0],
-                    &(og_q_idem_stale_t){.tenant_id = i->tenant_id, .key = i->key, .lease_ms = i->lease_s});
+                    &(og_q_idem_stale_t){
+                        .tenant_id = i->tenant_id, .key = i->key, .lease_ms = i->lease_s, .token = i->token});
     op->write = true;
     op->done = stale_resolved;
     op->arg = i;
@@ -221,7 +242,8 @@ void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, con
                                                         .key = i->key,
                                                         .route = i->route,
                                                         .hash = i->hash,
-                                                        .lease_ms = i->lease_s});
+                                                        .lease_ms = i->lease_s,
+                                                        .token = i->token});
     og_q_idem_get(&op->stmts[1], &(og_q_idem_get_t){.tenant_id = i->tenant_id, .key = i->key});
     op->write = true;
     op->done = claimed;
@@ -235,7 +257,8 @@ int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *st
         return 0;
     og_q_idem_complete(
         &op->stmts[slot],
-        &(og_q_idem_complete_t){.tenant_id = i->tenant_id, .key = i->key, .status = status, .body = body});
+        &(og_q_idem_complete_t){
+            .tenant_id = i->tenant_id, .key = i->key, .status = status, .body = body, .token = i->token});
     return 1;
 }
 
@@ -243,8 +266,9 @@ int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *r
 {
     if (!i->claimed)
         return 0;
-    og_q_idem_reference(
-        &op->stmts[slot],
-        &(og_q_idem_reference_t){.tenant_id = i->tenant_id, .key = i->key, .reference = reference});
+    og_q_idem_reference(&op->stmts[slot], &(og_q_idem_reference_t){.tenant_id = i->tenant_id,
+                                                                   .key = i->key,
+                                                                   .reference = reference,
+                                                                   .token = i->token});
     return 1;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/messaging/budget.h"
 #include "omnigate/app/answer.h"
 #include "omnigate/app/errors.h"
 #include "omnigate/api.h"
@@ -533,8 +534,9 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
 {
     send_ctx_t *c = op->arg;
     if (st != OG_DB_OK) {
-        og_answer_db_failure(c->req, &c->gw->w->log, op, st, "inserting a message failed",
-                             "database unavailable: nothing was sent");
+        if (!og_idem_answer_lost(c->req, op, st))
+            og_answer_db_failure(c->req, &c->gw->w->log, op, st, "inserting a message failed",
+                                 "database unavailable: nothing was sent");
         ctx_free(c);
         return;
     }
@@ -617,10 +619,9 @@ static void claimed(og_idem_t *i)
 /* Claims the key (if any), then inserts the pending message (claimed). */
 static void claim(send_ctx_t *c)
 {
-    /* The longest the send can take (API.md §15): every channel's timeout, plus its writes. */
-    uint32_t lease_ms = (uint32_t)c->nch * (uint32_t)c->gw->w->cfg->attempt_timeout_ms + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, c->auth.tenant->id, "omni", lease_ms, claimed,
-                  c);
+    /* The longest the send can take (API.md §15): its channels' attempts and its writes. */
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, c->auth.tenant->id, "omni",
+                  og_send_budget_ms(c->gw->w->cfg, c->nch), claimed, c);
 }
 
 /* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are

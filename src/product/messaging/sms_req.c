@@ -1,6 +1,7 @@
 /*
  * The steps the SMS routes share. See include/product/omnigate/messaging/sms_req.h.
  */
+#include "omnigate/messaging/budget.h"
 #include "omnigate/messaging/sms_req.h"
 
 #include <stdio.h>
@@ -55,7 +56,9 @@ void og_smsreq_db_failed(og_smsreq_t *c, og_db_status_t st)
         outcome_unknown(c, st);
         return;
     }
-    og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "sms/otp query failed", "database unavailable");
+    if (!og_idem_answer_lost(c->req, c->op, st))
+        og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "sms/otp query failed",
+                             "database unavailable");
     og_smsreq_free(c);
 }
 
@@ -188,9 +191,8 @@ static void authed(og_auth_req_t *a)
     }
     og_http_req_drop_input(c->req); /* all read: not kept through the provider's wait */
     /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
-    uint32_t lease_ms = (uint32_t)(c->kind->calls_provider ? c->gw->w->cfg->attempt_timeout_ms : 0) + 5000u;
-    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, a->tenant->id, c->kind->route, lease_ms,
-                  claimed, c);
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, a->tenant->id, c->kind->route,
+                  og_send_budget_ms(c->gw->w->cfg, c->kind->calls_provider ? 1 : 0), claimed, c);
 }
 
 void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind)

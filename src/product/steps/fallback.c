@@ -14,6 +14,7 @@
  * Every write that ends the step carries og_jobs_close_stmt: a holder whose lease was taken
  * over records nothing.
  */
+#include "omnigate/messaging/budget.h"
 #include "omnigate/steps/fallback.h"
 
 #include <stdio.h>
@@ -369,7 +370,8 @@ static void run(og_step_t *step, void *arg)
 
 int og_fallback_register(og_gw_t *gw)
 {
-    /* The longest run: three attempts of one timeout each, plus the writes around them. */
-    uint32_t lease_ms = 3u * (uint32_t)gw->w->cfg->attempt_timeout_ms + 10000u;
-    return og_jobs_register(gw->jobs, "fallback", lease_ms, run, gw) >= 0 ? 0 : -1;
+    /* The longest run: an attempt on each channel, and the writes around them. */
+    return og_jobs_register(gw->jobs, "fallback", og_send_budget_ms(gw->w->cfg, OG_CH__COUNT), run, gw) >= 0
+               ? 0
+               : -1;
 }

@@ -2,6 +2,7 @@
  * The sweep step. See include/product/omnigate/steps/pending_sweep.h; the SQL is og_sweep_pending in
  * sql/007_stale_claims.sql, which also seeds the one sweep step of a database.
  */
+#include "omnigate/messaging/budget.h"
 #include "omnigate/steps/pending_sweep.h"
 
 #include <stdio.h>
@@ -39,8 +40,8 @@ static void run(og_step_t *step, void *arg)
     }
     r->step = step;
     r->gw = gw;
-    /* Older than any send could still take: three channels' timeouts and the writes. */
-    snprintf(r->older_s, sizeof(r->older_s), "%d", 3 * gw->w->cfg->attempt_timeout_ms + 5000);
+    /* Older than any send could still take: every channel's attempt and the writes. */
+    snprintf(r->older_s, sizeof(r->older_s), "%u", og_send_budget_ms(gw->w->cfg, OG_CH__COUNT));
     og_db_op_t *op = &r->op;
     og_q_sweep_pending(&op->stmts[0], &(og_q_sweep_pending_t){.older_ms = r->older_s});
     int n = 1 + og_jobs_close_stmt(step, op, 1);

@@ -5,6 +5,11 @@
  * again (Idempotency-Replayed: true), a different body 422 idempotency_key_reused, and a
  * repeat while the first is in flight 409 idempotency_in_progress. The route stores its answer
  * in the same transaction as its final rows (og_idem_complete_stmt). Keys expire after 24 h.
+ *
+ * A claim has a token, and every later write of it names the token (sql/015): a request whose
+ * claim a repeat took over past its lease commits no pending row (og_idem_reference_stmt fails
+ * its transaction with OG_IDEM_LOST_SQLSTATE, og_idem_answer_lost answers it) and so calls no
+ * provider, and one that lost its claim after sending stores no answer over the new holder's.
  */
 #ifndef OMNIGATE_MESSAGING_IDEM_H
 #define OMNIGATE_MESSAGING_IDEM_H
@@ -36,6 +41,7 @@ struct og_idem {
      * Most sends have none, and these would be 321 bytes of every one in flight. */
     char *key;
     char *hash;
+    char token[33]; /* the claim's token, 16 random bytes in hex, with a key */
     /* private */
     og_db_op_t *op; /* the caller's (og_idem_claim) */
     char lease_s[16];
@@ -59,13 +65,23 @@ void og_idem_clear(og_idem_t *i);
 void og_idem_claim(og_idem_t *i, og_db_t *db, og_db_op_t *op, og_log_t *log, const char *tenant_id,
                    const char *route, uint32_t lease_ms, void (*done)(og_idem_t *i), void *arg);
 
+/* The SQLSTATE of a write whose og_idem_reference_stmt found the claim taken over (sql/015). */
+#define OG_IDEM_LOST_SQLSTATE "OG001"
+
 /* Adds to `op` the statement that records `reference` as the record the claimed key is about;
- * it must ride in the write that commits the record's pending row, before any provider call.
+ * it must ride in the write that commits the record's pending row, before any provider call,
+ * and fails that write (OG_IDEM_LOST_SQLSTATE) when the claim was taken over meanwhile.
  * Returns the number of statements added (0 or 1). `reference` must outlive the op. */
 int og_idem_reference_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *reference);
 
-/* Adds to `op` the statement that stores the answer (when a key was claimed); returns the
- * number of statements added (0 or 1). `status` and `body` must outlive the op. */
+/* For a write that carried og_idem_reference_stmt and ended with `st`: when it failed because
+ * a repeat took the claim over, answers 409 idempotency_in_progress (the repeat sends; this
+ * request sent nothing) and returns true; else false, leaving the answer to the caller. */
+bool og_idem_answer_lost(og_http_req_t *req, const og_db_op_t *op, og_db_status_t st);
+
+/* Adds to `op` the statement that stores the answer (when a key was claimed), which stores
+ * nothing once the claim was lost; returns the number of statements added (0 or 1). `status`
+ * and `body` must outlive the op. */
 int og_idem_complete_stmt(og_idem_t *i, og_db_op_t *op, int slot, const char *status, const char *body);
 
 /* The 502 outcome_unknown envelope (API.md §15): data {reference, "status": "unknown",
