@@ -445,18 +445,37 @@ static void append(og_log_t *l, const char *line, size_t n)
     l->gap = 0;
 }
 
+static void vlog(og_log_t *l, og_log_level_t level, bool bulk, const char *msg, const char *fields_fmt,
+                 va_list ap) __attribute__((format(printf, 5, 0)));
+static void vlog(og_log_t *l, og_log_level_t level, bool bulk, const char *msg, const char *fields_fmt,
+                 va_list ap)
+{
+    char line[OG_LOG_LINE];
+    size_t n = format(l, line, level, msg, fields_fmt, ap);
+    if (l->buffered) {
+        append(l, line, n);
+        l->urgent |= !bulk;
+    } else {
+        write_all(l->fd, line, n);
+    }
+}
+
 void og_log(og_log_t *l, og_log_level_t level, const char *msg, const char *fields_fmt, ...)
 {
     if (!og_log_enabled(l, level))
         return;
-    char line[OG_LOG_LINE];
     va_list ap;
     va_start(ap, fields_fmt);
-    size_t n = format(l, line, level, msg, fields_fmt, ap);
+    vlog(l, level, false, msg, fields_fmt, ap);
     va_end(ap);
-    if (l->buffered) {
-        append(l, line, n);
-        l->urgent |= level <= OG_LOG_WARN;
-    } else
-        write_all(l->fd, line, n);
+}
+
+void og_log_bulk(og_log_t *l, og_log_level_t level, const char *msg, const char *fields_fmt, ...)
+{
+    if (!og_log_enabled(l, level))
+        return;
+    va_list ap;
+    va_start(ap, fields_fmt);
+    vlog(l, level, true, msg, fields_fmt, ap);
+    va_end(ap);
 }

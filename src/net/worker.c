@@ -56,11 +56,11 @@ static void request_done(const og_http_req_t *req, void *ctx)
     og_http_metrics_request(w->m, req->route_index, req->status, req->duration_us);
     if (!w->cfg->access_log || !og_log_enabled(&w->log, OG_LOG_INFO))
         return;
-    og_log(&w->log, OG_LOG_INFO, "access",
-           "\"requestId\":\"%s\",\"conn\":%llu,\"method\":\"%s\",\"route\":\"%s\",\"status\":%d,"
-           "\"durationUs\":%llu,\"bytesIn\":%zu,\"bytesOut\":%zu",
-           req->request_id, (unsigned long long)req->conn->id, req->method_str, req->route, req->status,
-           (unsigned long long)req->duration_us, req->bytes_in, req->bytes_out);
+    og_log_bulk(&w->log, OG_LOG_INFO, "access",
+                "\"requestId\":\"%s\",\"conn\":%llu,\"method\":\"%s\",\"route\":\"%s\",\"status\":%d,"
+                "\"durationUs\":%llu,\"bytesIn\":%zu,\"bytesOut\":%zu",
+                req->request_id, (unsigned long long)req->conn->id, req->method_str, req->route, req->status,
+                (unsigned long long)req->duration_us, req->bytes_in, req->bytes_out);
 }
 
 static void on_log_writable(uv_poll_t *h, int status, int events);
@@ -86,7 +86,8 @@ static void on_log_writable(uv_poll_t *h, int status, int events)
 static void on_flush_check(uv_check_t *h)
 {
     og_worker_t *w = h->data;
-    /* By size or for a warning only (og_log_due); on_lag_tick flushes the rest every 100 ms.
+    /* When og_log_due says so (a line other than the access log's, or 32 KiB of those);
+     * on_lag_tick flushes the access log's lines every 100 ms.
      * While the output is full, the poll flushes when it has room; writing here too would
      * only be refused once per turn. */
     if (!w->log_waiting && og_log_due(&w->log))

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <termios.h>
 #include <time.h>
@@ -343,6 +344,43 @@ static void test_time_parse_rfc3339(void **state)
     }
 }
 
+/* Bulk lines (the access log's) wait for 32 KiB or the owner's timer; any other line makes the
+ * logger due at once; a flush that empties the buffer makes it not due again. A pipe with less
+ * room than a chunk still takes single lines until it is full. */
+static void test_bulk_lines_wait_other_lines_are_due(void **state)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    og_log_t l;
+    assert_true(og_log_open(&l, OG_LOG_INFO, p[1]));
+    og_log_bulk(&l, OG_LOG_INFO, "access", "\"n\":%d", 1);
+    assert_true(l.len > 0);
+    assert_false(og_log_due(&l));
+    og_log(&l, OG_LOG_INFO, "database connected", NULL);
+    assert_true(og_log_due(&l));
+    assert_true(og_log_flush(&l));
+    assert_false(og_log_due(&l));
+    for (int i = 0; l.len < OG_LOG_FLUSH_BYTES; i++) {
+        assert_false(og_log_due(&l));
+        og_log_bulk(&l, OG_LOG_INFO, "access", "\"n\":%d", i);
+    }
+    assert_true(og_log_due(&l));
+    /* A pipe of one page with a line in it: no 4 KiB chunk fits, lines still do. */
+    assert_true(fcntl(p[1], F_SETPIPE_SZ, 4096) >= 4096);
+    out_t o = {0};
+    assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+    drain(p[0], &o);
+    free(o.data);
+    assert_int_equal(write(p[1], "x\n", 2), 2);
+    assert_false(og_log_flush(&l));
+    int queued = 0;
+    assert_int_equal(ioctl(p[0], FIONREAD, &queued), 0);
+    assert_true(queued > 4096 - 200);
+    og_log_forget(&l);
+    close(p[0]);
+    close(p[1]);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -355,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_reader_gone_drops),
         cmocka_unit_test(test_close_writes_the_rest),
         cmocka_unit_test(test_time_parse_rfc3339),
+        cmocka_unit_test(test_bulk_lines_wait_other_lines_are_due),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,10 +4,11 @@
  *
  * Two modes. Unbuffered (supervisor, CLI, tools): every line is written at once with blocking
  * writes; those processes have nothing else to do. Buffered (a worker): lines are collected in
- * a bounded buffer (OG_LOG_BUF) and written without ever blocking, as nginx writes a buffered
- * access log: by size (og_log_due once OG_LOG_FLUSH_BYTES wait, checked once per loop turn),
- * by time (the worker's 100 ms timer flushes whatever waits) and at once for a line of
- * warn or worse, so the access log costs a write per 32 KiB rather than per loop turn, and
+ * a bounded buffer (OG_LOG_BUF) and written without ever blocking: at the end of the loop turn
+ * that logged them (og_log_due, checked from the worker's uv_check), but for bulk lines (the
+ * access log, og_log_bulk), which wait as nginx's buffered access log does: until
+ * OG_LOG_FLUSH_BYTES wait or the worker's 100 ms timer flushes them. So the access log costs
+ * a write per 32 KiB rather than per loop turn, every other line is out within the turn, and
  * a stalled log reader (journald, a container runtime that stopped reading its pipe) cannot
  * stall the loop. When the output is full the lines wait in the
  * buffer; when the buffer is full too, new lines are dropped and counted (og_log_t.dropped,
@@ -61,7 +62,7 @@ typedef struct og_log {
     int wait_fd;      /* og_log_wait_fd, or -1 */
     bool blocked;     /* the last write found the output full */
     bool whole;       /* the output takes any size in one write (a regular file) */
-    bool urgent;      /* a line of warn or worse waits: due at once (og_log_due) */
+    bool urgent;      /* a line other than a bulk one waits: due at once (og_log_due) */
     char *buf;        /* OG_LOG_BUF bytes, owned */
     size_t len;       /* bytes waiting in buf; may start with the rest of a partly written line */
     uint64_t dropped; /* lines dropped since og_log_init (the buffer was full, or the output failed) */
@@ -102,6 +103,11 @@ static inline bool og_log_enabled(const og_log_t *l, og_log_level_t level)
     return level <= l->level;
 }
 
+/* og_log for a line that may wait for the buffer's flush by size or by time (og_log_due): the
+ * access log's. The same as og_log on an unbuffered logger. */
+void og_log_bulk(og_log_t *l, og_log_level_t level, const char *msg, const char *fields_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Writes `s` JSON-escaped (without quotes) into buf (NUL-terminated, truncated to fit). */
 const char *og_log_escape(char *buf, size_t buflen, const char *s, size_t len);
 
@@ -110,7 +116,7 @@ const char *og_log_escape(char *buf, size_t buflen, const char *s, size_t len);
 bool og_log_flush(og_log_t *l);
 
 /* Whether a buffered logger should be flushed now rather than by its owner's timer: at least
- * OG_LOG_FLUSH_BYTES wait, or a line of warn or worse does. */
+ * OG_LOG_FLUSH_BYTES wait, or a line that is not a bulk one does. */
 static inline bool og_log_due(const og_log_t *l)
 {
     return l->len >= OG_LOG_FLUSH_BYTES || l->urgent;

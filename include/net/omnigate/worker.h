@@ -67,7 +67,7 @@ struct og_worker {
     uv_signal_t sig_term, sig_int;
     uv_timer_t drain_timer;
     uv_timer_t delay_timer; /* OMNIGATE_DRAIN_DELAY_MS: still accepting, /readyz 503 */
-    uv_check_t flush_check; /* flushes the log buffer when og_log_due says so (by size, a warning) */
+    uv_check_t flush_check; /* flushes the log buffer when og_log_due says so */
     /* Watches og_log_wait_fd while the log output is full: started when a flush leaves lines
      * behind, stopped when a flush empties the buffer. */
     uv_poll_t log_poll;
