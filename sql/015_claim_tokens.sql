@@ -33,7 +33,10 @@ $$;
 DROP FUNCTION og_idem_stale(uuid, text, integer);
 CREATE FUNCTION og_idem_stale(p_tenant uuid, p_key text, p_lease_ms integer, p_token text,
                               OUT action text, OUT reference text, OUT attempts json)
-LANGUAGE plpgsql AS $$
+-- Planned afresh on every call, as sql/009 set it (the pending messages' index would otherwise
+-- compete with the primary key).
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
     k idempotency_keys%ROWTYPE;
 BEGIN

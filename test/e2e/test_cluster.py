@@ -91,7 +91,7 @@ def sigkill_instance(srv):
 def test_three_instances_behind_haproxy_kill_and_drain(make_gateway, sim, fresh_db, tmp_path):
     sim.clear()
     env = provider_env(sim, {"OMNIGATE_DRAIN_DELAY_MS": str(CHECK_INTER_MS * (FALL + 1)),
-                             "OMNIGATE_ATTEMPT_TIMEOUT_MS": "2000"})
+                             "OMNIGATE_ATTEMPT_TIMEOUT_MS": "2000", "OMNIGATE_DB_TIMEOUT_MS": "1000"})
     inst = [make_gateway(workers=1, env=env, url=fresh_db) for _ in range(3)]
     for s in inst:
         assert wait_for(lambda s=s: s.request("GET", "/readyz").status == 200, 10)
@@ -194,8 +194,8 @@ def run_load(lb, inst, tok, db, sim):
 
     # Every send that failed during the kill is retried with its key until it is resolved
     # (API.md §15): sent (200, maybe replayed), failed (502 delivery_failed) or 502
-    # outcome_unknown once the dead instance's claim is past its lease (3 x 2 s + 5 s). None
-    # stays unresolved, none is lost, none is sent twice.
+    # outcome_unknown once the dead instance's claim is past its lease (the send budget:
+    # 3 x 2 x 1 s + 3 x 2 s + 5 s = 17 s). None stays unresolved, none is lost, none is sent twice.
     resolved = {}
 
     def retry(f):
@@ -213,7 +213,7 @@ def run_load(lb, inst, tok, db, sim):
             resolved[key] = r.json()["error"]["code"]
         return key in resolved
     for f in kill_failures:
-        assert wait_for(lambda f=f: retry(f), 20), f
+        assert wait_for(lambda f=f: retry(f), 30), f
     outcomes = {k: sorted(resolved.values()).count(k) for k in ("sent", "delivery_failed", "outcome_unknown")}
     assert sum(outcomes.values()) == len(kill_failures), (outcomes, resolved)
     # No key has two messages, and the provider got at most one request per message.
