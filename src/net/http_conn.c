@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "omnigate/api.h"
+
 #define OG_MAX_HEADERS 100
 
 /* What a paused llhttp_execute stopped for. */
@@ -23,15 +25,15 @@ enum { EV_NONE, EV_HEADERS, EV_MESSAGE };
 /* Per-request parsing state kept on the connection: which header field/value we are in. */
 enum { HS_NONE, HS_FIELD, HS_VALUE };
 
-static const char *const error_bodies[] = {
-    [0] = "{\"success\":false,\"message\":\"malformed HTTP request\",\"data\":null,\"error\":{\"code\":\"bad_"
-          "request\"}}",
-    [1] = "{\"success\":false,\"message\":\"request not received in time\",\"data\":null,\"error\":{\"code\":"
-          "\"request_timeout\"}}",
-    [2] = "{\"success\":false,\"message\":\"request body over the limit\",\"data\":null,\"error\":{\"code\":"
-          "\"payload_too_large\"}}",
-    [3] = "{\"success\":false,\"message\":\"request line and headers over the limit\",\"data\":null,"
-          "\"error\":{\"code\":\"headers_too_large\"}}",
+/* The errors the core answers itself (malformed, too slow, too large), by their codes (api.h). */
+static const struct core_error {
+    const og_errcode_t *code;
+    const char *message;
+} core_errors[] = {
+    {OG_E_BAD_REQUEST, "malformed HTTP request"},
+    {OG_E_REQUEST_TIMEOUT, "request not received in time"},
+    {OG_E_PAYLOAD_TOO_LARGE, "request body over the limit"},
+    {OG_E_HEADERS_TOO_LARGE, "request line and headers over the limit"},
 };
 
 static void process(og_http_conn_t *c);
@@ -585,13 +587,19 @@ static void respond_error(og_http_conn_t *c, int status)
     }
     if (req->request_id[0] == '\0')
         assign_request_id(c, req);
-    int idx = status == 408 ? 1 : status == 413 ? 2 : status == 431 ? 3 : 0;
+    const struct core_error *e = &core_errors[0];
+    for (size_t i = 0; i < sizeof(core_errors) / sizeof(core_errors[0]); i++)
+        if (core_errors[i].code->status == status)
+            e = &core_errors[i];
+    status = e->code->status;
     req->status = status;
     if (!c->io_closed) {
         size_t len;
-        const char *body = error_bodies[idx];
-        char *buf =
-            build_response(c, req, status, NULL, 0, "application/json", body, strlen(body), true, &len);
+        char body[192];
+        int n = snprintf(body, sizeof(body),
+                         "{\"success\":false,\"message\":\"%s\",\"data\":null,\"error\":{\"code\":\"%s\"}}",
+                         e->message, e->code->name);
+        char *buf = build_response(c, req, status, NULL, 0, "application/json", body, (size_t)n, true, &len);
         if (buf != NULL) {
             req->bytes_out = len;
             c->io->write(c, buf, len);

@@ -29,8 +29,8 @@ struct og_errcode {
 #define OG_ERRCODE_DEFINE(sym, name, status) const og_errcode_t sym[1] = {{name, status}};
 
 /* The codes the HTTP core answers: its JSON bodies (json.h), the router (router.h), the
- * operations routes (ops.h), and the canned answers of the connection core (http_conn.c spells
- * bad_request, request_timeout, payload_too_large and headers_too_large in its own bodies).
+ * operations routes (ops.h), and the answers the connection core gives itself (http_conn.c:
+ * bad_request, request_timeout, payload_too_large and headers_too_large, by these symbols).
  * internal_error is also what an error recorded without a code answers. */
 #define OG_API_ERRCODES(X)                                                                                   \
     X(OG_E_INVALID_JSON, "invalid_json", 400)                                                                \
