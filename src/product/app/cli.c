@@ -1,8 +1,6 @@
 /*
  * Synchronous database commands. See include/product/omnigate/app/cli.h.
  */
-#include "omnigate/channel.h"
-#include "omnigate/messaging/budget.h"
 #include "omnigate/app/cli.h"
 
 #include <ctype.h>
@@ -13,6 +11,8 @@
 #include <libpq-fe.h>
 #include <openssl/crypto.h>
 
+#include "omnigate/channel.h"
+#include "omnigate/messaging/budget.h"
 #include "omnigate/tenants/admin.h"
 #include "omnigate/app/answer.h"
 #include "omnigate/ids.h"

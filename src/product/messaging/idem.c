@@ -14,6 +14,8 @@
 #include "omnigate/ids.h"
 #include "omnigate/store.h"
 
+#define OG_IDEM_TOKEN_HEX 32 /* a claim's token: 16 random bytes in hex */
+
 bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
 {
     i->req = req;
@@ -28,17 +30,18 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
     if (!ok)
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "Idempotency-Key",
                            "Idempotency-Key must be 1-255 printable ASCII characters");
-    i->key = malloc(len + 1 + 2 * SHA256_DIGEST_LENGTH + 1);
+    i->key = malloc(len + 1 + 2 * SHA256_DIGEST_LENGTH + 1 + OG_IDEM_TOKEN_HEX + 1);
     if (i->key == NULL)
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     memcpy(i->key, v, len);
     i->key[len] = '\0';
     i->hash = i->key + len + 1;
+    i->token = i->hash + 2 * SHA256_DIGEST_LENGTH + 1;
     unsigned char md[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)i->req->body, i->req->body_len, md);
     for (int k = 0; k < SHA256_DIGEST_LENGTH; k++)
         snprintf(i->hash + 2 * k, 3, "%02x", md[k]);
-    unsigned char tok[16];
+    unsigned char tok[OG_IDEM_TOKEN_HEX / 2];
     og_ids_random(tok, sizeof(tok));
     for (size_t k = 0; k < sizeof(tok); k++)
         snprintf(i->token + 2 * k, 3, "%02x", tok[k]);
@@ -49,7 +52,7 @@ bool og_idem_read(og_idem_t *i, og_http_req_t *req, og_err_t *err)
 void og_idem_clear(og_idem_t *i)
 {
     free(i->key);
-    i->key = i->hash = NULL;
+    i->key = i->hash = i->token = NULL;
     i->has_key = false;
 }
 

@@ -1,7 +1,6 @@
 /*
  * The steps the SMS routes share. See include/product/omnigate/messaging/sms_req.h.
  */
-#include "omnigate/messaging/budget.h"
 #include "omnigate/messaging/sms_req.h"
 
 #include <stdio.h>
@@ -14,6 +13,7 @@
 #include "omnigate/app/answer.h"
 #include "omnigate/app/errors.h"
 #include "omnigate/json.h"
+#include "omnigate/messaging/budget.h"
 #include "omnigate/tenants/settings.h"
 
 void og_smsreq_free(og_smsreq_t *c)

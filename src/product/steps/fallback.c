@@ -14,13 +14,13 @@
  * Every write that ends the step carries og_jobs_close_stmt: a holder whose lease was taken
  * over records nothing.
  */
-#include "omnigate/messaging/budget.h"
 #include "omnigate/steps/fallback.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/messaging/budget.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/ids.h"
 #include "omnigate/providers/provider.h"

@@ -2,12 +2,12 @@
  * The sweep step. See include/product/omnigate/steps/pending_sweep.h; the SQL is og_sweep_pending in
  * sql/007_stale_claims.sql, which also seeds the one sweep step of a database.
  */
-#include "omnigate/messaging/budget.h"
 #include "omnigate/steps/pending_sweep.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "omnigate/messaging/budget.h"
 #include "omnigate/store.h"
 
 typedef struct sweep_run {

@@ -37,11 +37,12 @@ struct og_idem {
     bool has_key;
     bool claimed;  /* the route goes on and must store its answer */
     bool answered; /* the request was answered (replay, 409, 422, 503): the route stops */
-    /* With a key: the key and the body's SHA-256 in hex, in one allocation (og_idem_clear).
-     * Most sends have none, and these would be 321 bytes of every one in flight. */
+    /* With a key: the key, the body's SHA-256 in hex and the claim's token (16 random bytes in
+     * hex), in one allocation (og_idem_clear). Most sends have none, and these would be 354
+     * bytes of every one in flight. */
     char *key;
     char *hash;
-    char token[33]; /* the claim's token, 16 random bytes in hex, with a key */
+    char *token;
     /* private */
     og_db_op_t *op; /* the caller's (og_idem_claim) */
     char lease_s[16];
