@@ -233,8 +233,8 @@ void og_db_test_trace(og_db_t *db, uint32_t *counts);
 
 /* Fails what is queued with OG_DB_UNAVAILABLE, closes the connections (async); `closed` is
  * called once every handle is closed and the pool is freed. An op submitted after this call
- * (from a callback or not) and before `closed` fails the same way, from the loop, before
- * `closed` runs. */
+ * began (from a callback or not) and before `closed` fails the same way, never inside
+ * og_db_submit and always before `closed` runs. */
 void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg);
 
 #endif

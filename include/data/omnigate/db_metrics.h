@@ -2,7 +2,7 @@
  * The database pools' metric block (metrics.h): write batches and their commit time, retries,
  * merged operations, missed deadlines, and each pool's queue and ready connections (the write
  * pool's and the read pool's gauges apart). The app registers it (worker.h) and hands it to its
- * pools (og_db_set_metrics); db.c records. Responsible for the block's fields and table.
+ * pools (og_db_set_metrics); src/data/db/ records. Responsible for the block's fields and table.
  */
 #ifndef OMNIGATE_DB_METRICS_H
 #define OMNIGATE_DB_METRICS_H
@@ -16,7 +16,7 @@ typedef struct og_db_metrics {
     og_m_hist_t db_commit_us;
     uint64_t db_timeouts; /* OMNIGATE_DB_TIMEOUT_MS: connections dropped and queued ops failed */
     uint64_t db_retries;
-    uint64_t db_merged; /* ops whose first statement ran in its batch's set form (db.c) */
+    uint64_t db_merged; /* ops whose first statement ran in its batch's set form (src/data/db/) */
     /* gauges */
     uint64_t db_queue;
     uint64_t db_connected;

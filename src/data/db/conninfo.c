@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define HOST_ADDRS_MAX 8 /* addresses kept per host name, tried in the resolver's order */
+
 /* One host name lookup of an attempt, on libuv's threadpool. */
 typedef struct lookup {
     uv_getaddrinfo_t req;

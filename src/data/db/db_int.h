@@ -35,9 +35,8 @@
 
 #include "omnigate/db.h"
 
-#define CHANNEL_MAX    63 /* NAMEDATALEN - 1: the server would truncate a longer name */
-#define HOST_ADDRS_MAX 8  /* addresses kept per host name, tried in the resolver's order */
-#define ADDR_TEXT_MAX  64 /* an IPv6 address with a scope id, as text */
+#define CHANNEL_MAX   63 /* NAMEDATALEN - 1: the server would truncate a longer name */
+#define ADDR_TEXT_MAX 64 /* an IPv6 address with a scope id, as text */
 
 /* A connection's state. Only conn.c's conn_set_state changes it, along the moves of its table. */
 typedef enum {

@@ -236,9 +236,18 @@ static void queue_arm(og_db_t *db)
     uv_timer_start(&db->qtimer, on_qtimer, due > now ? due - now : 0, 0);
 }
 
-static void run_queues(og_db_t *db)
+/* Fails every op waiting for a connection (none is coming, or the pool closes). */
+static void fail_queued(og_db_t *db)
 {
     og_db_op_t *op;
+    while ((op = db_q_pop(&db->reads)) != NULL)
+        db_op_complete(op, OG_DB_UNAVAILABLE);
+    while ((op = db_q_pop(&db->writes)) != NULL)
+        db_op_complete(op, OG_DB_UNAVAILABLE);
+}
+
+static void run_queues(og_db_t *db)
+{
     complete_failed(db);
     expire_due(db); /* never send an op whose caller's deadline is over */
 
@@ -250,10 +259,7 @@ static void run_queues(og_db_t *db)
          * none coming do requests fail at once. */
         if (db->nstate[C_RESOLVING] + db->nstate[C_CONNECTING] + db->nstate[C_PREPARING] > 0)
             return;
-        while ((op = db_q_pop(&db->reads)) != NULL)
-            db_op_complete(op, OG_DB_UNAVAILABLE);
-        while ((op = db_q_pop(&db->writes)) != NULL)
-            db_op_complete(op, OG_DB_UNAVAILABLE);
+        fail_queued(db);
         return;
     }
     while (db->reads.len) {
@@ -468,8 +474,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
         db_q_push(&db->failed, op);
     else
         db_q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
-    db->stats.queued = db->reads.len + db->writes.len;
-    wake(db);
+    wake(db); /* the queue's length is read from the queues (og_db_stats) */
 }
 
 bool og_db_ready(og_db_t *db)
@@ -497,11 +502,7 @@ void og_db_close(og_db_t *db, void (*closed)(void *arg), void *arg)
     db->closing = true;
     db->closed = closed;
     db->closed_arg = arg;
-    og_db_op_t *op;
-    while ((op = db_q_pop(&db->reads)) != NULL)
-        db_op_complete(op, OG_DB_UNAVAILABLE);
-    while ((op = db_q_pop(&db->writes)) != NULL)
-        db_op_complete(op, OG_DB_UNAVAILABLE);
+    fail_queued(db);
     complete_failed(db);
     /* Ops in flight fail as their connections close; what their callbacks (or anyone) submit
      * from now on goes to `failed`, for the idle, which stays open until every other handle is
