@@ -7,16 +7,10 @@
 
 #include "omnigate/router.h"
 
-/* The statuses that get their own label, in label order; every other status is "other". */
-// clang-format off
-#define STATUSES(X) \
-    X(200) X(201) X(204) X(400) X(401) X(403) X(404) X(405) X(409) X(410) \
-    X(413) X(415) X(422) X(429) X(431) X(500) X(502) X(503) X(504)
-// clang-format on
 #define AS_INT(s)  s,
 #define AS_TEXT(s) #s,
-static const int statuses[OG_HTTP_M_STATUSES - 1] = {STATUSES(AS_INT)};
-static const char *const status_labels[OG_HTTP_M_STATUSES] = {STATUSES(AS_TEXT) "other"};
+static const int statuses[OG_HTTP_M_STATUSES - 1] = {OG_HTTP_M_STATUS_LIST(AS_INT)};
+static const char *const status_labels[OG_HTTP_M_STATUSES] = {OG_HTTP_M_STATUS_LIST(AS_TEXT) "other"};
 
 static int status_index(int status)
 {

@@ -11,8 +11,16 @@
 
 #include "omnigate/metrics.h"
 
-#define OG_HTTP_M_ROUTES   64 /* route table entries that get their own label; then "-" */
-#define OG_HTTP_M_STATUSES 20 /* a fixed list of statuses, then "other" */
+#define OG_HTTP_M_ROUTES 64 /* route table entries that get their own label; then "-" */
+/* The statuses that get their own label, in label order; every other status is "other". */
+// clang-format off
+#define OG_HTTP_M_STATUS_LIST(X) \
+    X(200) X(201) X(204) X(400) X(401) X(403) X(404) X(405) X(409) X(410) \
+    X(413) X(415) X(422) X(429) X(431) X(500) X(502) X(503) X(504)
+// clang-format on
+#define OG_HTTP_M_PLUS_ONE(s) +1
+/* The labels of the status dimension: the list, then "other". */
+#define OG_HTTP_M_STATUSES (OG_HTTP_M_STATUS_LIST(OG_HTTP_M_PLUS_ONE) + 1)
 
 typedef struct og_http_metrics {
     uint64_t requests[OG_HTTP_M_ROUTES + 1][OG_HTTP_M_STATUSES];

@@ -67,9 +67,9 @@ static const og_route_t routes[] = {
 };
 
 /* The kinds of durable steps the features register (og_jobs_register), which the steps metrics
- * label by: fallback (steps/fallback.c), webhook (tenant_webhooks/webhooks_out.c) and sweep
- * (steps/pending_sweep.c). A kind missing here would run uncounted. */
-static const char *const step_kind_names[] = {"fallback", "webhook", "sweep"};
+ * label by; each is its feature's constant. A kind missing here would run uncounted. */
+static const char *const step_kind_names[] = {OG_FALLBACK_STEP_KIND, OG_WHOUT_STEP_KIND,
+                                              OG_PENDING_SWEEP_STEP_KIND};
 static const og_jobs_kinds_t step_kinds = {sizeof(step_kind_names) / sizeof(step_kind_names[0]),
                                            step_kind_names};
 

@@ -371,7 +371,8 @@ static void run(og_step_t *step, void *arg)
 int og_fallback_register(og_gw_t *gw)
 {
     /* The longest run: an attempt on each channel, and the writes around them. */
-    return og_jobs_register(gw->jobs, "fallback", og_send_budget_ms(gw->w->cfg, OG_CH__COUNT), run, gw) >= 0
+    return og_jobs_register(gw->jobs, OG_FALLBACK_STEP_KIND, og_send_budget_ms(gw->w->cfg, OG_CH__COUNT), run,
+                            gw) >= 0
                ? 0
                : -1;
 }

@@ -55,5 +55,5 @@ static void run(og_step_t *step, void *arg)
 
 int og_sweep_register(og_gw_t *gw)
 {
-    return og_jobs_register(gw->jobs, "sweep", 30000, run, gw) >= 0 ? 0 : -1;
+    return og_jobs_register(gw->jobs, OG_PENDING_SWEEP_STEP_KIND, 30000, run, gw) >= 0 ? 0 : -1;
 }

@@ -690,7 +690,7 @@ static void schedule(og_whout_t *wo)
  * listener that reconnected (notifications may be lost). */
 static void on_notify(void *arg, const char *payload)
 {
-    if (payload == NULL || strcmp(payload, "webhook") == 0)
+    if (payload == NULL || strcmp(payload, OG_WHOUT_STEP_KIND) == 0)
         schedule(arg);
 }
 
@@ -738,7 +738,7 @@ og_whout_t *og_whout_start(og_gw_t *gw)
     /* The window of a run, then its last try's timeout, then its writes. */
     uint32_t lease_ms = 2u * (uint32_t)cfg->webhook_timeout_ms + LEASE_EXTRA;
     if (wo->hc == NULL || !og_wh_seal_key(&wo->key, cfg->secret) ||
-        (wo->kind = og_jobs_register(gw->jobs, "webhook", lease_ms, run, wo)) < 0) {
+        (wo->kind = og_jobs_register(gw->jobs, OG_WHOUT_STEP_KIND, lease_ms, run, wo)) < 0) {
         if (wo->hc != NULL)
             og_hc_close(wo->hc, NULL, NULL);
         og_seal_key_clear(&wo->key);

@@ -9,6 +9,9 @@
 #ifndef OMNIGATE_STEPS_FALLBACK_H
 #define OMNIGATE_STEPS_FALLBACK_H
 
+/* The step kind of the delivery-based fallback (og_jobs_register; the steps metrics' label). */
+#define OG_FALLBACK_STEP_KIND "fallback"
+
 #include "omnigate/app/ctx.h"
 
 /* Registers the `fallback` step kind on gw->jobs. 0, or -1 when it cannot. */

@@ -8,6 +8,9 @@
 #ifndef OMNIGATE_STEPS_PENDING_SWEEP_H
 #define OMNIGATE_STEPS_PENDING_SWEEP_H
 
+/* The step kind of the pending sweep (og_jobs_register; the steps metrics' label). */
+#define OG_PENDING_SWEEP_STEP_KIND "sweep"
+
 #include "omnigate/app/ctx.h"
 
 /* Registers the `sweep` step kind on gw->jobs. 0, or -1 when it cannot. */

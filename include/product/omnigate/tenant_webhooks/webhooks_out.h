@@ -15,6 +15,10 @@
 #ifndef OMNIGATE_TENANT_WEBHOOKS_WEBHOOKS_OUT_H
 #define OMNIGATE_TENANT_WEBHOOKS_WEBHOOKS_OUT_H
 
+/* The step kind of a tenant's deliveries (og_jobs_register; the steps metrics' label), also the
+ * NOTIFY og_steps payload that asks for one (sql/011). */
+#define OG_WHOUT_STEP_KIND "webhook"
+
 #include "omnigate/app/ctx.h"
 #include "omnigate/metrics.h"
 
