@@ -154,9 +154,8 @@ static void mark_unknown(const og_config_t *cfg)
         snprintf(older, sizeof(older), "%u", og_send_budget_ms(cfg, OG_CH__COUNT));
         og_db_call_t stmt;
         og_q_msg_mark_unknown(&stmt, &(og_q_msg_mark_unknown_t){.older_ms = older});
-        PGresult *r = PQexecParams(pg, og_store_stmts[stmt.stmt].sql, og_store_stmts[stmt.stmt].nparams, NULL,
-                                   stmt.values, NULL, NULL, 0);
-        if (PQresultStatus(r) == PGRES_COMMAND_OK && atoi(PQcmdTuples(r)) > 0)
+        PGresult *r = run(pg, &stmt);
+        if (r != NULL && atoi(PQcmdTuples(r)) > 0)
             fprintf(stderr, "omnigate: marked %s message(s) left pending by a crash as unknown\n",
                     PQcmdTuples(r));
         PQclear(r);

@@ -605,10 +605,7 @@ static void claimed(og_idem_t *i)
                                    .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
                                    .wa_from = c->wa_from[0] ? c->wa_from : NULL,
                                    .sms_sender = c->sender[0] ? c->sender : NULL};
-    if (c->nowa_in_insert)
-        og_q_msg_insert_unless_nowa(&op->stmts[0], &row);
-    else
-        og_q_msg_insert(&op->stmts[0], &row);
+    (c->nowa_in_insert ? og_q_msg_insert_unless_nowa : og_q_msg_insert)(&op->stmts[0], &row);
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
     op->write = true;
     op->done = inserted;
