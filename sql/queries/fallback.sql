@@ -16,9 +16,10 @@ SELECT og_fallback_schedule($1::uuid, $2) AS due_now;
 -- $2 reference
 -- Returns to, text, the channels (comma-separated), fallbackOn, the WhatsApp number, the SMS
 -- sender, the tenant's settings, the last attempt's seq, whether the wanted status is reached,
--- the delivery status of the last accepted attempt, and the seq of a 'pending' attempt (-1).
+-- the delivery status of the last accepted attempt, the seq of a 'pending' attempt (-1), and
+-- Meta's template object of a template send ('' for a text send).
 -- columns: to, text, channels, fallback_on, wa_from, sender, settings, last_seq, reached,
---     last_status, pending_seq
+--     last_status, pending_seq, template
 SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS channels,
     m.fallback_on, coalesce(m.whatsapp_from, '') AS wa_from, coalesce(m.sms_sender, '') AS sender,
     t.settings::text,
@@ -32,7 +33,9 @@ SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS ch
               ORDER BY a.seq DESC LIMIT 1), '') AS last_status,
     coalesce((SELECT a.seq FROM attempts a
               WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'pending'
-              LIMIT 1), -1) AS pending_seq
+              LIMIT 1), -1) AS pending_seq,
+    coalesce((SELECT t.meta::text FROM message_templates t
+              WHERE t.tenant_id = m.tenant_id AND t.reference = m.reference), '') AS template
 FROM messages m
 JOIN tenants t ON t.id = m.tenant_id
 WHERE m.tenant_id = $1 AND m.reference = $2;
@@ -45,9 +48,10 @@ WHERE m.tenant_id = $1 AND m.reference = $2;
 -- $3 seq = seq (the channel's index in the message's channels)
 -- $4 channel
 -- $5 reason = why: 'status_failed', 'status_undelivered' or 'no_status_in_time'
+-- $6 content = 'template' for Meta's template message, NULL for a free text
 INSERT INTO attempts (tenant_id, reference, seq, channel, status, latency_ms, attempted_at,
-    fallback_reason)
-VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5);
+    fallback_reason, content)
+VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5, $6);
 
 -- name: fallback_end
 -- Completes a step's attempt with its provider's answer, adopting statuses that came first,

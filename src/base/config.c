@@ -113,6 +113,9 @@ static const cfg_entry_t settings[] = {
      1, 31536000, NULL, 0, OFF(not_on_whatsapp_ttl_s),
      "how long a number a provider said has no WhatsApp is skipped on the WhatsApp channels, in seconds "
      "(API.md §13)"},
+    {"template_sync_s", "OMNIGATE_TEMPLATE_SYNC_S", "--template-sync-s", CFG_INT, "3600", 10, 604800, NULL, 0,
+     OFF(template_sync_s),
+     "how often each WABA's WhatsApp template catalogue is read again from Meta, in seconds (API.md §18)"},
     {"circuit_breaker", "OMNIGATE_CIRCUIT_BREAKER", "--circuit-breaker", CFG_BOOL, "true", 0, 0, NULL, 0,
      OFF(circuit_breaker),
      "stop calling a provider channel that keeps failing, per worker (API.md §13; false only to measure "

@@ -38,6 +38,7 @@ typedef struct og_config {
     bool access_log;           /* OMNIGATE_ACCESS_LOG, default true */
     bool circuit_breaker;      /* OMNIGATE_CIRCUIT_BREAKER, default true */
     int not_on_whatsapp_ttl_s; /* OMNIGATE_NOT_ON_WHATSAPP_TTL_S, default 86400 */
+    int template_sync_s;       /* OMNIGATE_TEMPLATE_SYNC_S, default 3600 */
     char *log_level;           /* OMNIGATE_LOG_LEVEL: error|warn|info|debug, default info */
     /* Providers (API.md §8); used from the unified-send issue on. */
     char *meta_base_url;    /* OMNIGATE_META_BASE_URL, default https://graph.facebook.com */

@@ -31,7 +31,7 @@
 #include "omnigate/metrics.h"
 
 #define OG_JOBS_MAX_RUNNING 64
-#define OG_JOBS_MAX_KINDS   4
+#define OG_JOBS_MAX_KINDS   8
 
 typedef struct og_jobs og_jobs_t;
 typedef struct og_step og_step_t;

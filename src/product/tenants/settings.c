@@ -134,13 +134,17 @@ static bool qr_number(const json_t *num, const char *path, og_err_t *err)
 
 static bool meta_number(const json_t *num, const char *path, og_err_t *err)
 {
-    static const char *const keys[] = {"phoneNumberId", "accessToken", NULL};
+    static const char *const keys[] = {"phoneNumberId", "accessToken", "wabaId", NULL};
     if (!object_with_keys(num, path, keys, err))
         return false;
     path_t field;
     path_fmt(field, "%s.phoneNumberId", path);
     const char *id = json_string_value(json_object_get(num, "phoneNumberId"));
     if (id == NULL || !digits_only(id, OG_SETTINGS_PHONE_ID_MAX))
+        return invalid(err, field, "must be a string of 1-32 digits");
+    json_t *waba = json_object_get(num, "wabaId");
+    path_fmt(field, "%s.wabaId", path);
+    if (waba != NULL && (!json_is_string(waba) || !digits_only(json_string_value(waba), OG_SETTINGS_PHONE_ID_MAX)))
         return invalid(err, field, "must be a string of 1-32 digits");
     path_fmt(field, "%s.accessToken", path);
     json_t *tv = json_object_get(num, "accessToken");
@@ -159,12 +163,73 @@ static bool meta_number(const json_t *num, const char *path, og_err_t *err)
     return true;
 }
 
+bool og_settings_template_name_valid(const char *name)
+{
+    size_t n = 0;
+    for (; name != NULL && name[n] != '\0'; n++) {
+        char c = name[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') || n >= OG_SETTINGS_TEMPLATE_NAME_MAX)
+            return false;
+    }
+    return n > 0;
+}
+
+bool og_settings_template_language_valid(const char *lang)
+{
+    size_t n = 0;
+    for (; lang != NULL && lang[n] != '\0'; n++) {
+        char c = lang[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_') || n >= OG_SETTINGS_LANGUAGE_MAX)
+            return false;
+    }
+    return n >= 2;
+}
+
+/* A {"name", "language"} reference to a template of the catalogue; `path` names it. */
+static bool template_ref(const json_t *ref, const char *path, og_err_t *err)
+{
+    static const char *const keys[] = {"name", "language", NULL};
+    if (!object_with_keys(ref, path, keys, err))
+        return false;
+    path_t field;
+    path_fmt(field, "%s.name", path);
+    if (!og_settings_template_name_valid(json_string_value(json_object_get(ref, "name"))))
+        return invalid(err, field, "must be a template name: 1-512 lowercase letters, digits or _");
+    path_fmt(field, "%s.language", path);
+    if (!og_settings_template_language_valid(json_string_value(json_object_get(ref, "language"))))
+        return invalid(err, field, "must be a language code such as en or en_US");
+    return true;
+}
+
+/* outsideWindow and windowTemplate of the Meta channel (API.md §18). */
+static bool meta_window(const json_t *ch, const char *path, og_err_t *err)
+{
+    path_t field;
+    json_t *ow = json_object_get(ch, "outsideWindow");
+    path_fmt(field, "%s.outsideWindow", path);
+    const char *mode = json_string_value(ow);
+    if (ow != NULL && (mode == NULL || (strcmp(mode, "send") != 0 && strcmp(mode, "skip") != 0 &&
+                                        strcmp(mode, "template") != 0)))
+        return invalid(err, field, "must be send, skip or template");
+    json_t *wt = json_object_get(ch, "windowTemplate");
+    path_fmt(field, "%s.windowTemplate", path);
+    if (wt != NULL && !template_ref(wt, field, err))
+        return false;
+    if (mode != NULL && strcmp(mode, "template") == 0 && wt == NULL)
+        return invalid(err, field, "is required when outsideWindow is template");
+    return true;
+}
+
 static bool wa_channel(const json_t *ch, const char *name, number_check_fn check, og_err_t *err)
 {
     static const char *const keys[] = {"enabled", "numbers", NULL};
+    static const char *const meta_keys[] = {"enabled", "numbers", "outsideWindow", "windowTemplate", NULL};
+    bool meta = strcmp(name, "whatsapp_meta") == 0;
     path_t path, npath, field;
     path_fmt(path, "settings.channels.%s", name);
-    if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
+    if (!object_with_keys(ch, path, meta ? meta_keys : keys, err) || !optional_bool(ch, "enabled", path, err))
+        return false;
+    if (meta && !meta_window(ch, path, err))
         return false;
     json_t *numbers = json_object_get(ch, "numbers");
     if (numbers == NULL)
@@ -265,7 +330,8 @@ static bool validate_default_channels(const json_t *dc, og_err_t *err)
 bool og_settings_validate(json_t *settings, og_err_t *err)
 {
     static const char *const keys[] = {"defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond",
-                                       "channels", NULL};
+                                       "channels", "otp", NULL};
+    static const char *const otp_keys[] = {"whatsappTemplate", NULL};
     if (!object_with_keys(settings, "settings", keys, err))
         return false;
     json_t *v;
@@ -280,6 +346,12 @@ bool og_settings_validate(json_t *settings, og_err_t *err)
         return invalid(err, "settings.rateLimitPerSecond", "must be an integer from 1 to 1000000");
     if ((v = json_object_get(settings, "channels")) != NULL && !validate_channels(v, err))
         return false;
+    if ((v = json_object_get(settings, "otp")) != NULL) {
+        json_t *wt = json_object_get(v, "whatsappTemplate");
+        if (!object_with_keys(v, "settings.otp", otp_keys, err) ||
+            (wt != NULL && !template_ref(wt, "settings.otp.whatsappTemplate", err)))
+            return false;
+    }
     return true;
 }
 
@@ -526,6 +598,7 @@ bool og_settings_wa_number(const json_t *settings, const char *name, const char 
             return true;
     } else if (strcmp(name, "whatsapp_meta") == 0) {
         out->phone_number_id = json_string_value(json_object_get(num, "phoneNumberId"));
+        out->waba_id = json_string_value(json_object_get(num, "wabaId"));
         out->access_token = json_string_value(json_object_get(num, "accessToken"));
         if (og_seal_is_sealed(out->access_token)) {
             out->access_token = NULL;
@@ -581,4 +654,32 @@ uint32_t og_settings_rate_limit(const json_t *settings)
     json_t *v = json_object_get(settings, "rateLimitPerSecond");
     json_int_t r = json_is_integer(v) ? json_integer_value(v) : 0;
     return r >= 1 && r <= OG_SETTINGS_RATE_MAX ? (uint32_t)r : 0;
+}
+
+og_settings_outside_window_t og_settings_outside_window(const json_t *settings)
+{
+    const char *m = json_string_value(json_object_get(channel(settings, "whatsapp_meta"), "outsideWindow"));
+    if (m != NULL && strcmp(m, "skip") == 0)
+        return OG_OUTSIDE_WINDOW_SKIP;
+    if (m != NULL && strcmp(m, "template") == 0)
+        return OG_OUTSIDE_WINDOW_TEMPLATE;
+    return OG_OUTSIDE_WINDOW_SEND;
+}
+
+/* name and language of a validated template reference, or false. */
+static bool template_of(const json_t *ref, const char **name, const char **language)
+{
+    *name = json_string_value(json_object_get(ref, "name"));
+    *language = json_string_value(json_object_get(ref, "language"));
+    return *name != NULL && *language != NULL;
+}
+
+bool og_settings_window_template(const json_t *settings, const char **name, const char **language)
+{
+    return template_of(json_object_get(channel(settings, "whatsapp_meta"), "windowTemplate"), name, language);
+}
+
+bool og_settings_otp_whatsapp_template(const json_t *settings, const char **name, const char **language)
+{
+    return template_of(json_object_get(json_object_get(settings, "otp"), "whatsappTemplate"), name, language);
 }

@@ -19,6 +19,7 @@ struct og_whout;
 struct og_nowa;
 struct og_status_sweep;
 struct og_callbacks_metrics;
+struct og_tpl_cache;
 
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
@@ -36,6 +37,8 @@ typedef struct og_gw {
     og_providers_t prov;  /* what attempts need: hc, the configuration, the circuit breakers */
     struct og_nowa *nowa; /* numbers not on WhatsApp (messaging/nowa.h); NULL without a database */
     og_rl_t rl;           /* per-tenant rate limit buckets of this worker */
+    /* WhatsApp template catalogue entries (templates/catalogue.h); NULL without a database. */
+    struct og_tpl_cache *tpl;
     /* Worker 0 with a database only: the status sweep (callbacks/status_sweep.h). */
     struct og_status_sweep *status_sweep;
     int closing; /* pieces still closing in the gateway's stop */

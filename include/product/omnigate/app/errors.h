@@ -31,11 +31,17 @@
     X(OG_E_SENDER_NOT_APPROVED, "sender_not_approved", 422)                                                  \
     X(OG_E_TEXT_TOO_LONG, "text_too_long", 422)                                                              \
     X(OG_E_NO_CHANNEL_AVAILABLE, "no_channel_available", 422)                                                \
+    /* WhatsApp templates (API.md §18) */                                                                    \
+    X(OG_E_TEMPLATE_NOT_FOUND, "template_not_found", 422)                                                    \
+    X(OG_E_TEMPLATE_NOT_APPROVED, "template_not_approved", 422)                                              \
+    X(OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template_parameters_mismatch", 422)                                \
     X(OG_E_OTP_INVALID, "otp_invalid", 422)                                                                  \
     X(OG_E_RATE_LIMITED, "rate_limited", 429)                                                                \
     X(OG_E_OTP_COOLDOWN, "otp_cooldown", 429)                                                                \
     X(OG_E_OTP_LOCKED, "otp_locked", 429)                                                                    \
     X(OG_E_DELIVERY_FAILED, "delivery_failed", 502)                                                          \
+    /* a provider call the gateway makes for itself failed (a template sync, API.md §18) */                 \
+    X(OG_E_PROVIDER_ERROR, "provider_error", 502)                                                            \
     /* a repeat of a request whose instance died mid-send (API.md §15) */                                   \
     X(OG_E_OUTCOME_UNKNOWN, "outcome_unknown", 502)                                                          \
     /* a log query cancelled at OMNIGATE_LOG_QUERY_TIMEOUT_MS (API.md §16) */                               \

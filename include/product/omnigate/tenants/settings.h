@@ -26,6 +26,14 @@
 #define OG_SETTINGS_SESSION_MAX      64      /* whatsapp_qr session name, bytes */
 #define OG_SETTINGS_PHONE_ID_MAX     32      /* whatsapp_meta phoneNumberId, digits */
 #define OG_SETTINGS_ACCESS_TOKEN_MAX 1024    /* whatsapp_meta accessToken, bytes */
+#define OG_SETTINGS_TEMPLATE_NAME_MAX 512    /* a WhatsApp template's name, bytes (Meta's limit) */
+#define OG_SETTINGS_LANGUAGE_MAX      15     /* a template's language code: en, en_US, ... */
+
+/* A WhatsApp template name as Meta allows it: 1-512 of [a-z0-9_]. */
+bool og_settings_template_name_valid(const char *name);
+
+/* A template language code: 2-15 letters or _ ("en", "en_US", "pt_BR"). */
+bool og_settings_template_language_valid(const char *lang);
 
 /* True when `name` is one of the channel names whatsapp_qr, whatsapp_meta, sms. */
 bool og_settings_channel_name_valid(const char *name);
@@ -100,6 +108,7 @@ typedef struct og_settings_wa_number {
     const char *session;         /* whatsapp_qr: WAHA session name */
     const char *phone_number_id; /* whatsapp_meta: Cloud API phone number id */
     const char *access_token;    /* whatsapp_meta: Cloud API bearer token, clear (opened) */
+    const char *waba_id;         /* whatsapp_meta: the WhatsApp Business Account, or NULL */
     /* whatsapp_meta: the stored token is sealed and did not open (og_settings_open): the number
      * is registered but access_token is NULL, so its attempts fail not_configured; the caller
      * says why with OG_SETTINGS_UNOPENED_MESSAGE. */
@@ -127,5 +136,22 @@ bool og_settings_sms_sender(const json_t *settings, const char *requested, char 
 
 /* rateLimitPerSecond, or 0 (unlimited) when absent. */
 uint32_t og_settings_rate_limit(const json_t *settings);
+
+/* channels.whatsapp_meta.outsideWindow (API.md §18): what a free text on Meta does while the
+ * recipient's customer service window is not known to be open. */
+typedef enum og_settings_outside_window {
+    OG_OUTSIDE_WINDOW_SEND,     /* sent; Meta decides (131047) */
+    OG_OUTSIDE_WINDOW_SKIP,     /* not sent: skipped with reason outside_window */
+    OG_OUTSIDE_WINDOW_TEMPLATE, /* sent wrapped in windowTemplate */
+} og_settings_outside_window_t;
+
+og_settings_outside_window_t og_settings_outside_window(const json_t *settings);
+
+/* channels.whatsapp_meta.windowTemplate: true with its name and language (borrowed). */
+bool og_settings_window_template(const json_t *settings, const char **name, const char **language);
+
+/* otp.whatsappTemplate, the authentication template of OTPs over WhatsApp: true with its name
+ * and language (borrowed). */
+bool og_settings_otp_whatsapp_template(const json_t *settings, const char **name, const char **language);
 
 #endif
