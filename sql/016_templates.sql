@@ -22,9 +22,10 @@ CREATE TABLE wa_templates (
     PRIMARY KEY (waba_id, name, language)
 );
 
--- The template of a template send, and Meta's `template` object as it was sent, so a later
--- step of a delivery-based fallback sends the same (src/product/steps/fallback.c). Only
--- template sends have a row: a text send writes nothing more than before. The foreign key
+-- The template of a template send (or of a free text wrapped by outsideWindow: template), and
+-- Meta's `template` object as it was made, so a later step of a delivery-based fallback sends
+-- the same (src/product/steps/fallback.c). Only those sends have a row: a text send writes
+-- nothing more than before. The foreign key
 -- lets retention delete it with its message.
 CREATE TABLE message_templates (
     tenant_id uuid  NOT NULL,
@@ -32,6 +33,9 @@ CREATE TABLE message_templates (
     name      text  NOT NULL,
     language  text  NOT NULL,
     meta      jsonb NOT NULL,
+    -- a free text that outsideWindow wrapped in windowTemplate: not a template send (the
+    -- logs show no template), but later steps send it the same way
+    wrapped   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (tenant_id, reference),
     FOREIGN KEY (tenant_id, reference) REFERENCES messages (tenant_id, reference) ON DELETE CASCADE
 );
@@ -95,7 +99,7 @@ LANGUAGE sql STABLE AS $$
         'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
         'template', (SELECT json_build_object('name', t.name, 'language', t.language)
                      FROM message_templates t
-                     WHERE t.tenant_id = m.tenant_id AND t.reference = m.reference),
+                     WHERE t.tenant_id = m.tenant_id AND t.reference = m.reference AND NOT t.wrapped),
         'attempts', coalesce((
             -- An accepted attempt has its provider's id and its delivery (API.md §10); a
             -- failed one its error, and null delivery fields.

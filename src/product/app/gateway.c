@@ -22,6 +22,7 @@
 #include "omnigate/messaging/send.h"
 #include "omnigate/messaging/sms.h"
 #include "omnigate/store.h"
+#include "omnigate/templates/catalogue.h"
 #include "omnigate/steps/pending_sweep.h"
 #include "omnigate/app/testhooks.h"
 #include "omnigate/util.h"
@@ -133,7 +134,8 @@ static int gw_start(og_worker_t *w)
         og_ids_random(&tag, sizeof(tag));
         snprintf(owner, sizeof(owner), "%.63s:%d:%08x", host, (int)getpid(), tag);
         gw->nowa = og_nowa_new(&w->loop, gw->db, w->cfg->not_on_whatsapp_ttl_s);
-        if (gw->nowa == NULL)
+        gw->tpl = og_tpl_cache_new(&w->loop, gw->db);
+        if (gw->nowa == NULL || gw->tpl == NULL)
             return -1;
         gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, og_worker_metrics(w, &og_jobs_metrics_block),
                                &step_kinds, owner, w->index == 0);
@@ -155,6 +157,7 @@ static void gw_piece_closed(void *arg)
         if (gw->jobs != NULL)
             og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
         og_nowa_free(gw->nowa);
+        og_tpl_cache_free(gw->tpl); /* after the pool: no background read is in flight */
         og_providers_free(&gw->prov); /* the HTTP client is closed: no attempt is in flight */
         free(gw);
     }

@@ -26,6 +26,8 @@
 #include "omnigate/tenants/settings.h"
 #include "omnigate/smsenc.h"
 #include "omnigate/store.h"
+#include "omnigate/templates/catalogue.h"
+#include "omnigate/templates/render.h"
 
 #define SMS_MAX_SEGMENTS 10
 
@@ -64,6 +66,18 @@ typedef struct send_ctx {
     const char *qr_session;
     const char *meta_phone_number_id;
     const char *meta_access_token;
+    const char *meta_waba_id; /* the Meta number's WABA, or NULL */
+
+    /* A template send (API.md §18), or a free text that outsideWindow wraps in the tenant's
+     * windowTemplate: what Meta gets instead of the text, and the template it names. */
+    json_t *tpl_req;        /* the request's `template` object, until it is checked */
+    bool wrap;              /* outsideWindow: template, for a free text on Meta */
+    og_tpl_out_t tpl;       /* tpl.meta: Meta's template object; tpl.rendered: its body */
+    char *tpl_name;         /* the template sent on Meta (the request's or windowTemplate) */
+    char tpl_language[16];
+    const char *meta_why;   /* why the Meta attempt cannot be made (windowTemplate unusable) */
+    og_err_t meta_err;      /* its words */
+    og_tpl_mark_t mark;     /* the template's new status after Meta refused it for the template */
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     /* Allocated as each attempt starts (most sends make one): NULL when never started, or
      * when out of memory (its result is then oom_result). */
@@ -114,6 +128,9 @@ static void ctx_free(send_ctx_t *c)
         free(c->att[k]);
     free(c->response_text);
     free(c->sms_error_text);
+    json_decref(c->tpl_req);
+    og_tpl_out_clear(&c->tpl);
+    free(c->tpl_name);
     og_idem_clear(&c->idem);
     free(c);
 }
@@ -146,8 +163,11 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
 {
     const char *to = NULL, *text = NULL, *mode = "fallback", *fallback_on = "accepted";
     long long after = -1;
+    json_t *tpl = json_object_get(body, "template");
+    if (tpl != NULL && !og_tpl_request_valid(tpl, err))
+        return false;
     if (!og_json_get_string(body, "to", true, &to, err) ||
-        !og_json_get_string(body, "text", true, &text, err) ||
+        !og_json_get_string(body, "text", tpl == NULL, &text, err) ||
         !og_json_get_string(body, "deliveryMode", false, &mode, err) ||
         !og_json_get_string(body, "whatsappFrom", false, wa_from, err) ||
         !og_json_get_string(body, "sender", false, sender, err) ||
@@ -158,7 +178,7 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     size_t nchars = 0;
-    if (!og_text_validate(text, strlen(text), &nchars))
+    if (text != NULL && !og_text_validate(text, strlen(text), &nchars))
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "text",
                            "text must be 1-4096 characters of valid UTF-8, not only whitespace");
     if (strcmp(mode, "fallback") != 0 && strcmp(mode, "all") != 0)
@@ -174,8 +194,9 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
     if (!read_fallback(c, fallback_on, after, err))
         return false;
     snprintf(c->to, sizeof(c->to), "%s", to);
-    c->text = strdup(text);
-    if (c->text == NULL)
+    c->tpl_req = json_incref(tpl);
+    /* With a template and no text, the text is the template's body, known once it is found. */
+    if (text != NULL && (c->text = strdup(text)) == NULL)
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     return true;
 }
@@ -253,11 +274,6 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
         if (c->ch[i] == OG_CH_SMS) {
             if (!og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err))
                 return false;
-            og_sms_encode_info(c->text, strlen(c->text), &c->sms);
-            if (c->sms.segments > SMS_MAX_SEGMENTS)
-                return og_err_fail(err, OG_E_TEXT_TOO_LONG, "text",
-                                   "text needs %d SMS segments, more than %d", (int)c->sms.segments,
-                                   SMS_MAX_SEGMENTS);
             continue;
         }
         if (c->wa_from[0] == '\0') {
@@ -276,10 +292,101 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
         } else {
             c->meta_phone_number_id = num.phone_number_id;
             c->meta_access_token = num.access_token;
+            c->meta_waba_id = num.waba_id;
         }
         c->token_sealed[i] = num.access_token_sealed;
     }
     return true;
+}
+
+/* The index of channel ch among those to try, or -1. */
+static int tried(const send_ctx_t *c, og_channel_t ch)
+{
+    for (int i = 0; i < c->nch; i++)
+        if (c->ch[i] == ch)
+            return i;
+    return -1;
+}
+
+/* Drops channel ch from the plan, reporting it skipped for `reason`. */
+static void drop(send_ctx_t *c, og_channel_t ch, const char *reason)
+{
+    int i = tried(c, ch);
+    if (i < 0)
+        return;
+    for (int k = i; k + 1 < c->nch; k++) {
+        c->ch[k] = c->ch[k + 1];
+        c->token_sealed[k] = c->token_sealed[k + 1];
+    }
+    c->nch--;
+    skip(c, ch, reason);
+}
+
+/* The WABA whose catalogue a template send is checked against: that of the Meta number it
+ * sends from. Without Meta among the channels tried, the whatsappFrom (or default) number's
+ * Meta registration; NULL when there is none. */
+static const char *template_waba(send_ctx_t *c, const char *wa_from)
+{
+    if (tried(c, OG_CH_WHATSAPP_META) >= 0)
+        return c->meta_waba_id;
+    json_t *settings = c->auth.tenant->settings;
+    const char *from = c->wa_from[0] ? c->wa_from : wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
+    og_settings_wa_number_t num;
+    if (from == NULL || !og_settings_wa_number(settings, "whatsapp_meta", from, &num))
+        return NULL;
+    return num.waba_id;
+}
+
+/* What Meta gets (API.md §18): a template send needs its catalogue entry (the other channels
+ * get `text` or the template's body); a free text on Meta follows outsideWindow, since no
+ * recipient's window is known to be open yet (§21 brings inbound messages). Sets c->tpl_name
+ * and c->tpl_language when an entry must be looked up. */
+static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
+{
+    json_t *settings = c->auth.tenant->settings;
+    const char *name, *language;
+    if (c->tpl_req != NULL) {
+        name = json_string_value(json_object_get(c->tpl_req, "name"));
+        language = json_string_value(json_object_get(c->tpl_req, "language"));
+        const char *waba = template_waba(c, wa_from);
+        if (waba == NULL) {
+            if (c->text != NULL && tried(c, OG_CH_WHATSAPP_META) < 0) {
+                json_decref(c->tpl_req); /* nothing here sends it: the text goes */
+                c->tpl_req = NULL;
+                return true;
+            }
+            return og_err_fail(err, OG_E_TEMPLATE_NOT_FOUND, "template.name",
+                               "the whatsapp_meta number %s has no wabaId: its WhatsApp Business Account's "
+                               "templates are unknown",
+                               c->wa_from[0] ? c->wa_from : wa_from ? wa_from : "(none)");
+        }
+        c->meta_waba_id = waba;
+    } else {
+        if (tried(c, OG_CH_WHATSAPP_META) < 0)
+            return true;
+        og_settings_outside_window_t ow = og_settings_outside_window(settings);
+        if (ow == OG_OUTSIDE_WINDOW_SEND)
+            return true;
+        if (ow == OG_OUTSIDE_WINDOW_SKIP) {
+            drop(c, OG_CH_WHATSAPP_META, "outside_window");
+            if (c->nch == 0)
+                return og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
+                                   "whatsapp_meta was skipped (outside_window: the recipient's window is not "
+                                   "known to be open) and no other channel was requested");
+            return true;
+        }
+        if (!og_settings_window_template(settings, &name, &language))
+            return true; /* settings validation requires it: not reached */
+        c->wrap = true;
+        if (c->meta_waba_id == NULL) {
+            c->meta_why = "the whatsapp_meta number has no wabaId, so its windowTemplate is unknown";
+            c->wrap = false;
+            return true;
+        }
+    }
+    c->tpl_name = strdup(name);
+    snprintf(c->tpl_language, sizeof(c->tpl_language), "%s", language);
+    return c->tpl_name != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
 }
 
 /* Checks the body against the tenant's settings and fills the plan of attempts. */
@@ -287,7 +394,25 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *wa_from = NULL, *sender = NULL;
     return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
-           resolve_senders(c, wa_from, sender, err);
+           resolve_senders(c, wa_from, sender, err) && plan_meta(c, wa_from, err);
+}
+
+/* The checks that need the final text (a template's body when the send gave none): the text
+ * rules of §2 and, with sms among the channels, its segments. */
+static bool check_text(send_ctx_t *c, og_err_t *err)
+{
+    size_t nchars = 0;
+    if (c->text == NULL || !og_text_validate(c->text, strlen(c->text), &nchars))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "text",
+                           "the template's body with its parameters must be 1-4096 characters, not only "
+                           "whitespace: give text for the other channels");
+    if (tried(c, OG_CH_SMS) >= 0) {
+        og_sms_encode_info(c->text, strlen(c->text), &c->sms);
+        if (c->sms.segments > SMS_MAX_SEGMENTS)
+            return og_err_fail(err, OG_E_TEXT_TOO_LONG, "text", "text needs %d SMS segments, more than %d",
+                               (int)c->sms.segments, SMS_MAX_SEGMENTS);
+    }
+    return true;
 }
 
 /* ---- answers ---------------------------------------------------------------------------- */
@@ -295,13 +420,15 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 /* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
  * (msg_complete in sql/queries/messages.sql reads these names). */
 static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
-                          uint64_t at_ms)
+                          uint64_t at_ms, bool content_template)
 {
     og_jw_object(w);
     og_jw_kstring(w, "channel", og_channel_name(ch));
     og_jw_kstring(w, "status", r->sent ? "sent" : "failed");
     og_jw_kint(w, for_db ? "latency_ms" : "latencyMs", (long long)(r->latency_us / 1000));
     if (for_db) {
+        if (content_template)
+            og_jw_kstring(w, "content", "template");
         og_jw_kint(w, "seq", seq);
         og_jw_kint(w, "attempted_at_ms", (long long)at_ms);
         if (r->sent) {
@@ -328,7 +455,8 @@ static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool fo
 {
     og_jw_array(w);
     for (int k = 0; k < started; k++)
-        write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k]);
+        write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k],
+                      c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL);
     og_jw_array_end(w);
 }
 
@@ -465,6 +593,15 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
     }
     if (sms_idx >= 0)
         n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
+    /* Meta refused the template itself (132001, 132015, 132016): the catalogue says so until the
+     * next sync or status event (API.md §18). */
+    int meta = tried(c, OG_CH_WHATSAPP_META);
+    const char *tpl_status = meta >= 0 && meta < e->started && c->tpl.meta != NULL
+                                 ? og_tpl_status_of_meta_code(result_of(c, meta)->provider_code)
+                                 : NULL;
+    if (tpl_status != NULL && c->gw->tpl != NULL &&
+        og_tpl_mark_init(&c->mark, c->meta_waba_id, c->tpl_name, c->tpl_language, tpl_status))
+        n += og_tpl_mark_stmt(c->gw->tpl, op, n, &c->mark);
     /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
     for (int k = 0; k < e->started; k++) {
         if (result_of(c, k)->not_on_whatsapp && c->gw->nowa != NULL) {
@@ -502,6 +639,8 @@ static void attempt_done(og_attempt_t *a)
     /* The adapter saw no token; the reason it had none is ours to give. */
     if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
         og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
+    else if (c->ch[i] == OG_CH_WHATSAPP_META && c->meta_why != NULL)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", c->meta_why);
     og_engine_attempt_done(&c->engine, i, a->result.sent);
 }
 
@@ -523,6 +662,9 @@ static void engine_start(og_engine_t *e, int i)
     } else if (ch == OG_CH_WHATSAPP_META) {
         p.phone_number_id = c->meta_phone_number_id;
         p.access_token = c->meta_access_token;
+        p.template_json = c->tpl.meta;
+        if (c->meta_why != NULL) /* not made: the adapter finds no text and fails not_configured */
+            p.text = p.template_json = NULL;
     }
     og_attempt_start(&c->gw->prov, ch, &p, a);
 }
@@ -607,6 +749,15 @@ static void claimed(og_idem_t *i)
                                    .sms_sender = c->sender[0] ? c->sender : NULL};
     (c->nowa_in_insert ? og_q_msg_insert_unless_nowa : og_q_msg_insert)(&op->stmts[0], &row);
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
+    /* A template send (or a wrapped free text) keeps what Meta gets, for later steps and logs. */
+    if (c->tpl.meta != NULL)
+        og_q_msg_template_insert(&op->stmts[op->nstmts++],
+                                 &(og_q_msg_template_insert_t){.tenant_id = c->auth.tenant->id,
+                                                               .reference = c->reference,
+                                                               .name = c->tpl_name,
+                                                               .language = c->tpl_language,
+                                                               .meta = c->tpl.meta,
+                                                               .wrapped = c->wrap ? "true" : "false"});
     op->write = true;
     op->done = inserted;
     op->arg = c;
@@ -659,32 +810,16 @@ static void nowa_checked(void *arg, bool remembered)
     claim(c);
 }
 
-static void authed(og_auth_req_t *a)
+/* The send is checked (its text final): on to the not-on-WhatsApp check, the claim and the
+ * pending insert. */
+static void prepared(send_ctx_t *c)
 {
-    send_ctx_t *c = (send_ctx_t *)a;
-    if (a->tenant == NULL) {
-        ctx_free(c);
-        return;
-    }
-    static const char *const allowed[] = {"to",
-                                          "text",
-                                          "channels",
-                                          "deliveryMode",
-                                          "whatsappFrom",
-                                          "sender",
-                                          "fallbackOn",
-                                          "fallbackAfterSeconds",
-                                          NULL};
     og_err_t err = {0};
-    json_t *body = og_json_decode_body(c->req, allowed, &err);
-    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
-    json_decref(body);
-    if (!ok) {
+    if (!check_text(c, &err)) {
         og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
         ctx_free(c);
         return;
     }
-    og_http_req_drop_input(c->req); /* all read: not kept through the providers' wait */
     bool whatsapp = false;
     for (int i = 0; i < c->nch; i++)
         whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
@@ -703,6 +838,67 @@ static void authed(og_auth_req_t *a)
         return;
     }
     claim(c);
+}
+
+/* The catalogue's entry for the template Meta is to get (templates/catalogue.h). */
+static void tpl_found(void *arg, bool ok, const json_t *item)
+{
+    send_ctx_t *c = arg;
+    og_err_t err = {0};
+    if (!ok) {
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "database unavailable: nothing was sent");
+        ctx_free(c);
+        return;
+    }
+    if (c->tpl_req != NULL) {
+        if (!og_tpl_apply(c->tpl_req, item, c->meta_waba_id, &c->tpl, &err) ||
+            (c->text == NULL && (c->text = strdup(c->tpl.rendered)) == NULL &&
+             og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory"))) {
+            og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
+            ctx_free(c);
+            return;
+        }
+    } else if (!og_tpl_wrap(item, c->tpl_name, c->tpl_language, c->text, &c->tpl, &err)) {
+        /* The tenant's windowTemplate cannot carry the text: the Meta attempt fails
+         * not_configured (no provider call) and the other channels go on. */
+        c->meta_err = err;
+        c->meta_why = c->meta_err.message;
+    }
+    prepared(c);
+}
+
+static void authed(og_auth_req_t *a)
+{
+    send_ctx_t *c = (send_ctx_t *)a;
+    if (a->tenant == NULL) {
+        ctx_free(c);
+        return;
+    }
+    static const char *const allowed[] = {"to",
+                                          "text",
+                                          "template",
+                                          "channels",
+                                          "deliveryMode",
+                                          "whatsappFrom",
+                                          "sender",
+                                          "fallbackOn",
+                                          "fallbackAfterSeconds",
+                                          NULL};
+    og_err_t err = {0};
+    json_t *body = og_json_decode_body(c->req, allowed, &err);
+    bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
+    json_decref(body);
+    if (!ok) {
+        og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
+        ctx_free(c);
+        return;
+    }
+    og_http_req_drop_input(c->req); /* all read: not kept through the providers' wait */
+    if (c->tpl_name != NULL && c->gw->tpl != NULL) {
+        og_tpl_lookup(c->gw->tpl, c->op, c->meta_waba_id, c->tpl_name, c->tpl_language, tpl_found, c);
+        return;
+    }
+    prepared(c);
 }
 
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)

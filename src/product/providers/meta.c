@@ -4,6 +4,8 @@
  *   Authorization: Bearer {access_token}
  *   {"messaging_product":"whatsapp","recipient_type":"individual","to":"<digits>","type":"text",
  *    "text":{"preview_url":false,"body":"..."}}
+ * or, for a template (API.md §18), "type":"template","template":{"name","language":{"policy",
+ * "code"},"components":[...]} (Meta's TemplateMessage).
  * Success is a 2xx whose messages[0].id is a string; errors are
  * {"error":{"message","type","code","error_data":{"details"},"fbtrace_id"}}, classified by
  * `code` first and the HTTP status second (docs/providers.md).
@@ -42,7 +44,7 @@ static bool meta_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
         snprintf(why, whylen, "the tenant's whatsapp_meta accessToken has characters a token cannot have");
         return false;
     }
-    if (p->to == NULL || p->text == NULL) {
+    if (p->to == NULL || (p->text == NULL && p->template_json == NULL)) {
         snprintf(why, whylen, "no recipient or text");
         return false;
     }
@@ -56,18 +58,25 @@ static bool meta_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     free(pnid);
 
     og_jw_t w;
-    og_jw_init(&w, 160 + strlen(p->text));
+    og_jw_init(&w, 160 + strlen(p->template_json != NULL ? p->template_json : p->text));
     og_jw_object(&w);
     og_jw_kstring(&w, "messaging_product", "whatsapp");
     og_jw_kstring(&w, "recipient_type", "individual");
     og_jw_kstring(&w, "to", digits);
-    og_jw_kstring(&w, "type", "text");
-    og_jw_key(&w, "text");
-    og_jw_object(&w);
-    og_jw_key(&w, "preview_url");
-    og_jw_bool(&w, false);
-    og_jw_kstring(&w, "body", p->text);
-    og_jw_object_end(&w);
+    if (p->template_json != NULL) {
+        /* Meta's TemplateMessage: the object templates/render.c made, as it is. */
+        og_jw_kstring(&w, "type", "template");
+        og_jw_key(&w, "template");
+        og_jw_raw(&w, p->template_json, strlen(p->template_json));
+    } else {
+        og_jw_kstring(&w, "type", "text");
+        og_jw_key(&w, "text");
+        og_jw_object(&w);
+        og_jw_key(&w, "preview_url");
+        og_jw_bool(&w, false);
+        og_jw_kstring(&w, "body", p->text);
+        og_jw_object_end(&w);
+    }
     og_jw_object_end(&w);
     if (w.replaced) {
         og_jw_free(&w);

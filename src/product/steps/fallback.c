@@ -44,6 +44,7 @@ typedef struct fb {
     const char *reason;
 
     og_send_params_t params;
+    char *template_json; /* Meta's template object of a template send (or wrapped text), or NULL */
     bool token_sealed; /* the channel's access token did not open (settings.h) */
     og_attempt_t att;
     og_sms_info_t sms;
@@ -61,6 +62,7 @@ static void fb_free(fb_t *f, bool ok)
     og_db_op_clear(&f->op);
     og_jobs_finish(f->step, ok);
     free(f->text);
+    free(f->template_json);
     free(f->sms_error_text);
     json_decref(f->settings);
     free(f);
@@ -90,6 +92,13 @@ static int message_stmt(og_db_op_t *op, int n,
     return 1;
 }
 
+/* What the attempt on channel f->next sends: 'template' for Meta's template message, NULL for
+ * a free text (attempts.content). */
+static const char *content_of(const fb_t *f)
+{
+    return f->ch[f->next] == OG_CH_WHATSAPP_META && f->template_json != NULL ? "template" : NULL;
+}
+
 /* fallback_begin of the attempt on channel f->next, whose seq is `seq`, at op->stmts[n]. */
 static int begin_stmt(const fb_t *f, og_db_op_t *op, int n, const char *seq)
 {
@@ -97,7 +106,8 @@ static int begin_stmt(const fb_t *f, og_db_op_t *op, int n, const char *seq)
                                                                 .reference = f->step->reference,
                                                                 .seq = seq,
                                                                 .channel = og_channel_name(f->ch[f->next]),
-                                                                .reason = f->reason});
+                                                                .reason = f->reason,
+                                                                .content = content_of(f)});
     return 1;
 }
 
@@ -234,6 +244,7 @@ static void params_for(fb_t *f)
         f->params.session = num.session;
         f->params.phone_number_id = num.phone_number_id;
         f->params.access_token = num.access_token;
+        f->params.template_json = f->template_json;
         f->token_sealed = num.access_token_sealed;
     }
 }
@@ -303,6 +314,8 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
     }
     snprintf(f->to, sizeof(f->to), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TO));
     f->text = strdup(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TEXT));
+    const char *tpl = PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TEMPLATE);
+    f->template_json = tpl[0] != '\0' ? strdup(tpl) : NULL;
     bool channels_ok = parse_channels(f, PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_CHANNELS));
     snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_WA_FROM));
     snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_SENDER));

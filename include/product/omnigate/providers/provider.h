@@ -28,6 +28,9 @@ typedef struct og_send_params {
     const char *session;         /* whatsapp_qr: WAHA session name; NULL: "default" */
     const char *phone_number_id; /* whatsapp_meta, from the tenant's settings */
     const char *access_token;    /* whatsapp_meta, from the tenant's settings */
+    /* whatsapp_meta: Meta's `template` object (JSON text, templates/render.h) to send instead of
+     * `text`, or NULL for a free text. */
+    const char *template_json;
 } og_send_params_t;
 
 typedef struct og_attempt_result {
