@@ -101,7 +101,8 @@ SCHEMAS = {
         ],
     },
     "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
-                                                                                      "not_on_whatsapp"]}}),
+                                                                                      "not_on_whatsapp",
+                                                                                      "outside_window"]}}),
     "SendResult": obj({
         "reference": ref("Reference"),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
@@ -145,7 +146,7 @@ SCHEMAS = {
                        "delivery (API.md §10), a failed one its error and null delivery fields.",
         "oneOf": [
             obj({"channel": ref("Channel"), "status": {"const": "sent"},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "providerMessageId": nullable({"type": "string"}),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
@@ -159,7 +160,7 @@ SCHEMAS = {
                                                                       "based fallback, in flight; unknown: its "
                                                                       "instance stopped before recording the "
                                                                       "outcome (error outcome_unknown)."},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
                  "error": nullable(ref("LogAttemptError")),
@@ -168,8 +169,16 @@ SCHEMAS = {
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
         ],
     },
+    "AttemptContent": {"type": "string", "enum": ["text", "template"],
+                       "description": "What the attempt sent: a free text, or Meta's template message (a "
+                                      "template send, or a free text wrapped by outsideWindow: template)."},
+    "TemplateRef": obj({"name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+                        "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$"}}),
     "OmniLogItem": obj({
-        "reference": ref("Reference"), "to": ref("E164"), "text": {"type": "string"},
+        "reference": ref("Reference"), "to": ref("E164"),
+        "text": {"type": "string", "description": "The text the text channels got: the request's text, or the "
+                                                  "template's body with its parameters filled in."},
+        "template": nullable(ref("TemplateRef")),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
         "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown", "delivered", "read",
                                               "undelivered"]},
@@ -217,7 +226,19 @@ SCHEMAS = {
                         "phoneNumberId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
                         "accessToken": {"type": "string", "minLength": 1, "maxLength": 1024,
                                         "description": "Write-only: answers show it masked (**** and its last 4 "
-                                                       "characters when it has 12 or more)."}})},
+                                                       "characters when it has 12 or more)."},
+                        "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$",
+                                   "description": "The WhatsApp Business Account that owns the number: its "
+                                                  "template catalogue is synced from Meta when the number is "
+                                                  "saved, then every OMNIGATE_TEMPLATE_SYNC_S (API.md §18)."}},
+                        required=["phoneNumberId", "accessToken"])},
+        "outsideWindow": {"type": "string", "enum": ["send", "skip", "template"], "default": "send",
+                          "description": "A free text to a recipient whose 24 h window is not known to be open: "
+                                         "send it (Meta decides: 131047), skip the channel (reason "
+                                         "outside_window, no provider call) or wrap it in windowTemplate."},
+        "windowTemplate": {**ref("TemplateRef"),
+                           "description": "A template whose body takes exactly one parameter: the text. "
+                                          "Required with outsideWindow template."},
     }, required=[]),
     "SmsChannel": obj({
         "enabled": {"type": "boolean"},
@@ -231,6 +252,10 @@ SCHEMAS = {
         "rateLimitPerSecond": {"type": "integer", "minimum": 1, "maximum": 1000000},
         "channels": obj({"whatsapp_qr": ref("WhatsappQrChannel"), "whatsapp_meta": ref("WhatsappMetaChannel"),
                          "sms": ref("SmsChannel")}, required=[]),
+        "otp": obj({"whatsappTemplate": {**ref("TemplateRef"),
+                                         "description": "The authentication template of OTPs over WhatsApp: the "
+                                                        "code is its body parameter and the parameter of its "
+                                                        "copy-code button (API.md §18)."}}, required=[]),
     }, required=[], examples=[{
         "defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
         "defaultWhatsappFrom": "6281234567890",
@@ -536,10 +561,30 @@ RL = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 
 # ---- request bodies ------------------------------------------------------------------------
 
+SCHEMAS["TemplateSend"] = obj({
+    "name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+    "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$", "examples": ["en_US"]},
+    "parameters": {"oneOf": [{"type": "array", "maxItems": 100, "items": {"type": "string", "minLength": 1,
+                                                                          "maxLength": 1024}},
+                             {"type": "object", "additionalProperties": {"type": "string", "minLength": 1,
+                                                                         "maxLength": 1024}}],
+                   "description": "The body's parameters: an array in order for a positional template "
+                                  "({{1}}, {{2}}), an object by name for a named one. Exactly the template's."},
+    "buttons": {"type": "array", "maxItems": 10, "items": obj({
+        "index": {"type": "integer", "minimum": 0, "maximum": 9},
+        "subType": {"type": "string", "enum": ["url", "quick_reply"]},
+        "parameter": {"type": "string", "minLength": 1, "maxLength": 1024}}),
+        "description": "One per button that takes a parameter (a URL with a placeholder, a copy-code button "
+                       "as url) or a quick reply's payload."},
+}, required=["name", "language"], description="A WhatsApp template of the catalogue of the whatsappFrom number's "
+   "WABA (API.md §18): checked before anything is written (template_not_found, template_not_approved, "
+   "template_parameters_mismatch). whatsapp_meta gets Meta's template message; the other channels get text, "
+   "or the template's body with its parameters.")
 SCHEMAS["SendRequest"] = obj({
     "to": ref("E164"),
     "text": {"type": "string", "minLength": 1, "maxLength": 4096,
-             "description": "1-4096 Unicode characters, not only whitespace."},
+             "description": "1-4096 Unicode characters, not only whitespace. Optional with template."},
+    "template": ref("TemplateSend"),
     "channels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True, "items": ref("Channel"),
                  "description": "The fallback order; default: the tenant's defaultChannels."},
     "deliveryMode": {"type": "string", "enum": ["fallback", "all"], "default": "fallback"},
@@ -549,7 +594,7 @@ SCHEMAS["SendRequest"] = obj({
                    "description": "delivered/read only with deliveryMode fallback (API.md §11)."},
     "fallbackAfterSeconds": {"type": "integer", "minimum": 10, "maximum": 86400, "default": 60,
                              "description": "Only with fallbackOn delivered or read."},
-}, required=["to", "text"])
+}, required=["to"], description="text, template or both are required.")
 SCHEMAS["SmsSendRequest"] = obj({"to": ref("E164"), "text": {"type": "string", "minLength": 1, "maxLength": 4096},
                                  "sender": ref("Sender")}, required=["to", "text"])
 SCHEMAS["OtpSendRequest"] = obj({
@@ -631,10 +676,11 @@ def ok_ex(message, data):
     return {"success": True, "message": message, "data": data}
 
 
-OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
+OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hi Ana, your order A-17 ships today",
+                "template": {"name": "order_update", "language": "en_US"}, "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
                 "fallbackAfterSeconds": None, "attempts": [
-                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
+                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "template",
                      "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
                      "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
                      "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
@@ -691,11 +737,17 @@ def build():
                           headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference"))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             403: ["unified_api_locked"],
-            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available"],
+            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
+                  "template_not_found", "template_not_approved", "template_parameters_mismatch"],
             502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("SendRequest", {"fallback": {"to": "+6281234567890", "text": "Your order has shipped",
                                                "channels": ["whatsapp_qr", "whatsapp_meta", "sms"]},
+                                  "template": {"to": "+6281234567890", "channels": ["whatsapp_meta", "sms"],
+                                               "template": {"name": "order_update", "language": "en_US",
+                                                            "parameters": ["Ana", "A-17"],
+                                                            "buttons": [{"index": 0, "subType": "url",
+                                                                         "parameter": "A17"}]}},
                                   "deliveryBased": {"to": "+6281234567890", "text": "Hello",
                                                     "fallbackOn": "delivered", "fallbackAfterSeconds": 120}}),
         "The message row is committed (pending) before any provider is called; the answer is sent once the "
