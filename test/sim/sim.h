@@ -224,6 +224,21 @@ void sim_cb_drain(sim_t *s);
  * the HTTP client and calls closed(s) once its handles are closed, perhaps at once. */
 void sim_cb_stop(sim_t *s, void (*closed)(sim_t *s));
 
+/* What Meta's message_template_status_update webhook says; sim_cb_template_status copies it. */
+typedef struct sim_template_event {
+    const char *waba_id;
+    const char *template_id; /* digits, at most 18: sent as a JSON number */
+    const char *name;
+    const char *language;
+    const char *event;  /* the template's new status */
+    const char *reason; /* "NONE" when there is none */
+} sim_template_event_t;
+
+/* POSTs Meta's template status webhook for `ev` to URL/webhooks/meta at once: signed, retried and
+ * recorded like the status callbacks (messageId: the template id). False when nothing is sent: no
+ * callback URL, the worker draining, or out of memory. */
+bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev);
+
 /* The "callbacks" object of GET /__sim/stats, and DELETE /__sim/stats for it. */
 json_t *sim_cb_stats(const sim_t *s);
 void sim_cb_stats_clear(sim_t *s);
