@@ -337,6 +337,199 @@ void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_finish(s, SIM_CH_META, req, &plan, stat, &ans);
 }
 
+/* ---- Meta: the template listing ------------------------------------------------------------ */
+
+#define LIST_LIMIT_DEFAULT 25
+#define LIST_LIMIT_MAX     1000
+
+/* Graph's cursors are base64 of a position with each '=' written "ZD" ("MjQZD" is 24, "MAZDZD"
+ * 0). The base64 of decimal digits has only letters and digits (never 'Z', '+' or '/'), so a
+ * cursor goes into a query string as it is. */
+static void cursor_encode(size_t pos, char out[48])
+{
+    char dec[24], b64[40];
+    int n = snprintf(dec, sizeof(dec), "%zu", pos);
+    base64_encode((const unsigned char *)dec, (size_t)n, b64);
+    size_t o = 0;
+    for (const char *p = b64; *p != '\0'; p++) {
+        if (*p == '=') {
+            out[o++] = 'Z';
+            out[o++] = 'D';
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* The position a cursor of a listing of `count` templates stands for. Only what cursor_encode
+ * writes for a position in the listing is a cursor: decoding, then encoding again must give the
+ * same text back. */
+static bool cursor_decode(const char *c, size_t count, size_t *pos)
+{
+    char b64[48], dec[24], again[48];
+    size_t o = 0;
+    for (const char *p = c; *p != '\0'; p++) {
+        if (o + 1 == sizeof(b64))
+            return false;
+        bool pad = p[0] == 'Z' && p[1] == 'D';
+        b64[o++] = pad ? '=' : *p;
+        if (pad)
+            p++;
+    }
+    int n = base64_decode(b64, o, dec, sizeof(dec));
+    if (n <= 0 || n > 9 || strspn(dec, "0123456789") != (size_t)n)
+        return false;
+    *pos = (size_t)strtoul(dec, NULL, 10);
+    cursor_encode(*pos, again);
+    return strcmp(again, c) == 0 && *pos < count;
+}
+
+/* ?limit= (default 25, 1 to 1000) and ?after= (a cursor: the page starts after it) of a listing of
+ * `count` templates; false after preparing Meta's 400. Other parameters (fields, ...) are ignored. */
+static bool list_params(sim_t *s, const og_http_req_t *req, size_t count, size_t *limit, size_t *start,
+                        sim_answer_t *a)
+{
+    char buf[64];
+    int n = og_query_param(req->query, req->query_len, "limit", buf, sizeof(buf));
+    *limit = LIST_LIMIT_DEFAULT;
+    if (n != -1) {
+        bool ok = n > 0 && n <= 4 && strspn(buf, "0123456789") == (size_t)n;
+        *limit = ok ? (size_t)strtoul(buf, NULL, 10) : 0;
+        if (*limit < 1 || *limit > LIST_LIMIT_MAX) {
+            meta_error(s, a, 400, 100, 0, "(#100) Param limit must be an integer from 1 to 1000", NULL);
+            return false;
+        }
+    }
+    *start = 0;
+    n = og_query_param(req->query, req->query_len, "after", buf, sizeof(buf));
+    if (n != -1) {
+        size_t pos;
+        if (n <= 0 || !cursor_decode(buf, count, &pos)) {
+            meta_error(s, a, 400, 100, 0, "(#100) Param after is not a valid cursor", NULL);
+            return false;
+        }
+        *start = pos + 1;
+    }
+    return true;
+}
+
+/* The `next` link of a page whose last template is at cursor `after`: absolute, like Graph's, on
+ * whatever host the client reached us by. NULL when out of memory. */
+static json_t *list_next(const sim_t *s, const og_http_req_t *req, const char *version, const sim_waba_t *w,
+                         size_t limit, const char *after)
+{
+    size_t host_len = 0, len = 0;
+    const char *host = og_http_req_header(req, "host", &host_len);
+    char fallback[96];
+    if (host == NULL) {
+        host_len = (size_t)snprintf(fallback, sizeof(fallback), "%s:%d", s->w->cfg->listen_host,
+                                    s->w->cfg->listen_port);
+        host = fallback;
+    }
+    char *next = format(&len, "http://%.*s/%s/%s/message_templates?limit=%zu&after=%s",
+                        (int)(host_len > 255 ? 255 : host_len), host, version, w->id, limit, after);
+    json_t *v = next != NULL ? json_stringn(next, len) : NULL;
+    free(next);
+    return v;
+}
+
+/* One page: {"data":[...],"paging":{"cursors":{"before","after"}[,"next"]}}, `next` only when more
+ * follow. An empty page is {"data":[]}, as Graph answers an empty edge. NULL when out of memory. */
+static json_t *list_page(const sim_t *s, const og_http_req_t *req, const char *version, const sim_waba_t *w,
+                         size_t start, size_t limit)
+{
+    size_t count = json_array_size(w->templates);
+    size_t end = count - start > limit ? start + limit : count;
+    json_t *data = json_array();
+    for (size_t i = start; data != NULL && i < end; i++) {
+        if (json_array_append(data, json_array_get(w->templates, i)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    json_t *page = json_pack("{s:o}", "data", data); /* NULL when data is */
+    if (page == NULL || start == end)
+        return page;
+    char before[48], after[48];
+    cursor_encode(start, before);
+    cursor_encode(end - 1, after);
+    json_t *paging = json_pack("{s:{s:s, s:s}}", "cursors", "before", before, "after", after);
+    json_t *next = paging != NULL && end < count ? list_next(s, req, version, w, limit, after) : NULL;
+    bool ok = paging != NULL && (end == count || next != NULL);
+    if (next != NULL)
+        ok &= json_object_set_new(paging, "next", next) == 0;
+    ok &= json_object_set_new(page, "paging", paging) == 0; /* takes paging, NULL included */
+    if (!ok) {
+        json_decref(page);
+        return NULL;
+    }
+    return page;
+}
+
+/* The listing's answer, checked in Meta's order: version, token, the WABA, the query, then the
+ * WABA's listBehaviour. */
+static int meta_list_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, sim_answer_t *a)
+{
+    char version[64], waba_id[64];
+    bool version_ok = og_route_param(m, "version", version, sizeof(version));
+    if (!version_ok || strcmp(version, s->w->cfg->meta_api_version) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Unknown path components: /%s/message_templates",
+                 version_ok ? version : "?");
+        meta_error(s, a, 400, 2500, 0, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    if (!meta_token_ok(req)) {
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        return SIM_STAT_UNAUTHORIZED;
+    }
+    bool id_ok = og_route_param(m, "wabaId", waba_id, sizeof(waba_id));
+    const sim_waba_t *w = id_ok ? sim_waba_find(s, waba_id) : NULL;
+    if (w == NULL) {
+        char msg[300];
+        snprintf(
+            msg, sizeof(msg),
+            "Unsupported get request. Object with ID '%s' does not exist, cannot be loaded due to missing "
+            "permissions, or does not support this operation.",
+            id_ok ? waba_id : "?");
+        meta_error(s, a, 400, 100, 33, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    size_t limit, start;
+    if (!list_params(s, req, json_array_size(w->templates), &limit, &start, a))
+        return SIM_STAT_INVALID;
+    switch (w->list) {
+    case SIM_LIST_ERROR:
+        meta_error(s, a, 500, 1, 0, "An unknown error occurred", NULL);
+        return SIM_ERROR;
+    case SIM_LIST_AUTH:
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        return SIM_AUTH;
+    default: {
+        json_t *page = list_page(s, req, version, w, start, limit);
+        if (page == NULL) {
+            meta_error(s, a, 500, 1, 0, "An unknown error occurred", NULL);
+            return SIM_ERROR;
+        }
+        answer_json(a, 200, CTYPE_UTF8, page);
+        return SIM_OK;
+    }
+    }
+}
+
+/* GET /{version}/{wabaId}/message_templates?limit=&after= */
+void sim_meta_templates(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    /* There is no recipient: neither magic numbers nor rules apply, only the WABA's listBehaviour. */
+    sim_plan_t plan = {SIM_OK, 0, SIM_SCRIPT_NONE, 0};
+    sim_record(s, SIM_CH_META, req, "");
+    sim_answer_t ans = {0};
+    int stat = meta_list_answer(s, req, m, &ans);
+    sim_finish(s, SIM_CH_META, req, &plan, stat, &ans);
+}
+
 /* ---- WAHA session bridge ------------------------------------------------------------------ */
 
 /* NestJS's error shape: {"statusCode","message"[,"error"]}; `message` may be an array. */

@@ -1303,6 +1303,7 @@ static const og_route_t sim_routes[] = {
     {"POST", "/2010-04-01/Accounts/{AccountSid}/Messages.json", sim_twilio_send},
     /* Last: three parameter segments would match nothing above anyway, but keep literals first. */
     {"POST", "/{version}/{phoneNumberId}/messages", sim_meta_send},
+    {"GET", "/{version}/{wabaId}/message_templates", sim_meta_templates},
 };
 
 /* Once per loop turn: the worker has no drain hook for apps, so look for the flag. When it is
@@ -1408,6 +1409,7 @@ static void usage(FILE *out)
                  "\n"
                  "Simulates the providers of API.md section 8 on one address:\n"
                  "  POST /{OMNIGATE_META_API_VERSION}/{phoneNumberId}/messages     Meta WhatsApp Cloud API\n"
+                 "  GET  /{OMNIGATE_META_API_VERSION}/{wabaId}/message_templates   Meta template listing\n"
                  "  POST /api/sendText                                            WAHA (X-Api-Key)\n"
                  "  POST /2010-04-01/Accounts/{AccountSid}/Messages.json          Twilio Messages API\n"
                  "and the control API under /__sim (test/sim/README.md).\n"

@@ -206,6 +206,7 @@ void sim_rand_chars(sim_t *s, char *out, size_t n, const char *alphabet);
 
 /* Provider endpoints (providers.c). */
 void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_meta_templates(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
