@@ -112,6 +112,12 @@ enum og_store_stmt {
     OG_Q_WH_DELIVERIES,
     OG_Q_WH_RETRY,
     OG_Q_WH_SCHEDULE,
+    /* sql/queries/templates.sql */
+    OG_Q_TPL_GET,
+    OG_Q_TPL_REPLACE,
+    OG_Q_TPL_SET_STATUS,
+    OG_Q_TPL_LIST,
+    OG_Q_TPL_SYNC_SCHEDULE,
     OG_Q__COUNT
 };
 

@@ -94,7 +94,7 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     bool ok = st == OG_DB_OK;
     const PGresult *r = op->res[0];
     if (ok && r != NULL && PQntuples(r) == 1)
-        ok = (item = json_loads(PQgetvalue(r, 0, OG_C_TPL_GET_ITEM), 0, NULL)) != NULL;
+        ok = (item = json_loads(PQgetvalue(r, 0, OG_TEMPLATE_ITEM), 0, NULL)) != NULL;
     slot_t *s = slot_for(l->c, l->key);
     bool mine = s->key != NULL && strcmp(s->key, l->key) == 0;
     if (mine)

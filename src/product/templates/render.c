@@ -428,7 +428,8 @@ static bool finish(og_tpl_out_t *out, const char *name, const char *language, co
                    const json_t *buttons, og_err_t *err)
 {
     out->meta = meta_object(name, language, item, values, buttons);
-    out->rendered = render(json_string_value(json_object_get(item, "body")) ?: "", values);
+    const char *body = json_string_value(json_object_get(item, "body"));
+    out->rendered = render(body != NULL ? body : "", values);
     json_decref(values);
     if (out->meta == NULL || out->rendered == NULL) {
         og_tpl_out_clear(out);
@@ -531,10 +532,11 @@ json_t *og_tpl_from_meta(const json_t *meta)
     }
     json_t *id = json_object_get(meta, "id");
     char idbuf[32] = "";
+    const char *status = json_string_value(json_object_get(meta, "status"));
     if (json_is_integer(id))
         snprintf(idbuf, sizeof(idbuf), "%lld", (long long)json_integer_value(id));
     return json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:o,s:s?}", "name", name, "language", language, "status",
-                     json_string_value(json_object_get(meta, "status")) ?: "UNKNOWN", "category",
+                     status != NULL ? status : "UNKNOWN", "category",
                      lower(json_string_value(json_object_get(meta, "category"))), "parameter_format",
                      named ? "named" : "positional", "parameters", og_tpl_placeholders(body, named), "body", body,
                      "buttons", buttons, "meta_id",
