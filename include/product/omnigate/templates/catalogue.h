@@ -34,11 +34,12 @@ og_tpl_cache_t *og_tpl_cache_new(uv_loop_t *loop, og_db_t *db);
 void og_tpl_cache_free(og_tpl_cache_t *c);
 
 /* Called once with the entry (borrowed: valid only during the call; NULL when the catalogue
- * does not have the template), or ok false when the database could not answer. */
-typedef void (*og_tpl_found_fn)(void *arg, bool ok, const json_t *item);
+ * does not have the template) and OG_DB_OK, or with the status of the read that failed (then
+ * the caller's op still holds the failure, for og_answer_db_failure). */
+typedef void (*og_tpl_found_fn)(void *arg, og_db_status_t st, const json_t *item);
 
 /* Looks (waba_id, name, language) up: from the cache before this returns, else after a read on
- * `op` (the caller's, unused until done; cleared before done). */
+ * `op` (the caller's, unused until done; the caller clears it after done). */
 void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
                    og_tpl_found_fn done, void *arg);
 
