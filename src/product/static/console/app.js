@@ -112,14 +112,16 @@
     }
     var text = messageOf(res) + (err && err.code ? " (" + err.code + ")" : "");
     if (best) {
-      var p = best.querySelector(".field-error");
+      // The field's own line: a group (a template's name and language) holds its members' too.
+      var p = best.querySelector(":scope > .field-error") || best.querySelector(".field-error");
       p.textContent = text;
       p.hidden = false;
       var input = best.querySelector("input, select, textarea");
       if (input) {
         input.setAttribute("aria-invalid", "true");
         if (p.id === "") p.id = "err-" + Math.random().toString(36).slice(2);
-        input.setAttribute("aria-describedby", p.id);
+        var described = input.getAttribute("aria-describedby") || ""; // a hint stays
+        if (described.split(" ").indexOf(p.id) < 0) input.setAttribute("aria-describedby", (described + " " + p.id).trim());
         input.focus();
       }
       return;
@@ -282,8 +284,14 @@
     }).join("\n");
     $("set-meta-numbers").value = Object.keys(meta.numbers || {}).map(function (n) {
       var v = meta.numbers[n];
-      return n + " " + (v.phoneNumberId || "") + " " + (v.accessToken || "");
+      return n + " " + (v.phoneNumberId || "") + " " + (v.accessToken || "") + (v.wabaId ? " " + v.wabaId : "");
     }).join("\n");
+    $("set-meta-outside").value = meta.outsideWindow || "send";
+    var wt = meta.windowTemplate || {}, ot = (s.otp && s.otp.whatsappTemplate) || {};
+    $("set-meta-wt-name").value = wt.name || "";
+    $("set-meta-wt-lang").value = wt.language || "";
+    $("set-otp-wt-name").value = ot.name || "";
+    $("set-otp-wt-lang").value = ot.language || "";
     $("set-sms-senders").value = (sms.senders || []).join(", ");
     $("set-sms-default").value = sms.defaultSender || "";
   }
@@ -305,6 +313,12 @@
     return out;
   }
 
+  // A {name, language} template reference from two inputs, or null (removed) when both are empty.
+  function templateRef(nameId, langId) {
+    var name = $(nameId).value.trim(), language = $(langId).value.trim();
+    return name === "" && language === "" ? null : { name: name, language: language };
+  }
+
   // A JSON merge patch (RFC 7396) turning the stored numbers into `want`: removed ones are null.
   function numbersPatch(stored, want) {
     var p = {};
@@ -321,6 +335,10 @@
     var rate = $("set-rate").value.trim();
     var from = $("set-default-from").value.trim();
     var dflt = $("set-sms-default").value.trim();
+    var metaNumbers = numbers($("set-meta-numbers").value, ["phoneNumberId", "accessToken", "wabaId"]);
+    // A line without a wabaId removes the stored one.
+    Object.keys(metaNumbers).forEach(function (n) { if (!metaNumbers[n].wabaId) metaNumbers[n].wabaId = null; });
+    var outside = $("set-meta-outside").value;
     var settings = {
       defaultChannels: list($("set-default-channels").value),
       defaultWhatsappFrom: from === "" ? null : from,
@@ -329,12 +347,15 @@
         whatsapp_qr: { enabled: $("set-qr-enabled").checked,
           numbers: numbersPatch(channel(s, "whatsapp_qr").numbers, numbers($("set-qr-numbers").value, ["session"])) },
         whatsapp_meta: { enabled: $("set-meta-enabled").checked,
-          numbers: numbersPatch(channel(s, "whatsapp_meta").numbers,
-            numbers($("set-meta-numbers").value, ["phoneNumberId", "accessToken"])) },
+          numbers: numbersPatch(channel(s, "whatsapp_meta").numbers, metaNumbers),
+          outsideWindow: outside === "send" ? null : outside, // absent is send
+          windowTemplate: templateRef("set-meta-wt-name", "set-meta-wt-lang") },
         sms: { enabled: $("set-sms-enabled").checked, senders: list($("set-sms-senders").value),
           defaultSender: dflt === "" ? null : dflt }
       }
     };
+    var otpTemplate = templateRef("set-otp-wt-name", "set-otp-wt-lang");
+    if (otpTemplate || s.otp) settings.otp = { whatsappTemplate: otpTemplate };
     var body = { name: $("set-name").value, unifiedApiEnabled: $("set-unified").checked, settings: settings };
     api("PATCH", "/admin/tenants/" + state.tenant.id, body).then(function (res) {
       if (res.status !== 200) return showError(form, res);
