@@ -1,6 +1,6 @@
 /*
  * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17) with fetch. Served with a strict CSP: no inline
+ * gateway's own admin API (API.md §5, §12, §17, §18) with fetch. Served with a strict CSP: no inline
  * script or style, no eval; the DOM is built with createElement and textContent only, so no
  * value from the API is ever parsed as HTML.
  *
@@ -27,7 +27,9 @@
     tenant: null,      // the tenant open, as the API answered it
     logKind: "omni",
     logQuery: "",
-    logCursor: null
+    logCursor: null,
+    tplQuery: "",
+    tplCursor: null
   };
 
   function $(id) { return document.getElementById(id); }
@@ -261,6 +263,7 @@
     });
     if (name === "tokens") loadTokens();
     if (name === "webhook") loadWebhook();
+    if (name === "templates") onTemplates();
     if (name === "logs") setLogKind($("log-kind").value);
   }
 
@@ -523,6 +526,117 @@
     });
   }
 
+  // -- WhatsApp templates (API.md §18)
+
+  // APPROVED is green; a template that may come back (paused by Meta for its quality, in review)
+  // amber; one that cannot be sent until someone acts on it, red.
+  var TPL_BADGE = {
+    APPROVED: "good", PENDING: "warn", PAUSED: "warn", IN_APPEAL: "warn", LIMIT_EXCEEDED: "warn",
+    REJECTED: "bad", DISABLED: "bad", MISSING: "bad", PENDING_DELETION: "bad", DELETED: "bad"
+  };
+
+  function templatesPath() { return "/admin/tenants/" + state.tenant.id + "/templates"; }
+
+  // `text` into `parent` as text nodes, each placeholder ({{1}}, {{first_name}}) in a <mark>.
+  function withPlaceholders(parent, text) {
+    var re = /\{\{\s*[A-Za-z0-9_]+\s*\}\}/g, last = 0, m;
+    text = text === null || text === undefined ? "" : String(text);
+    while ((m = re.exec(text)) !== null) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      parent.appendChild(el("mark", { className: "ph", text: m[0] }));
+      last = re.lastIndex;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+    return parent;
+  }
+
+  function templateButtons(buttons) {
+    if (!buttons || !buttons.length) return el("span", { className: "muted", text: "none" });
+    return el("ul", { className: "tpl-buttons" }, buttons.map(function (b) {
+      var li = el("li", null, [el("span", { className: "btn-type", text: String(b.type || "") }), " ",
+        String(b.text === null || b.text === undefined ? "" : b.text)]);
+      if (b.url) {
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(withPlaceholders(el("span", { className: "tpl-url" }), b.url));
+      }
+      if (b.parameter) li.appendChild(el("span", { className: "muted", text: " (takes a parameter)" }));
+      return li;
+    }));
+  }
+
+  // An RFC 3339 time as text that may break before its "T" (a narrow column), not at a hyphen.
+  function stampParts(v) {
+    var s = v === null || v === undefined ? "" : String(v), i = s.indexOf("T");
+    return i < 0 ? [el("span", { className: "nowrap", text: s })] :
+      [el("span", { className: "nowrap", text: s.slice(0, i) }), el("wbr"), el("span", { className: "nowrap", text: s.slice(i) })];
+  }
+
+  function templateRow(t) {
+    var st = String(t.status || "");
+    var params = t.parameters || [];
+    return el("tr", null, [
+      el("td", { "data-label": "Name" }, [el("div", null, [el("code", { text: t.name }),
+        el("div", { className: "muted small", text: "WABA " + t.wabaId })])]),
+      el("td", { "data-label": "Language", text: t.language }),
+      el("td", { "data-label": "Status" }, [el("span", { className: "badge " + (TPL_BADGE[st] || "neutral"), text: st })]),
+      el("td", { "data-label": "Category", text: t.category || "" }),
+      el("td", { "data-label": "Body" }, [el("div", { className: "tpl-body-cell" }, [
+        withPlaceholders(el("p", { className: "tpl-body" }), t.body),
+        el("div", { className: "muted small", text: params.length ?
+          (t.parameterFormat || "") + " parameters: " + params.join(", ") : "no parameter" })])]),
+      el("td", { "data-label": "Buttons" }, [templateButtons(t.buttons)]),
+      el("td", { "data-label": "Updated" }, stampParts(t.updatedAt))
+    ]);
+  }
+
+  function onTemplates(ev) {
+    if (ev) ev.preventDefault();
+    state.tplQuery = q({ limit: $("tpl-limit").value.trim(), name: $("tpl-name").value.trim(),
+      status: $("tpl-status").value, language: $("tpl-language").value.trim() });
+    loadTemplates(false);
+  }
+
+  // Loads a page of templates (the next one when `more`); `note` replaces the count in the status line.
+  function loadTemplates(more, note) {
+    var form = $("tpl-form");
+    clearErrors(form);
+    var query = state.tplQuery + (more && state.tplCursor ? "&cursor=" + encodeURIComponent(state.tplCursor) : "");
+    api("GET", templatesPath() + "?" + query).then(function (res) {
+      var body = $("tpl-table").tBodies[0];
+      if (!more) body.textContent = "";
+      if (res.status !== 200) {
+        show($("tpl-more"), false);
+        return showError(form, res);
+      }
+      res.body.data.items.forEach(function (t) { body.appendChild(templateRow(t)); });
+      state.tplCursor = res.body.data.nextCursor;
+      show($("tpl-more"), !!state.tplCursor);
+      show($("tpl-empty"), body.rows.length === 0);
+      status(note || (body.rows.length + " template" + (body.rows.length === 1 ? "" : "s") + " shown" +
+        (state.tplCursor ? "; more on the next page." : ".")));
+    });
+  }
+
+  // Reads every WABA of the tenant from Meta now (the old catalogue is kept when Meta fails), then
+  // the list again with its filters.
+  function onSyncTemplates() {
+    var form = $("tpl-form"), button = $("tpl-sync");
+    clearErrors(form);
+    button.disabled = true;
+    button.setAttribute("aria-busy", "true");
+    status("Reading the templates from Meta...");
+    api("POST", templatesPath() + "/sync").then(function (res) {
+      button.disabled = false;
+      button.removeAttribute("aria-busy");
+      if (res.status !== 200) {
+        status("");
+        return showError(form, res);
+      }
+      var n = res.body.data.synced;
+      loadTemplates(false, "Synced from Meta: " + n + " template" + (n === 1 ? "" : "s") + ".");
+    });
+  }
+
   // -- logs
 
   var COLUMNS = {
@@ -728,6 +842,9 @@
     $("webhook-form").addEventListener("submit", onSaveWebhook);
     $("webhook-rotate").addEventListener("click", onRotate);
     $("webhook-delete").addEventListener("click", onDeleteWebhook);
+    $("tpl-form").addEventListener("submit", onTemplates);
+    $("tpl-more").addEventListener("click", function () { loadTemplates(true); });
+    $("tpl-sync").addEventListener("click", onSyncTemplates);
     $("log-kind").addEventListener("change", function () { setLogKind($("log-kind").value); });
     $("logs-form").addEventListener("submit", onLogs);
     $("log-more").addEventListener("click", function () { loadLogs(true); });
