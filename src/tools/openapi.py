@@ -217,7 +217,12 @@ SCHEMAS = {
                         "phoneNumberId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
                         "accessToken": {"type": "string", "minLength": 1, "maxLength": 1024,
                                         "description": "Write-only: answers show it masked (**** and its last 4 "
-                                                       "characters when it has 12 or more)."}})},
+                                                       "characters when it has 12 or more)."},
+                        "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$",
+                                   "description": "The WhatsApp Business Account that owns the number: its "
+                                                  "templates are synced (API.md §18) when it is saved and "
+                                                  "every OMNIGATE_TEMPLATE_SYNC_S."}},
+                        required=["phoneNumberId", "accessToken"])},
     }, required=[]),
     "SmsChannel": obj({
         "enabled": {"type": "boolean"},
@@ -283,6 +288,29 @@ SCHEMAS = {
                                                                         "blocked_address", "error"]},
                                    "message": {"type": "string"}}, required=["code"]))})},
     }),
+    # ---- WhatsApp templates (API.md §18)
+    "Template": obj({
+        "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
+        "name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+        "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$", "examples": ["en_US"]},
+        "status": {"type": "string", "description": "As Meta says it: APPROVED, PENDING, REJECTED, PAUSED, "
+                                                    "DISABLED, FLAGGED, ...; only APPROVED templates are sent."},
+        "category": nullable({"type": "string", "examples": ["utility", "marketing", "authentication"]}),
+        "parameterFormat": {"type": "string", "enum": ["positional", "named"]},
+        "parameters": {"type": "array", "items": {"type": "string"},
+                       "description": "The body's placeholders in order: \"1\", \"2\", ... or the names."},
+        "body": {"type": "string", "description": "The body text with its {{placeholders}}."},
+        "buttons": {"type": "array", "items": obj({
+            "index": {"type": "integer", "minimum": 0},
+            "type": nullable({"type": "string", "examples": ["URL", "QUICK_REPLY", "OTP"]}),
+            "text": nullable({"type": "string"}),
+            "url": {"type": "string"},
+            "parameter": {"type": "boolean", "description": "The button takes a parameter on a send."},
+        }, required=["index", "type", "text", "parameter"])},
+        "updatedAt": ref("Timestamp"),
+    }),
+    "TemplateSync": obj({"synced": {"type": "integer", "minimum": 0,
+                                    "description": "Templates the tenant's WABAs' catalogues hold now."}}),
     "StatusCounts": obj({"applied": {"type": "integer", "minimum": 0}, "duplicate": {"type": "integer", "minimum": 0},
                          "unknown": {"type": "integer", "minimum": 0}}),
 }
@@ -297,6 +325,7 @@ SCHEMAS["SmsLogPage"] = page_of(ref("SmsLogItem"))
 SCHEMAS["OtpLogPage"] = page_of(ref("OtpLogItem"))
 SCHEMAS["TenantPage"] = page_of(ref("Tenant"))
 SCHEMAS["WebhookDeliveryPage"] = page_of(ref("WebhookDelivery"))
+SCHEMAS["TemplatePage"] = page_of(ref("Template"))
 
 # ---- responses ----------------------------------------------------------------------------
 
@@ -393,6 +422,9 @@ CODE_TEXT = {
                        "the final write failed): it is never sent again",
     "unavailable": "the database is unreachable, the instance is draining, or out of memory (Retry-After)",
     "query_timeout": "the log query ran past OMNIGATE_LOG_QUERY_TIMEOUT_MS and was cancelled (Retry-After)",
+    "provider_error": "Meta failed a call the gateway made for itself (reading a WABA's templates): the "
+                      "message names the WABA and Meta's error, error.details has wabaId, httpStatus and "
+                      "providerCode; nothing was changed",
 }
 
 # The message of each error example (what the gateway says, near enough).
@@ -631,6 +663,26 @@ def ok_ex(message, data):
     return {"success": True, "message": message, "data": data}
 
 
+TEMPLATE_EX = {"wabaId": "102290129340398", "name": "order_update", "language": "en_US", "status": "APPROVED",
+               "category": "utility", "parameterFormat": "positional", "parameters": ["1", "2"],
+               "body": "Hello {{1}}, your order {{2}} has shipped.",
+               "buttons": [{"index": 0, "type": "URL", "text": "Track", "url": "https://example.com/t/{{1}}",
+                            "parameter": True}],
+               "updatedAt": "2026-11-22T14:05:25.123Z"}
+TEMPLATE_CURSOR_EX = "order_update/en_US/102290129340398"
+
+
+def template_params():
+    return [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+            qparam("cursor", {"type": "string", "pattern": "^[a-z0-9_]{1,512}/[A-Za-z_]{2,15}/[0-9]{1,32}$"},
+                   "nextCursor of the previous page (name/language/wabaId)."),
+            qparam("name", {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"}, "Only templates of this name."),
+            qparam("status", {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
+                   "Only templates in this status (as Meta spells it: APPROVED, PAUSED, ...)."),
+            qparam("language", {"type": "string", "pattern": "^[A-Za-z_]{2,15}$"},
+                   "Only templates in this language (en, en_US, ...).")]
+
+
 OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
                 "fallbackAfterSeconds": None, "attempts": [
@@ -779,6 +831,17 @@ def build():
         [pparam("id", {"type": "string"}, "The delivery's id (its webhook-id, msg_ + 32 hex digits).")],
         error_headers=RL, op_id="webhookRetry"))
 
+    add("/api/whatsapp/templates", "get", op(
+        "The WhatsApp templates the tenant may send", ["templates"],
+        {200: ok_response(200, ref("TemplatePage"), "One page, by name, language and WABA.",
+                          ok_ex("templates", {"items": [TEMPLATE_EX], "nextCursor": TEMPLATE_CURSOR_EX}),
+                          headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, template_params(),
+        description="The catalogues of the WABAs of the tenant's whatsapp_meta numbers (API.md §18), as the "
+                    "last sync from Meta and Meta's status webhooks left them. Needs scope send; not locked "
+                    "by the plan. Unknown query parameters are refused (422 validation_failed names them).",
+        error_headers=RL, op_id="templateList"))
+
     # ---- admin API
     not_found = {404: ["not_found"]}
     add("/admin/tenants", "post", op(
@@ -877,6 +940,24 @@ def build():
          qparam("status", {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
                 "Only deliveries in this status.")],
         description="The admin mirror of GET /api/webhooks/deliveries.", op_id="adminWebhookDeliveries"))
+    add("/admin/tenants/{id}/templates", "get", op(
+        "A tenant's WhatsApp templates", ["admin", "templates"],
+        {200: ok_response(200, ref("TemplatePage"), "One page, by name, language and WABA.",
+                          ok_ex("templates", {"items": [TEMPLATE_EX], "nextCursor": None}))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + template_params(),
+        description="The admin mirror of GET /api/whatsapp/templates.", op_id="adminTemplateList"))
+    add("/admin/tenants/{id}/templates/sync", "post", op(
+        "Read a tenant's WhatsApp templates from Meta now", ["admin", "templates"],
+        {200: ok_response(200, ref("TemplateSync"), "Every WABA was read and its catalogue replaced.",
+                          ok_ex("templates synced", {"synced": 42}))},
+        merge(ADMIN, not_found, DB, JSON_BODY, {422: ["validation_failed"], 502: ["provider_error"]}), ADMIN_SEC,
+        [TENANT_ID],
+        description="Reads GET {OMNIGATE_META_BASE_URL}/{version}/{wabaId}/message_templates, every page, for "
+                    "each distinct wabaId of the tenant's whatsapp_meta numbers (with that number's access "
+                    "token), then replaces all of their catalogues in one write. Takes no body (or {}). 422 "
+                    "validation_failed (field settings.channels.whatsapp_meta.numbers) when no number has a "
+                    "wabaId; 502 provider_error when Meta fails for any WABA: then no catalogue is changed.",
+        op_id="adminTemplateSync"))
     add("/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", "post", op(
         "Queue one more try of a tenant's webhook delivery", ["admin", "webhooks"],
         {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
@@ -908,8 +989,10 @@ def build():
         "Delivery statuses from Meta's WhatsApp Cloud API", ["provider webhooks"], counts_ok,
         merge(wh_errors, {400: ["invalid_json"]}), [{"metaSignature": []}], (),
         {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "description": "Meta's webhook body; only value.statuses of messages changes is "
-                                             "read, other objects are ignored. Up to 4 MiB.",
+            "type": "object", "description": "Meta's webhook body; value.statuses of messages changes and "
+                                             "message_template_status_update changes (entry[].id the WABA, "
+                                             "value.event the template's new status, API.md §18) are read, "
+                                             "other objects are ignored. Up to 4 MiB.",
             "properties": {"object": {"type": "string"}, "entry": {"type": "array"}}},
             "example": {"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [
                 {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
@@ -1006,8 +1089,8 @@ def build():
                 "400, 408, 413 and 431 come from the HTTP core on any route, before its handler."),
         },
         "servers": [{"url": "/", "description": "The gateway itself (OMNIGATE_LISTEN)."}],
-        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "admin", "provider webhooks",
-                                       "operations", "pages")],
+        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "templates", "admin",
+                                       "provider webhooks", "operations", "pages")],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": dict(sorted(SCHEMAS.items())),
@@ -1018,8 +1101,8 @@ def build():
             "securitySchemes": {
                 "tenantToken": {"type": "http", "scheme": "bearer", "bearerFormat": "kft_ + 40 base62",
                                 "description": "A tenant token (POST /admin/tenants/{id}/tokens) with the "
-                                               "route's scope: send (POST sends), otp (OTP send/verify), logs "
-                                               "(logs, webhook deliveries)."},
+                                               "route's scope: send (POST sends, the template list), otp (OTP "
+                                               "send/verify), logs (logs, webhook deliveries)."},
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
                 "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",
