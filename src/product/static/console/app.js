@@ -565,10 +565,10 @@
   }
 
   // An RFC 3339 time as text that may break before its "T" (a narrow column), not at a hyphen.
-  function stampParts(v) {
+  function stamp(v) {
     var s = v === null || v === undefined ? "" : String(v), i = s.indexOf("T");
-    return i < 0 ? [el("span", { className: "nowrap", text: s })] :
-      [el("span", { className: "nowrap", text: s.slice(0, i) }), el("wbr"), el("span", { className: "nowrap", text: s.slice(i) })];
+    return el("span", null, i < 0 ? [el("span", { className: "nowrap", text: s })] :
+      [el("span", { className: "nowrap", text: s.slice(0, i) }), el("wbr"), el("span", { className: "nowrap", text: s.slice(i) })]);
   }
 
   function templateRow(t) {
@@ -585,7 +585,7 @@
         el("div", { className: "muted small", text: params.length ?
           (t.parameterFormat || "") + " parameters: " + params.join(", ") : "no parameter" })])]),
       el("td", { "data-label": "Buttons" }, [templateButtons(t.buttons)]),
-      el("td", { "data-label": "Updated" }, stampParts(t.updatedAt))
+      el("td", { "data-label": "Updated" }, [stamp(t.updatedAt)])
     ]);
   }
 
