@@ -271,21 +271,27 @@ def gw1(make_server, fresh_db, tmp_path):
 
 
 @pytest.mark.skipif(not have_test_routes(), reason="needs a build with -Dtest_routes=true")
-def test_admin_sync_database_down_is_503(gw1):
-    """The write that replaces the catalogues failing for want of a connection is 503 and
-    replaces nothing; so is the tenant's read."""
+def test_admin_sync_database_failures(gw1):
+    """The tenant's read or the write that replaces the catalogues failing for want of a
+    connection is 503 unavailable, refused by the server 500 internal_error; neither replaces
+    anything, and the next sync works."""
     gw = gw1
     waba = new_waba()
     load(gw.sim, waba, CATALOGUE)
     t = tenant_with(gw, waba)
     assert wait_for(lambda: count(gw, waba) == 5, 15)
     load(gw.sim, waba, [meta_template("other")])
-    for stmt in ("tpl_replace", "tenant_get"):
+    for stmt, mode, status, code in (("tpl_replace", "unavailable", 503, "unavailable"),
+                                     ("tenant_get", "unavailable", 503, "unavailable"),
+                                     ("tpl_replace", "error", 500, "internal_error"),
+                                     ("tpl_replace", "lost", 503, "unavailable")):
         assert_ok(call(gw, "POST", "/__test/fault", body={"point": "db", "statement": stmt,
-                                                           "status": "unavailable", "count": 1}))
-        assert_error(sync(gw, t["id"]), 503, "unavailable")
-        assert count(gw, waba) == 5
+                                                           "status": mode, "count": 1}))
+        assert_error(sync(gw, t["id"]), status, code)
+        if mode != "lost":  # lost: it committed, the answer did not come back
+            assert count(gw, waba) == 5
     assert assert_ok(sync(gw, t["id"]))["data"] == {"synced": 1}
+    assert rows(gw, waba) == [("other", "en_US", "APPROVED")]
 
 
 # ---- the lists -----------------------------------------------------------------------------------
