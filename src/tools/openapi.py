@@ -135,6 +135,9 @@ SCHEMAS = {
     "OtpInvalid": obj({"reference": ref("Reference"), "attemptsRemaining": {"type": "integer", "minimum": 0,
                                                                             "maximum": 4}}),
     # ---- logs
+    "AttemptContent": {"type": "string", "enum": ["text", "template"],
+                       "description": "What the attempt sent: a free text, or Meta's template message "
+                                      "(API.md §18)."},
     "StatusHistoryEntry": obj({"status": {"type": "string", "enum": DELIVERY}, "at": ref("Timestamp"),
                                "providerCode": {"type": "string"}}, required=["status", "at"]),
     "DeliveryError": obj({"code": {"type": "string", "enum": DELIVERY_ERRORS}, "providerCode": {"type": "string"},
@@ -145,7 +148,7 @@ SCHEMAS = {
                        "delivery (API.md §10), a failed one its error and null delivery fields.",
         "oneOf": [
             obj({"channel": ref("Channel"), "status": {"const": "sent"},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "providerMessageId": nullable({"type": "string"}),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
@@ -159,7 +162,7 @@ SCHEMAS = {
                                                                       "based fallback, in flight; unknown: its "
                                                                       "instance stopped before recording the "
                                                                       "outcome (error outcome_unknown)."},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
                  "error": nullable(ref("LogAttemptError")),
@@ -176,6 +179,8 @@ SCHEMAS = {
         "winningChannel": nullable(ref("Channel")),
         "fallbackOn": nullable({"type": "string", "enum": ["delivered", "read"]}),
         "fallbackAfterSeconds": nullable({"type": "integer", "minimum": 10, "maximum": 86400}),
+        "template": nullable(obj({"name": {"type": "string"}, "language": {"type": "string"}},
+                                 description="The WhatsApp template of a template send (API.md §18).")),
         "attempts": {"type": "array", "items": ref("LogAttempt")},
         "skipped": {"type": "array", "items": ref("Skipped")},
         "createdAt": ref("Timestamp"), "completedAt": nullable(ref("Timestamp")),
@@ -685,8 +690,8 @@ def template_params():
 
 OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
-                "fallbackAfterSeconds": None, "attempts": [
-                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
+                "fallbackAfterSeconds": None, "template": None, "attempts": [
+                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "text",
                      "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
                      "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
                      "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
