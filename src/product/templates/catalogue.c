@@ -10,9 +10,9 @@
 #include "omnigate/store.h"
 
 typedef struct slot {
-    char *key;     /* "waba\x1fname\x1flanguage", malloc'd; NULL when free */
-    json_t *item;  /* the entry, NULL: not in the catalogue */
-    uint64_t at;   /* loop time it was read */
+    char *key;       /* "waba\x1fname\x1flanguage", malloc'd; NULL when free */
+    json_t *item;    /* the entry, NULL: not in the catalogue */
+    uint64_t at;     /* loop time it was read */
     bool refreshing; /* a background read is in flight for it */
 } slot_t;
 
@@ -119,7 +119,8 @@ static void submit(og_tpl_cache_t *c, lookup_t *l, og_db_op_t *op)
     l->op = op;
     memset(op, 0, sizeof(*op));
     op->nstmts = 1;
-    og_q_tpl_get(&op->stmts[0], &(og_q_tpl_get_t){.waba_id = l->waba, .name = l->name, .language = l->language});
+    og_q_tpl_get(&op->stmts[0],
+                 &(og_q_tpl_get_t){.waba_id = l->waba, .name = l->name, .language = l->language});
     op->done = read_done;
     op->arg = l;
     og_db_submit(c->db, op);
@@ -143,8 +144,8 @@ static lookup_t *lookup_new(og_tpl_cache_t *c, char *key, const char *waba_id, c
     return l;
 }
 
-void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
-                   og_tpl_found_fn done, void *arg)
+void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name,
+                   const char *language, og_tpl_found_fn done, void *arg)
 {
     char *key = make_key(waba_id, name, language);
     if (key == NULL) {

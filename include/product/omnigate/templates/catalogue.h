@@ -40,8 +40,8 @@ typedef void (*og_tpl_found_fn)(void *arg, og_db_status_t st, const json_t *item
 
 /* Looks (waba_id, name, language) up: from the cache before this returns, else after a read on
  * `op` (the caller's, unused until done; the caller clears it after done). */
-void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
-                   og_tpl_found_fn done, void *arg);
+void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name,
+                   const char *language, og_tpl_found_fn done, void *arg);
 
 /* Forgets this worker's entry for the template (its status was just changed here). */
 void og_tpl_cache_forget(og_tpl_cache_t *c, const char *waba_id, const char *name, const char *language);
