@@ -22,34 +22,53 @@ CREATE TABLE wa_templates (
     PRIMARY KEY (waba_id, name, language)
 );
 
--- The template of a template send (or of a free text wrapped by outsideWindow: template), and
--- Meta's `template` object as it was made, so a later step of a delivery-based fallback sends
--- the same (src/product/steps/fallback.c). Only those sends have a row: a text send writes
--- nothing more than before. The foreign key
--- lets retention delete it with its message.
-CREATE TABLE message_templates (
-    tenant_id uuid  NOT NULL,
-    reference text  NOT NULL,
-    name      text  NOT NULL,
-    language  text  NOT NULL,
-    meta      jsonb NOT NULL,
-    -- a free text that outsideWindow wrapped in windowTemplate: not a template send (the
-    -- logs show no template), but later steps send it the same way
-    wrapped   boolean NOT NULL DEFAULT false,
-    PRIMARY KEY (tenant_id, reference),
-    FOREIGN KEY (tenant_id, reference) REFERENCES messages (tenant_id, reference) ON DELETE CASCADE
-);
+-- The template of a template send (or of a free text wrapped by outsideWindow: template):
+-- {"name", "language", "wrapped", "meta"}, meta being Meta's `template` object as the send made
+-- it, so a later step of a delivery-based fallback sends the same (src/product/steps/fallback.c).
+-- Written by the pending insert itself (one more parameter, NULL for a text send): a template
+-- send costs no statement and no round trip more than a text send (issue 30, test/bench
+-- scenario templates).
+ALTER TABLE messages ADD COLUMN template jsonb;
 
 -- What an attempt sent: NULL is a free text ('text' in the logs), 'template' Meta's template
 -- message (a template send, or a free text wrapped by outsideWindow: template).
 ALTER TABLE attempts ADD COLUMN content text;
 
--- The set form of msg_complete (sql/013) with the attempts' content.
+-- The set form of msg_insert_unless_nowa (sql/014) with the template.
+DROP FUNCTION og_msg_insert_unless_nowa_many(uuid[], text[], text[], text[], text[], text[], jsonb[], text[],
+    integer[], text[], text[]);
+CREATE FUNCTION og_msg_insert_unless_nowa_many(p_tenant uuid[], p_reference text[], p_to text[],
+    p_body text[], p_mode text[], p_channels text[], p_skipped jsonb[], p_fallback_on text[],
+    p_after integer[], p_from text[], p_sender text[], p_template jsonb[])
+RETURNS TABLE (ord bigint, reference text, left_ms bigint)
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH x AS (
+        SELECT x.*, (SELECT ceil(extract(epoch FROM w.until - now()) * 1000)::bigint
+                     FROM not_on_whatsapp w WHERE w.number = x.n AND w.until > now()) AS left_ms
+        FROM unnest(p_tenant, p_reference, p_to, p_body, p_mode, p_channels, p_skipped,
+            p_fallback_on, p_after, p_from, p_sender, p_template)
+            WITH ORDINALITY AS x(t, r, n, b, d, c, s, o, a, w, e, p, ord)),
+    ins AS (
+        INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels,
+            skipped, fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
+        SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p
+        FROM x WHERE x.left_ms IS NULL)
+    SELECT x.ord, CASE WHEN x.left_ms IS NULL THEN x.r END, x.left_ms FROM x;
+END
+$$;
+
+-- The set form of msg_complete (sql/015, which guards the status) with the attempts' content.
 CREATE OR REPLACE FUNCTION og_msg_complete_many(p_tenant uuid[], p_reference text[], p_status text[],
                                      p_winner text[], p_attempts json[], p_goes_on boolean[])
 RETURNS void
 LANGUAGE plpgsql
-SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $$
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
     WITH x AS (
         SELECT * FROM unnest(p_tenant, p_reference, p_status, p_winner, p_attempts, p_goes_on)
@@ -86,7 +105,7 @@ BEGIN
                       ELSE 'sent' END,
         winning_channel = x.winner, completed_at = now()
     FROM x LEFT JOIN s ON s.tenant_id = x.tenant_id AND s.reference = x.reference
-    WHERE m.tenant_id = x.tenant_id AND m.reference = x.reference;
+    WHERE m.tenant_id = x.tenant_id AND m.reference = x.reference AND m.status IN ('pending', 'unknown');
 END
 $$;
 
@@ -97,9 +116,9 @@ LANGUAGE sql STABLE AS $$
         'reference', m.reference, 'to', m.to_number, 'text', m.body,
         'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
         'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
-        'template', (SELECT json_build_object('name', t.name, 'language', t.language)
-                     FROM message_templates t
-                     WHERE t.tenant_id = m.tenant_id AND t.reference = m.reference AND NOT t.wrapped),
+        'template', CASE WHEN m.template IS NOT NULL AND NOT (m.template ->> 'wrapped')::boolean
+                         THEN json_build_object('name', m.template ->> 'name',
+                                                'language', m.template ->> 'language') END,
         'attempts', coalesce((
             -- An accepted attempt has its provider's id and its delivery (API.md §10); a
             -- failed one its error, and null delivery fields.

@@ -34,8 +34,7 @@ SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS ch
     coalesce((SELECT a.seq FROM attempts a
               WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'pending'
               LIMIT 1), -1) AS pending_seq,
-    coalesce((SELECT t.meta::text FROM message_templates t
-              WHERE t.tenant_id = m.tenant_id AND t.reference = m.reference), '') AS template
+    coalesce((m.template -> 'meta')::text, '') AS template
 FROM messages m
 JOIN tenants t ON t.id = m.tenant_id
 WHERE m.tenant_id = $1 AND m.reference = $2;

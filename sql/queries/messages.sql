@@ -15,10 +15,11 @@
 -- $9 fallback_after = fallbackAfterSeconds, or NULL
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
+-- $12 template = a template send's template (sql/016: name, language, wrapped, meta), or NULL
 -- columns: reference
 INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-    fallback_on, fallback_after_s, whatsapp_from, sms_sender)
-VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11)
+    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
+VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb)
 RETURNING reference;
 
 -- name: msg_insert_many
@@ -35,12 +36,13 @@ RETURNING reference;
 -- $9 fallback_after = fallbackAfterSeconds values, or NULLs
 -- $10 wa_from = the WhatsApp numbers they send from, or NULLs
 -- $11 sms_sender = the SMS senders, or NULLs
+-- $12 template = the sends' templates, or NULLs
 -- Returns nothing.
 INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-    fallback_on, fallback_after_s, whatsapp_from, sms_sender)
-SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e
+    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
+SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
-    $8::text[], $9::integer[], $10::text[], $11::text[]) AS x(t, r, n, b, d, c, s, o, a, w, e);
+    $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[]) AS x(t, r, n, b, d, c, s, o, a, w, e, p);
 
 -- name: msg_insert_unless_nowa
 -- msg_insert, unless the number is remembered as having no WhatsApp (API.md §13): the send's
@@ -59,6 +61,7 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 -- $9 fallback_after = fallbackAfterSeconds, or NULL
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
+-- $12 template = a template send's template, or NULL
 -- Returns one row: the reference, NULL when nothing was inserted; and the milliseconds the
 -- number stays remembered, NULL when it is not.
 -- columns: reference, left_ms
@@ -67,9 +70,9 @@ WITH nowa AS (
     FROM not_on_whatsapp WHERE number = $3::text AND until > now()),
 ins AS (
     INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-        fallback_on, fallback_after_s, whatsapp_from, sms_sender)
+        fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
     SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text[], $7::jsonb, $8::text,
-        $9::integer, $10::text, $11::text
+        $9::integer, $10::text, $11::text, $12::jsonb
     WHERE NOT EXISTS (SELECT FROM nowa)
     RETURNING reference)
 SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
@@ -88,12 +91,13 @@ SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
 -- $9 fallback_after = fallbackAfterSeconds values, or NULLs
 -- $10 wa_from = the WhatsApp numbers they send from, or NULLs
 -- $11 sms_sender = the SMS senders, or NULLs
+-- $12 template = the sends' templates, or NULLs
 -- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row
--- (og_msg_insert_unless_nowa_many, sql/014_set_forms_generic.sql).
+-- (og_msg_insert_unless_nowa_many, sql/016_templates.sql).
 -- columns: ord, reference, left_ms
 SELECT ord, reference, left_ms
 FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
-    $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[]);
+    $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[]);
 
 -- name: msg_complete
 -- Completes a unified send: its outcome, and its attempts in one INSERT, over 'pending' or

@@ -107,17 +107,3 @@ SELECT 'template_sync', $1::uuid, w, now() + $3::integer * interval '1 second'
 FROM (SELECT DISTINCT w FROM unnest($2::text[]) AS w) AS u
 ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL
 DO UPDATE SET due_at = least(steps.due_at, EXCLUDED.due_at);
-
--- name: msg_template_insert
--- Records the template of a template send with its pending message, in the same write. When
--- that write's insert skipped the message (msg_insert_unless_nowa: the number has no
--- WhatsApp), nothing is inserted here either, so the write still commits.
--- $1 tenant_id
--- $2 reference
--- $3 name = template name
--- $4 language = template language
--- $5 meta = Meta's template object as the send makes it (JSON text)
--- $6 wrapped = 'true' for a free text wrapped in windowTemplate, else 'false'
-INSERT INTO message_templates (tenant_id, reference, name, language, meta, wrapped)
-SELECT $1::uuid, $2::text, $3::text, $4::text, $5::jsonb, $6::boolean
-WHERE EXISTS (SELECT 1 FROM messages WHERE tenant_id = $1::uuid AND reference = $2::text);

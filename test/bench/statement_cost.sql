@@ -41,7 +41,8 @@ BEGIN
             array_fill('Your code is 123456'::text, ARRAY[n]), array_fill('fallback'::text, ARRAY[n]),
             array_fill('{whatsapp_qr,sms}'::text, ARRAY[n]), array_fill('[]'::jsonb, ARRAY[n]),
             array_fill(NULL::text, ARRAY[n]), array_fill(NULL::int, ARRAY[n]),
-            array_fill('6281234567890'::text, ARRAY[n]), array_fill('ACME'::text, ARRAY[n]));
+            array_fill('6281234567890'::text, ARRAY[n]), array_fill('ACME'::text, ARRAY[n]),
+            array_fill(NULL::jsonb, ARRAY[n]));
         ins := ins + (clock_timestamp() - t0);
         t0 := clock_timestamp();
         PERFORM og_msg_complete_many(array_fill(tenant, ARRAY[n]), refs, array_fill('sent'::text, ARRAY[n]),

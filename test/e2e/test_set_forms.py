@@ -48,9 +48,10 @@ def run_sql(url, script):
     return [l.split("|") for l in p.stdout.splitlines() if l]
 
 
-def insert_params(ref, to, skipped='[]', fallback_on=None, after=None, text='Hi "there" \\ {x}, y'):
+def insert_params(ref, to, skipped='[]', fallback_on=None, after=None, text='Hi "there" \\ {x}, y',
+                  template=None):
     return [TENANT, ref, to, text, "fallback", "{whatsapp_qr,sms}", skipped, fallback_on, after,
-            "6281234567890", "ACME"]
+            "6281234567890", "ACME", template]
 
 
 def execute(name, params):

@@ -118,7 +118,6 @@ enum og_store_stmt {
     OG_Q_TPL_SET_STATUS,
     OG_Q_TPL_LIST,
     OG_Q_TPL_SYNC_SCHEDULE,
-    OG_Q_MSG_TEMPLATE_INSERT,
     OG_Q__COUNT
 };
 

@@ -78,6 +78,7 @@ typedef struct send_ctx {
     const char *meta_why;             /* why the Meta attempt cannot be made (windowTemplate unusable) */
     og_err_t meta_err;                /* its words */
     og_tpl_mark_t mark;               /* the template's new status after Meta refused it for the template */
+    char *template_text;              /* messages.template (sql/016): what later steps and the logs read */
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     /* Allocated as each attempt starts (most sends make one): NULL when never started, or
      * when out of memory (its result is then oom_result). */
@@ -131,6 +132,7 @@ static void ctx_free(send_ctx_t *c)
     json_decref(c->tpl_req);
     og_tpl_out_clear(&c->tpl);
     free(c->tpl_name);
+    free(c->template_text);
     og_idem_clear(&c->idem);
     free(c);
 }
@@ -399,6 +401,26 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
     const char *wa_from = NULL, *sender = NULL;
     return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
            resolve_senders(c, wa_from, sender, err) && plan_meta(c, wa_from, err);
+}
+
+/* messages.template of a template send or a wrapped text (sql/016): the template's name and
+ * language, whether it wraps a free text, and Meta's template object as it is sent. */
+static bool template_record(send_ctx_t *c, og_err_t *err)
+{
+    if (c->tpl.meta == NULL)
+        return true;
+    og_jw_t w;
+    og_jw_init(&w, strlen(c->tpl.meta) + strlen(c->tpl_name) + 64);
+    og_jw_object(&w);
+    og_jw_kstring(&w, "name", c->tpl_name);
+    og_jw_kstring(&w, "language", c->tpl_language);
+    og_jw_key(&w, "wrapped");
+    og_jw_bool(&w, c->wrap);
+    og_jw_key(&w, "meta");
+    og_jw_raw(&w, c->tpl.meta, strlen(c->tpl.meta));
+    og_jw_object_end(&w);
+    c->template_text = og_jw_finish(&w, NULL);
+    return c->template_text != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
 }
 
 /* The checks that need the final text (a template's body when the send gave none): the text
@@ -750,18 +772,10 @@ static void claimed(og_idem_t *i)
                                    .fallback_on = c->fallback_on,
                                    .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
                                    .wa_from = c->wa_from[0] ? c->wa_from : NULL,
-                                   .sms_sender = c->sender[0] ? c->sender : NULL};
+                                   .sms_sender = c->sender[0] ? c->sender : NULL,
+                                   .template = c->template_text};
     (c->nowa_in_insert ? og_q_msg_insert_unless_nowa : og_q_msg_insert)(&op->stmts[0], &row);
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
-    /* A template send (or a wrapped free text) keeps what Meta gets, for later steps and logs. */
-    if (c->tpl.meta != NULL)
-        og_q_msg_template_insert(&op->stmts[op->nstmts++],
-                                 &(og_q_msg_template_insert_t){.tenant_id = c->auth.tenant->id,
-                                                               .reference = c->reference,
-                                                               .name = c->tpl_name,
-                                                               .language = c->tpl_language,
-                                                               .meta = c->tpl.meta,
-                                                               .wrapped = c->wrap ? "true" : "false"});
     op->write = true;
     op->done = inserted;
     op->arg = c;
@@ -819,7 +833,7 @@ static void nowa_checked(void *arg, bool remembered)
 static void prepared(send_ctx_t *c)
 {
     og_err_t err = {0};
-    if (!check_text(c, &err)) {
+    if (!check_text(c, &err) || !template_record(c, &err)) {
         og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
         ctx_free(c);
         return;
