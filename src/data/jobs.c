@@ -53,7 +53,7 @@ struct og_jobs {
     og_db_op_t claim_op; /* one claim in flight at a time */
     bool claiming;
     bool again; /* a wake-up came while claiming: claim once more */
-    char limit_s[8];
+    char limit_s[12];
     og_db_op_t due_op;
     bool counting;
 
