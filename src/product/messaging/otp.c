@@ -342,10 +342,17 @@ static bool verify_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
 
 static const char *const otp_fields[] = {"to", "length", "ttlSeconds", "template", "sender", NULL};
 static const char *const verify_fields[] = {"reference", "to", "code", NULL};
-static const og_smsreq_kind_t otp_kind = {"otp_send", otp_fields,   OG_SCOPE_OTP,
-                                          true,       otp_validate, otp_claimed};
-static const og_smsreq_kind_t verify_kind = {"otp_verify", verify_fields,   OG_SCOPE_OTP,
-                                             false,        verify_validate, verify_find};
+static const og_smsreq_kind_t otp_kind = {.route = "otp_send",
+                                          .fields = otp_fields,
+                                          .scope = OG_SCOPE_OTP,
+                                          .calls_provider = true,
+                                          .validate = otp_validate,
+                                          .claimed = otp_claimed};
+static const og_smsreq_kind_t verify_kind = {.route = "otp_verify",
+                                             .fields = verify_fields,
+                                             .scope = OG_SCOPE_OTP,
+                                             .validate = verify_validate,
+                                             .claimed = verify_find};
 
 void og_otp_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
