@@ -168,6 +168,8 @@ SCHEMAS = {
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
         ],
     },
+    "TemplateRef": obj({"name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+                        "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$"}}),
     "OmniLogItem": obj({
         "reference": ref("Reference"), "to": ref("E164"), "text": {"type": "string"},
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
@@ -217,7 +219,12 @@ SCHEMAS = {
                         "phoneNumberId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
                         "accessToken": {"type": "string", "minLength": 1, "maxLength": 1024,
                                         "description": "Write-only: answers show it masked (**** and its last 4 "
-                                                       "characters when it has 12 or more)."}})},
+                                                       "characters when it has 12 or more)."},
+                        "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$",
+                                   "description": "The WhatsApp Business Account that owns the number: its "
+                                                  "template catalogue is synced from Meta when the number is "
+                                                  "saved, then every OMNIGATE_TEMPLATE_SYNC_S (API.md §18)."}},
+                        required=["phoneNumberId", "accessToken"])},
     }, required=[]),
     "SmsChannel": obj({
         "enabled": {"type": "boolean"},
@@ -231,6 +238,10 @@ SCHEMAS = {
         "rateLimitPerSecond": {"type": "integer", "minimum": 1, "maximum": 1000000},
         "channels": obj({"whatsapp_qr": ref("WhatsappQrChannel"), "whatsapp_meta": ref("WhatsappMetaChannel"),
                          "sms": ref("SmsChannel")}, required=[]),
+        "otp": obj({"whatsappTemplate": {**ref("TemplateRef"),
+                                         "description": "The authentication template of OTPs over WhatsApp: the "
+                                                        "code is its body parameter and the parameter of its "
+                                                        "copy-code button (API.md §18)."}}, required=[]),
     }, required=[], examples=[{
         "defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
         "defaultWhatsappFrom": "6281234567890",
