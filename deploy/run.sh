@@ -103,11 +103,25 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
+# --- The demo WhatsApp Business Account's templates, as Meta would list them (API.md §18): an
+# order update and an authentication template with a copy-code button -----------------------
+WABA=102290129340398
+if [[ -n "$sim_pid" ]]; then
+  curl -fsS -o /dev/null -X PUT -H 'Content-Type: application/json' "$SIM_URL/__sim/meta/wabas/$WABA/templates" -d '{
+   "phoneNumberIds":["109876543210"],
+   "templates":[{"name":"order_update","language":"en_US","status":"APPROVED","category":"UTILITY",
+     "components":[{"type":"BODY","text":"Hi {{1}}, your order {{2}} ships today"}]},
+    {"name":"otp_code","language":"en_US","status":"APPROVED","category":"AUTHENTICATION",
+     "components":[{"type":"BODY","text":"*{{1}}* is your verification code."},
+      {"type":"BUTTONS","buttons":[{"type":"OTP","otp_type":"COPY_CODE","text":"Copy code"}]}]}]}'
+fi
+
 # --- A demo tenant (unified API enabled) and its token -----------------------------------------
 SETTINGS='{"defaultChannels":["whatsapp_qr","whatsapp_meta","sms"],"defaultWhatsappFrom":"6281234567890",
  "channels":{"whatsapp_qr":{"enabled":true,"numbers":{"6281234567890":{"session":"default"}}},
- "whatsapp_meta":{"enabled":true,"numbers":{"6281234567890":{"phoneNumberId":"109876543210","accessToken":"EAAGdemo0000000000000000"}}},
- "sms":{"enabled":true,"senders":["ACME"],"defaultSender":"ACME"}}}'
+ "whatsapp_meta":{"enabled":true,"numbers":{"6281234567890":{"phoneNumberId":"109876543210","accessToken":"EAAGdemo0000000000000000","wabaId":"'$WABA'"}}},
+ "sms":{"enabled":true,"senders":["ACME"],"defaultSender":"ACME"}},
+ "otp":{"whatsappTemplate":{"name":"otp_code","language":"en_US"}}}'
 TENANT=$(curl -fsS -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
   -d "{\"name\":\"demo\",\"unifiedApiEnabled\":true,\"settings\":$SETTINGS}" "$BASE/admin/tenants" |
   "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["id"])')
@@ -138,15 +152,28 @@ echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/omni/logs?reference=$REF'"
 curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/logs?reference=$REF" | show
 
-# --- A one-time password: sent by SMS, its code read back from the simulator (as the phone
-# would show it), verified, then its OTP log entry with the history. A fresh number per run
-# keeps the 30 s resend cooldown out of the way when the quickstart is run again. -----------
-OTP_TO="+1999000$(printf '%04d' $((RANDOM % 10000)))"
+# --- A template send (API.md §18): the tenant's catalogue was synced from "Meta" when its
+# number with a wabaId was saved; sync it again now (as an operator would) and send the order
+# update on WhatsApp, where a free text outside the 24 h window would be refused -------------
+echo
+echo "\$ curl -s -X POST -H 'Authorization: Bearer \$ADMIN' $BASE/admin/tenants/$TENANT/templates/sync"
+curl -s -X POST -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" "$BASE/admin/tenants/$TENANT/templates/sync" | show
+TPL='{"to":"+19990001000","channels":["whatsapp_meta","sms"],"template":{"name":"order_update","language":"en_US","parameters":["Ana","A-17"]}}'
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
-echo "    -d '{\"to\":\"$OTP_TO\"}' $BASE/api/sms/otp/send"
+echo "    -d '$TPL' $BASE/api/omni/send"
+curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$TPL" "$BASE/api/omni/send" | show
+
+# --- A one-time password over WhatsApp (the authentication template, code in its copy-code
+# button) to a number on which the simulator's Meta fails, so it falls back to SMS: its code is
+# read back from the simulator (as the phone would show it), verified, then its OTP log entry
+# with the history. A fresh number per run keeps the 30 s resend cooldown out of the way. -----
+OTP_TO="+19990200$(printf '%04d' $((RANDOM % 10000)))"
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+echo "    -d '{\"to\":\"$OTP_TO\",\"channels\":[\"whatsapp_meta\",\"sms\"]}' $BASE/api/sms/otp/send"
 OTP=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-  -d "{\"to\":\"$OTP_TO\"}" "$BASE/api/sms/otp/send")
+  -d "{\"to\":\"$OTP_TO\",\"channels\":[\"whatsapp_meta\",\"sms\"]}" "$BASE/api/sms/otp/send")
 echo "$OTP" | show
 OTP_REF=$(echo "$OTP" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
 CODE=""

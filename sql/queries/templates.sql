@@ -74,9 +74,13 @@ SELECT count(*) AS changed FROM u;
 -- $2 name = exact name, or NULL
 -- $3 status = exact status, or NULL
 -- $4 language = exact language, or NULL
--- $5 after = the cursor: rows after this key, or NULL for the first page
+-- $5 after = the cursor: rows after this key, or NULL for the first page (checked by the
+--      routes: three parts of [A-Za-z0-9_], no part can hold a '/')
 -- $6 limit
--- Returns the rows of the page: its key (the next page's cursor) and its item.
+-- Returns the rows of the page: its key (the next page's cursor) and its item. The key is
+-- compared as the row (name, language, waba_id) the page is ordered by, not as one string:
+-- under a collation other than C, '/' and '_' weigh nothing at first and "a_b/en" would not
+-- sort where (a_b, en) does.
 -- columns: page row
 SELECT w.name || '/' || w.language || '/' || w.waba_id AS cursor, og_template_item(w)::text AS item
 FROM wa_templates w
@@ -87,7 +91,8 @@ WHERE w.waba_id IN (
     AND ($2::text IS NULL OR w.name = $2)
     AND ($3::text IS NULL OR w.status = $3)
     AND ($4::text IS NULL OR w.language = $4)
-    AND ($5::text IS NULL OR w.name || '/' || w.language || '/' || w.waba_id > $5)
+    AND ($5::text IS NULL OR (w.name, w.language, w.waba_id) >
+        (split_part($5, '/', 1), split_part($5, '/', 2), split_part($5, '/', 3)))
 ORDER BY w.name, w.language, w.waba_id
 LIMIT $6;
 
@@ -99,7 +104,7 @@ LIMIT $6;
 -- $3 delay_s = seconds from now
 INSERT INTO steps (kind, tenant_id, reference, due_at)
 SELECT 'template_sync', $1::uuid, w, now() + $3::integer * interval '1 second'
-FROM unnest($2::text[]) AS w
+FROM (SELECT DISTINCT w FROM unnest($2::text[]) AS w) AS u
 ON CONFLICT (tenant_id, reference, kind) WHERE reference IS NOT NULL
 DO UPDATE SET due_at = least(steps.due_at, EXCLUDED.due_at);
 

@@ -101,7 +101,8 @@ SCHEMAS = {
         ],
     },
     "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
-                                                                                      "not_on_whatsapp"]}}),
+                                                                                      "not_on_whatsapp",
+                                                                                      "outside_window"]}}),
     "SendResult": obj({
         "reference": ref("Reference"),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
@@ -147,7 +148,7 @@ SCHEMAS = {
                        "delivery (API.md §10), a failed one its error and null delivery fields.",
         "oneOf": [
             obj({"channel": ref("Channel"), "status": {"const": "sent"},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "providerMessageId": nullable({"type": "string"}),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
@@ -161,7 +162,7 @@ SCHEMAS = {
                                                                       "based fallback, in flight; unknown: its "
                                                                       "instance stopped before recording the "
                                                                       "outcome (error outcome_unknown)."},
-                 "latencyMs": {"type": "integer", "minimum": 0},
+                 "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
                  "error": nullable(ref("LogAttemptError")),
@@ -170,10 +171,16 @@ SCHEMAS = {
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
         ],
     },
+    "AttemptContent": {"type": "string", "enum": ["text", "template"],
+                       "description": "What the attempt sent: a free text, or Meta's template message (a "
+                                      "template send, or a free text wrapped by outsideWindow: template)."},
     "TemplateRef": obj({"name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
                         "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$"}}),
     "OmniLogItem": obj({
-        "reference": ref("Reference"), "to": ref("E164"), "text": {"type": "string"},
+        "reference": ref("Reference"), "to": ref("E164"),
+        "text": {"type": "string", "description": "The text the text channels got: the request's text, or the "
+                                                  "template's body with its parameters filled in."},
+        "template": nullable(ref("TemplateRef")),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
         "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown", "delivered", "read",
                                               "undelivered"]},
@@ -236,6 +243,13 @@ SCHEMAS = {
                                                   "template catalogue is synced from Meta when the number is "
                                                   "saved, then every OMNIGATE_TEMPLATE_SYNC_S (API.md §18)."}},
                         required=["phoneNumberId", "accessToken"])},
+        "outsideWindow": {"type": "string", "enum": ["send", "skip", "template"], "default": "send",
+                          "description": "A free text to a recipient whose 24 h window is not known to be open: "
+                                         "send it (Meta decides: 131047), skip the channel (reason "
+                                         "outside_window, no provider call) or wrap it in windowTemplate."},
+        "windowTemplate": {**ref("TemplateRef"),
+                           "description": "A template whose body takes exactly one parameter: the text. "
+                                          "Required with outsideWindow template."},
     }, required=[]),
     "SmsChannel": obj({
         "enabled": {"type": "boolean"},
@@ -305,6 +319,29 @@ SCHEMAS = {
                                                                         "blocked_address", "error"]},
                                    "message": {"type": "string"}}, required=["code"]))})},
     }),
+    # ---- WhatsApp templates (API.md §18)
+    "Template": obj({
+        "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
+        "name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+        "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$", "examples": ["en_US"]},
+        "status": {"type": "string", "description": "As Meta says it: APPROVED, PENDING, REJECTED, PAUSED, "
+                                                    "DISABLED, FLAGGED, ...; only APPROVED templates are sent."},
+        "category": nullable({"type": "string", "examples": ["utility", "marketing", "authentication"]}),
+        "parameterFormat": {"type": "string", "enum": ["positional", "named"]},
+        "parameters": {"type": "array", "items": {"type": "string"},
+                       "description": "The body's placeholders in order: \"1\", \"2\", ... or the names."},
+        "body": {"type": "string", "description": "The body text with its {{placeholders}}."},
+        "buttons": {"type": "array", "items": obj({
+            "index": {"type": "integer", "minimum": 0},
+            "type": nullable({"type": "string", "examples": ["URL", "QUICK_REPLY", "OTP"]}),
+            "text": nullable({"type": "string"}),
+            "url": {"type": "string"},
+            "parameter": {"type": "boolean", "description": "The button takes a parameter on a send."},
+        }, required=["index", "type", "text", "parameter"])},
+        "updatedAt": ref("Timestamp"),
+    }),
+    "TemplateSync": obj({"synced": {"type": "integer", "minimum": 0,
+                                    "description": "Templates the tenant's WABAs' catalogues hold now."}}),
     "StatusCounts": obj({"applied": {"type": "integer", "minimum": 0}, "duplicate": {"type": "integer", "minimum": 0},
                          "unknown": {"type": "integer", "minimum": 0}}),
 }
@@ -319,6 +356,7 @@ SCHEMAS["SmsLogPage"] = page_of(ref("SmsLogItem"))
 SCHEMAS["OtpLogPage"] = page_of(ref("OtpLogItem"))
 SCHEMAS["TenantPage"] = page_of(ref("Tenant"))
 SCHEMAS["WebhookDeliveryPage"] = page_of(ref("WebhookDelivery"))
+SCHEMAS["TemplatePage"] = page_of(ref("Template"))
 
 # ---- responses ----------------------------------------------------------------------------
 
@@ -415,6 +453,9 @@ CODE_TEXT = {
                        "the final write failed): it is never sent again",
     "unavailable": "the database is unreachable, the instance is draining, or out of memory (Retry-After)",
     "query_timeout": "the log query ran past OMNIGATE_LOG_QUERY_TIMEOUT_MS and was cancelled (Retry-After)",
+    "provider_error": "Meta failed a call the gateway made for itself (reading a WABA's templates): the "
+                      "message names the WABA and Meta's error, error.details has wabaId, httpStatus and "
+                      "providerCode; nothing was changed",
 }
 
 # The message of each error example (what the gateway says, near enough).
@@ -558,10 +599,30 @@ RL = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
 
 # ---- request bodies ------------------------------------------------------------------------
 
+SCHEMAS["TemplateSend"] = obj({
+    "name": {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"},
+    "language": {"type": "string", "pattern": "^[A-Za-z_]{2,15}$", "examples": ["en_US"]},
+    "parameters": {"oneOf": [{"type": "array", "maxItems": 100, "items": {"type": "string", "minLength": 1,
+                                                                          "maxLength": 1024}},
+                             {"type": "object", "additionalProperties": {"type": "string", "minLength": 1,
+                                                                         "maxLength": 1024}}],
+                   "description": "The body's parameters: an array in order for a positional template "
+                                  "({{1}}, {{2}}), an object by name for a named one. Exactly the template's."},
+    "buttons": {"type": "array", "maxItems": 10, "items": obj({
+        "index": {"type": "integer", "minimum": 0, "maximum": 9},
+        "subType": {"type": "string", "enum": ["url", "quick_reply"]},
+        "parameter": {"type": "string", "minLength": 1, "maxLength": 1024}}),
+        "description": "One per button that takes a parameter (a URL with a placeholder, a copy-code button "
+                       "as url) or a quick reply's payload."},
+}, required=["name", "language"], description="A WhatsApp template of the catalogue of the whatsappFrom number's "
+   "WABA (API.md §18): checked before anything is written (template_not_found, template_not_approved, "
+   "template_parameters_mismatch). whatsapp_meta gets Meta's template message; the other channels get text, "
+   "or the template's body with its parameters.")
 SCHEMAS["SendRequest"] = obj({
     "to": ref("E164"),
     "text": {"type": "string", "minLength": 1, "maxLength": 4096,
-             "description": "1-4096 Unicode characters, not only whitespace."},
+             "description": "1-4096 Unicode characters, not only whitespace. Optional with template."},
+    "template": ref("TemplateSend"),
     "channels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True, "items": ref("Channel"),
                  "description": "The fallback order; default: the tenant's defaultChannels."},
     "deliveryMode": {"type": "string", "enum": ["fallback", "all"], "default": "fallback"},
@@ -571,7 +632,7 @@ SCHEMAS["SendRequest"] = obj({
                    "description": "delivered/read only with deliveryMode fallback (API.md §11)."},
     "fallbackAfterSeconds": {"type": "integer", "minimum": 10, "maximum": 86400, "default": 60,
                              "description": "Only with fallbackOn delivered or read."},
-}, required=["to", "text"])
+}, required=["to"], description="text, template or both are required.")
 SCHEMAS["SmsSendRequest"] = obj({"to": ref("E164"), "text": {"type": "string", "minLength": 1, "maxLength": 4096},
                                  "sender": ref("Sender")}, required=["to", "text"])
 SCHEMAS["OtpSendRequest"] = obj({
@@ -660,10 +721,31 @@ def ok_ex(message, data):
     return {"success": True, "message": message, "data": data}
 
 
-OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hello", "deliveryMode": "fallback",
+TEMPLATE_EX = {"wabaId": "102290129340398", "name": "order_update", "language": "en_US", "status": "APPROVED",
+               "category": "utility", "parameterFormat": "positional", "parameters": ["1", "2"],
+               "body": "Hello {{1}}, your order {{2}} has shipped.",
+               "buttons": [{"index": 0, "type": "URL", "text": "Track", "url": "https://example.com/t/{{1}}",
+                            "parameter": True}],
+               "updatedAt": "2026-11-22T14:05:25.123Z"}
+TEMPLATE_CURSOR_EX = "order_update/en_US/102290129340398"
+
+
+def template_params():
+    return [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+            qparam("cursor", {"type": "string", "pattern": "^[a-z0-9_]{1,512}/[A-Za-z_]{2,15}/[0-9]{1,32}$"},
+                   "nextCursor of the previous page (name/language/wabaId)."),
+            qparam("name", {"type": "string", "pattern": "^[a-z0-9_]{1,512}$"}, "Only templates of this name."),
+            qparam("status", {"type": "string", "pattern": "^[A-Z_]{1,32}$"},
+                   "Only templates in this status (as Meta spells it: APPROVED, PAUSED, ...)."),
+            qparam("language", {"type": "string", "pattern": "^[A-Za-z_]{2,15}$"},
+                   "Only templates in this language (en, en_US, ...).")]
+
+
+OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hi Ana, your order A-17 ships today",
+                "template": {"name": "order_update", "language": "en_US"}, "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
                 "fallbackAfterSeconds": None, "attempts": [
-                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
+                    {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "template",
                      "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
                      "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
                      "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
@@ -727,11 +809,17 @@ def build():
                           headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference"))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             403: ["unified_api_locked"],
-            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available"],
+            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
+                  "template_not_found", "template_not_approved", "template_parameters_mismatch"],
             502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("SendRequest", {"fallback": {"to": "+6281234567890", "text": "Your order has shipped",
                                                "channels": ["whatsapp_qr", "whatsapp_meta", "sms"]},
+                                  "template": {"to": "+6281234567890", "channels": ["whatsapp_meta", "sms"],
+                                               "template": {"name": "order_update", "language": "en_US",
+                                                            "parameters": ["Ana", "A-17"],
+                                                            "buttons": [{"index": 0, "subType": "url",
+                                                                         "parameter": "A17"}]}},
                                   "deliveryBased": {"to": "+6281234567890", "text": "Hello",
                                                     "fallbackOn": "delivered", "fallbackAfterSeconds": 120}}),
         "The message row is committed (pending) before any provider is called; the answer is sent once the "
@@ -822,6 +910,17 @@ def build():
         merge(TENANT, DB, {404: ["not_found"], 409: ["webhook_disabled"]}), TENANT_SEC,
         [pparam("id", {"type": "string"}, "The delivery's id (its webhook-id, msg_ + 32 hex digits).")],
         error_headers=RL, op_id="webhookRetry"))
+
+    add("/api/whatsapp/templates", "get", op(
+        "The WhatsApp templates the tenant may send", ["templates"],
+        {200: ok_response(200, ref("TemplatePage"), "One page, by name, language and WABA.",
+                          ok_ex("templates", {"items": [TEMPLATE_EX], "nextCursor": TEMPLATE_CURSOR_EX}),
+                          headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, template_params(),
+        description="The catalogues of the WABAs of the tenant's whatsapp_meta numbers (API.md §18), as the "
+                    "last sync from Meta and Meta's status webhooks left them. Needs scope send; not locked "
+                    "by the plan. Unknown query parameters are refused (422 validation_failed names them).",
+        error_headers=RL, op_id="templateList"))
 
     # ---- admin API
     not_found = {404: ["not_found"]}
@@ -921,6 +1020,24 @@ def build():
          qparam("status", {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
                 "Only deliveries in this status.")],
         description="The admin mirror of GET /api/webhooks/deliveries.", op_id="adminWebhookDeliveries"))
+    add("/admin/tenants/{id}/templates", "get", op(
+        "A tenant's WhatsApp templates", ["admin", "templates"],
+        {200: ok_response(200, ref("TemplatePage"), "One page, by name, language and WABA.",
+                          ok_ex("templates", {"items": [TEMPLATE_EX], "nextCursor": None}))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + template_params(),
+        description="The admin mirror of GET /api/whatsapp/templates.", op_id="adminTemplateList"))
+    add("/admin/tenants/{id}/templates/sync", "post", op(
+        "Read a tenant's WhatsApp templates from Meta now", ["admin", "templates"],
+        {200: ok_response(200, ref("TemplateSync"), "Every WABA was read and its catalogue replaced.",
+                          ok_ex("templates synced", {"synced": 42}))},
+        merge(ADMIN, not_found, DB, JSON_BODY, {422: ["validation_failed"], 502: ["provider_error"]}), ADMIN_SEC,
+        [TENANT_ID],
+        description="Reads GET {OMNIGATE_META_BASE_URL}/{version}/{wabaId}/message_templates, every page, for "
+                    "each distinct wabaId of the tenant's whatsapp_meta numbers (with that number's access "
+                    "token), then replaces all of their catalogues in one write. Takes no body (or {}). 422 "
+                    "validation_failed (field settings.channels.whatsapp_meta.numbers) when no number has a "
+                    "wabaId; 502 provider_error when Meta fails for any WABA: then no catalogue is changed.",
+        op_id="adminTemplateSync"))
     add("/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", "post", op(
         "Queue one more try of a tenant's webhook delivery", ["admin", "webhooks"],
         {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
@@ -952,8 +1069,10 @@ def build():
         "Delivery statuses from Meta's WhatsApp Cloud API", ["provider webhooks"], counts_ok,
         merge(wh_errors, {400: ["invalid_json"]}), [{"metaSignature": []}], (),
         {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "description": "Meta's webhook body; only value.statuses of messages changes is "
-                                             "read, other objects are ignored. Up to 4 MiB.",
+            "type": "object", "description": "Meta's webhook body; value.statuses of messages changes and "
+                                             "message_template_status_update changes (entry[].id the WABA, "
+                                             "value.event the template's new status, API.md §18) are read, "
+                                             "other objects are ignored. Up to 4 MiB.",
             "properties": {"object": {"type": "string"}, "entry": {"type": "array"}}},
             "example": {"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [
                 {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
@@ -1050,8 +1169,8 @@ def build():
                 "400, 408, 413 and 431 come from the HTTP core on any route, before its handler."),
         },
         "servers": [{"url": "/", "description": "The gateway itself (OMNIGATE_LISTEN)."}],
-        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "admin", "provider webhooks",
-                                       "operations", "pages")],
+        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "templates", "admin",
+                                       "provider webhooks", "operations", "pages")],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": dict(sorted(SCHEMAS.items())),
@@ -1062,8 +1181,8 @@ def build():
             "securitySchemes": {
                 "tenantToken": {"type": "http", "scheme": "bearer", "bearerFormat": "kft_ + 40 base62",
                                 "description": "A tenant token (POST /admin/tenants/{id}/tokens) with the "
-                                               "route's scope: send (POST sends), otp (OTP send/verify), logs "
-                                               "(logs, webhook deliveries)."},
+                                               "route's scope: send (POST sends, the template list), otp (OTP "
+                                               "send/verify), logs (logs, webhook deliveries)."},
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
                 "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",

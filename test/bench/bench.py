@@ -352,7 +352,8 @@ class Bench:
             "channels": {
                 "whatsapp_qr": {"enabled": True, "numbers": {"6281234567890": {"session": "default"}}},
                 "whatsapp_meta": {"enabled": True, "numbers": {"6281234567890": {
-                    "phoneNumberId": "109876543210", "accessToken": "EAAGbench0000000000"}}},
+                    "phoneNumberId": "109876543210", "accessToken": "EAAGbench0000000000",
+                    "wabaId": BENCH_WABA}}},
                 "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}}
         self.settings = settings
         self.tokens, self.tenant_ids = [], []
@@ -633,6 +634,53 @@ def sc_fallback_first(b):
     log("fallback_first: %.0f WAL bytes per send; %.1f ops per write batch, %.2f ms to COMMIT; PostgreSQL by "
         "process, us/send: %s" % (r["wal_bytes_per_req"], r["batch_ops"], r["batch_ms"],
                                   ", ".join("%s %.1f" % kv for kv in r["pg_roles_us_per_req"])))
+
+
+BENCH_WABA = "102290129340398"
+BENCH_TEMPLATE = {"name": "order_update", "language": "en_US", "status": "APPROVED", "category": "UTILITY",
+                  "components": [{"type": "BODY", "text": "Hi {{1}}, your order {{2}} ships today"}]}
+
+
+def load_catalogue(b):
+    """The bench WABA's catalogue in the simulator: order_update and 999 generated templates (so
+    a sync reads 10 pages of 100). Loaded before the tenants are made: saving their settings
+    (a number with a wabaId) makes each tenant's sync due at once."""
+    st, j = http_json("PUT", "http://127.0.0.1:%d/__sim/meta/wabas/%s/templates" % (b.sim_port, BENCH_WABA), None,
+                      {"phoneNumberIds": ["109876543210"], "templates": [BENCH_TEMPLATE], "generate": 999})
+    assert st == 200, j
+
+
+def sc_templates(b):
+    """Issue 30: a template send next to a free text on the same channel (whatsapp_meta only),
+    alternated text, template, text, template in one run. What it must show: no extra database
+    round trip for a template (the catalogue entry comes from the worker's cache; the template's
+    record rides on the pending insert's write): database operations per send (from the write
+    batches' operation counts in /metrics) and sends/s as a ratio to the text sends. Before it,
+    the admin sync route reads the 1,000-template catalogue (10 pages) once per tenant, timed."""
+    times = []
+    for tid in b.tenant_ids:
+        t0 = time.monotonic()
+        st, j = http_json("POST", b.og_url("/admin/tenants/%s/templates/sync" % tid), ADMIN, None)
+        times.append(time.monotonic() - t0)
+        assert st == 200 and j["data"]["synced"] == 1000, j
+    log("templates: sync of 1,000 templates (10 pages): %s s" % ", ".join("%.3f" % t for t in times))
+    text = json.dumps({"to": "+6282{n}", "text": "Hi Ana, your order A-17 ships today", "channels": ["whatsapp_meta"]})
+    tpl = json.dumps({"to": "+6283{n}", "channels": ["whatsapp_meta"],
+                      "template": {"name": "order_update", "language": "en_US", "parameters": ["Ana", "A-17"]}})
+    out = {}
+    for name, body in (("meta_text", text), ("meta_template", tpl), ("meta_text2", text), ("meta_template2", tpl)):
+        m0 = batch_sums(b.metrics())
+        r = b.measure(name, b.og_url("/api/omni/send"), script=b.lua(name, "POST", "/api/omni/send", [body], b.tokens),
+                      note="whatsapp_meta only, " + ("a template" if "template" in name else "a free text"))
+        m1 = batch_sums(b.metrics())
+        r["db_ops_per_send"] = (m1[1] - m0[1]) / max(r["requests"], 1)
+        out[name] = r
+    text_rps = (out["meta_text"]["rps"] + out["meta_text2"]["rps"]) / 2
+    tpl_rps = (out["meta_template"]["rps"] + out["meta_template2"]["rps"]) / 2
+    b.templates = {"sync_s": times, "ops": {k: v["db_ops_per_send"] for k, v in out.items()},
+                   "rps_ratio": tpl_rps / max(text_rps, 1)}
+    log("templates: database operations per send %s; template/text sends/s %.3f" % (
+        ", ".join("%s %.3f" % (k, v) for k, v in b.templates["ops"].items()), b.templates["rps_ratio"]))
 
 
 def sc_fallback_with_statuses(b):
@@ -1231,6 +1279,7 @@ SCENARIOS = {
     "webhooks_lag": sc_webhooks_lag,
     "fallback_steps": sc_fallback_steps,
     "meta_down": sc_meta_down,
+    "templates": sc_templates,
     # After every load scenario: the idle window needs nothing else running.
     "steps_idle": sc_steps_idle,
     "idle": sc_idle,
@@ -1242,7 +1291,8 @@ SCENARIOS = {
 OPT_IN = ("logs_scale", "callgrind")
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2",
-         "fallback_webhooks", "fallback_webhook_hang")
+         "fallback_webhooks", "fallback_webhook_hang", "meta_text", "meta_template", "meta_text2",
+         "meta_template2")
 
 
 def durability(b, answered):
@@ -1692,6 +1742,7 @@ def main():
     try:
         b.start_pg()
         b.start_sim()
+        load_catalogue(b)
         b.start_gateway()
         b.make_tenants()
         prepare_statuses(b, names)

@@ -1,7 +1,9 @@
 """The provider simulator (test/sim, omnigate-sim) on its own: each provider's wire format and
 credential check, every magic behaviour digit, the /__sim control API (rules, recorded
-requests, stats), latency, a clean SIGTERM with answers still waiting, and the status
-callbacks (signed webhooks) it sends after accepting a message, checked by a small receiver.
+requests, stats), latency, a clean SIGTERM with answers still waiting, the status callbacks
+(signed webhooks) it sends after accepting a message, checked by a small receiver, and Meta's
+WhatsApp message templates (catalogues, the paged listing, template sends, the template status
+webhook).
 
 The binary comes from OMNIGATE_SIM_BIN (test/e2e/meson.build sets it). Standard library only.
 """
@@ -132,10 +134,11 @@ def clean(request):
         s = request.getfixturevalue("sim")
         s.control("DELETE", "/__sim/rules")
         s.control("DELETE", "/__sim/requests")
+        s.control("DELETE", "/__sim/meta/wabas")
     if "cbsim" in request.fixturenames:
         s = request.getfixturevalue("cbsim")
         assert wait_for(lambda: s.stats()["callbacks"]["pending"] == 0, CB_WAIT), s.stats()
-        for path in ("/__sim/rules", "/__sim/requests", "/__sim/callbacks", "/__sim/stats"):
+        for path in ("/__sim/rules", "/__sim/requests", "/__sim/callbacks", "/__sim/stats", "/__sim/meta/wabas"):
             s.control("DELETE", path)
         request.getfixturevalue("rx").reset()
 
@@ -1243,3 +1246,463 @@ def test_callback_url_flag_errors_and_help():
     p = subprocess.run([SIM_BIN], env=base_env({"OMNIGATE_SIM_CALLBACK_URL": "127.0.0.1:9"}),
                        capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and "OMNIGATE_SIM_CALLBACK_URL" in p.stderr
+
+
+# ---- WhatsApp message templates -----------------------------------------------------------------
+
+WABA = "102290129340398"
+TEMPLATES_PATH = "/__sim/meta/wabas/%s/templates"
+LIST_PATH = "/v21.0/%s/message_templates"
+E132000 = "(#132000) Number of parameters does not match the expected number of params"
+
+
+def template(name, body="Hi {{1}}, your code is {{2}}", language="en_US", buttons=None, **fields):
+    """A template in Meta's shape: a BODY, and BUTTONS when given."""
+    t = {"name": name, "language": language, "components": [{"type": "BODY", "text": body}]}
+    if buttons is not None:
+        t["components"].append({"type": "BUTTONS", "buttons": buttons})
+    t.update(fields)
+    return t
+
+
+def put_templates(sim, templates=(), waba=WABA, phones=(META_PHONE_ID,), **extra):
+    body = {"phoneNumberIds": list(phones), "templates": list(templates)}
+    body.update(extra)
+    return sim.control("PUT", TEMPLATES_PATH % waba, body)
+
+
+def catalogue(sim, templates=(), **kw):
+    status, j = put_templates(sim, templates, **kw)
+    assert status == 200, j
+    return j["data"]
+
+
+def list_templates(sim, waba=WABA, query="", token=META_TOKEN, path=None):
+    headers = [("Host", "127.0.0.1:%d" % sim.port)]
+    if token is not None:
+        headers.append(("Authorization", "Bearer " + token))
+    return sim.request("GET", (path or LIST_PATH % waba) + query, headers)
+
+
+def follow(sim, next_url):
+    """The page a `next` link points at; the link must name the host the client used."""
+    u = urllib.parse.urlsplit(next_url)
+    assert (u.scheme, u.netloc) == ("http", "127.0.0.1:%d" % sim.port), next_url
+    return list_templates(sim, path=u.path, query="?" + u.query)
+
+
+def all_pages(sim, query):
+    pages, r = [], list_templates(sim, query=query)
+    while True:
+        assert r.status == 200, r
+        pages.append(r.json())
+        if "next" not in pages[-1].get("paging", {}):
+            return pages
+        r = follow(sim, pages[-1]["paging"]["next"])
+
+
+def template_send(sim, name, language="en_US", components=None, to=OK_TO, path=META_PATH, **kw):
+    tpl = {"name": name, "language": {"policy": "deterministic", "code": language}}
+    if components is not None:
+        tpl["components"] = components
+    body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to.lstrip("+"),
+            "type": "template", "template": tpl}
+    return meta_send(sim, to, body=body, path=path, **kw)
+
+
+def body_params(*texts):
+    return {"type": "body", "parameters": [{"type": "text", "text": t} for t in texts]}
+
+
+def url_button(index, *texts):
+    return {"type": "button", "sub_type": "url", "index": str(index),
+            "parameters": [{"type": "text", "text": t} for t in texts]}
+
+
+def meta_err(r, status, code):
+    assert r.status == status, r
+    err = r.json()["error"]
+    assert err["code"] == code and err["type"] == "OAuthException" and err["fbtrace_id"], err
+    return err
+
+
+def test_templates_listing_follows_next_through_every_page(sim):
+    """250 templates listed 100 at a time: three pages found by following `next` (on the Host the
+    client used), every template once in catalogue order, Graph cursors, and the last page with
+    cursors but no `next`."""
+    names = ["t_%03d" % i for i in range(250)]
+    assert catalogue(sim, [template(n) for n in names]) == {"wabaId": WABA, "templates": 250}
+    pages = all_pages(sim, "?limit=100&fields=name,status")
+    assert [len(p["data"]) for p in pages] == [100, 100, 50]
+    assert [t["name"] for p in pages for t in p["data"]] == names
+    assert pages[0]["paging"]["cursors"] == {"before": "MAZDZD", "after": "OTkZD"}  # Graph's base64 of 0 and 99
+    assert pages[0]["paging"]["next"] == ("http://127.0.0.1:%d/v21.0/%s/message_templates?limit=100&after=OTkZD"
+                                          % (sim.port, WABA))
+    assert set(pages[2]["paging"]) == {"cursors"} and set(pages[2]["paging"]["cursors"]) == {"before", "after"}
+    first = pages[0]["data"][0]
+    assert first["name"] == "t_000" and first["language"] == "en_US" and first["status"] == "APPROVED"
+    assert first["category"] == "UTILITY" and first["parameter_format"] == "POSITIONAL"
+    assert re.match(r"^\d{15,18}$", first["id"]) and len({t["id"] for p in pages for t in p["data"]}) == 250
+
+
+def test_templates_listing_default_limit_is_25(sim):
+    """Without ?limit a page has 25 templates and `next` carries limit=25; without a Host header
+    `next` names the listen address."""
+    catalogue(sim, [template("t_%02d" % i) for i in range(30)])
+    j = list_templates(sim).json()
+    assert len(j["data"]) == 25 and "limit=25&after=" in j["paging"]["next"]
+    assert [t["name"] for t in follow(sim, j["paging"]["next"]).json()["data"]] == ["t_%02d" % i for i in range(25, 30)]
+    with Conn(sim.port) as c:
+        c.send(request_bytes("GET", LIST_PATH % WABA, [("Authorization", "Bearer " + META_TOKEN)],
+                             version="HTTP/1.0", host=False))
+        r = c.read_response()
+    assert r.json()["paging"]["next"].startswith("http://127.0.0.1:%d/v21.0/" % sim.port), r
+
+
+def test_templates_listing_empty_catalogue(sim):
+    """An empty catalogue lists as {"data":[]} (Graph's empty edge); so does the page after the
+    last template's cursor."""
+    catalogue(sim, [])
+    r = list_templates(sim)
+    assert r.status == 200 and r.json() == {"data": []}, r
+    catalogue(sim, [template("only")])
+    after = list_templates(sim).json()["paging"]["cursors"]["after"]
+    assert list_templates(sim, query="?after=" + after).json() == {"data": []}
+
+
+def test_templates_listing_checks_version_then_token_then_waba(sim):
+    """The listing refuses another API version (400 code 2500) before a bad token (401 code 190
+    with WWW-Authenticate), and a bad token before an unknown WABA (400 code 100 subcode 33)."""
+    catalogue(sim, [template("a")])
+    meta_err(list_templates(sim, token="bad", path="/v20.0/%s/message_templates" % WABA), 400, 2500)
+    r = list_templates(sim, waba="999", token="bad")
+    assert meta_err(r, 401, 190)["error_subcode"] == 463 and r.header("WWW-Authenticate", "").startswith("OAuth")
+    for waba in ("999", "not-a-waba"):
+        err = meta_err(list_templates(sim, waba=waba), 400, 100)
+        assert err["error_subcode"] == 33
+        assert err["message"] == ("Unsupported get request. Object with ID '%s' does not exist, cannot be loaded "
+                                  "due to missing permissions, or does not support this operation." % waba)
+
+
+@pytest.mark.parametrize("query", ["?limit=0", "?limit=1001", "?limit=abc", "?limit=", "?limit=-5",
+                                   "?after=garbage", "?after=MQ", "?after=NQZDZD", "?after=", "?after=MDAZD"])
+def test_templates_listing_bad_limit_or_cursor_is_code_100(sim, query):
+    """A limit outside 1..1000, or an after cursor the listing never gave (garbage, unpadded,
+    past the end, zero-padded), is 400 code 100."""
+    catalogue(sim, [template("t_%d" % i) for i in range(5)])
+    assert list_templates(sim, query="?limit=1000").status == 200
+    meta_err(list_templates(sim, query=query), 400, 100)
+
+
+def test_templates_listing_behaviours_recorded_and_counted(sim):
+    """listBehaviour error is 500 code 1 "An unknown error occurred", auth is 401 code 190; every
+    listing request is recorded (channel whatsapp_meta, to null) and counted as a Meta request."""
+    sim.control("DELETE", "/__sim/stats")
+    catalogue(sim, [template("a")], listBehaviour="error")
+    err = meta_err(list_templates(sim), 500, 1)
+    assert err["message"] == "An unknown error occurred"
+    catalogue(sim, [template("a")], listBehaviour="auth")
+    assert meta_err(list_templates(sim), 401, 190)["error_subcode"] == 463
+    catalogue(sim, [template("a")], listBehaviour="ok")
+    assert list_templates(sim).status == 200
+    meta_err(list_templates(sim, token="bad"), 401, 190)
+    items = sim.requests("?channel=whatsapp_meta")
+    assert [(i["method"], i["path"], i["to"]) for i in items] == [("GET", LIST_PATH % WABA, None)] * 4
+    st = sim.stats()["channels"]["whatsapp_meta"]
+    assert (st["requests"], st["error"], st["auth"], st["ok"], st["unauthorized"]) == (4, 1, 1, 1, 1)
+
+
+def test_templates_generate_1000_lists_in_10_pages(sim):
+    """generate: 1000 adds gen_00001 .. gen_01000 (APPROVED UTILITY POSITIONAL en_US, two body
+    parameters), listed in ten pages of 100; a generated template can be sent."""
+    assert catalogue(sim, generate=1000) == {"wabaId": WABA, "templates": 1000}
+    pages = all_pages(sim, "?limit=100")
+    assert len(pages) == 10 and all(len(p["data"]) == 100 for p in pages)
+    got = [t for p in pages for t in p["data"]]
+    assert [t["name"] for t in got] == ["gen_%05d" % i for i in range(1, 1001)]
+    assert {(t["language"], t["status"], t["category"], t["parameter_format"]) for t in got} == {
+        ("en_US", "APPROVED", "UTILITY", "POSITIONAL")}
+    assert got[0]["components"] == [{"type": "BODY", "text": "Hello {{1}}, your order {{2}} is ready"}]
+    assert template_send(sim, "gen_00042", components=[body_params("Ann", "A-1")]).status == 200
+
+
+def test_templates_control_put_get_replace_and_delete(sim):
+    """PUT replaces a WABA's catalogue (given ids kept, missing ones assigned), GET returns it
+    with its phone number ids, an unknown WABA is 404, DELETE /__sim/meta/wabas forgets all."""
+    catalogue(sim, [template("a", id="123456789012345"), template("b")], phones=[META_PHONE_ID, "555000111"])
+    status, j = sim.control("GET", TEMPLATES_PATH % WABA)
+    assert status == 200 and j["data"]["phoneNumberIds"] == [META_PHONE_ID, "555000111"]
+    a, b = j["data"]["templates"]
+    assert a["id"] == "123456789012345" and re.match(r"^\d+$", b["id"]) and b["status"] == "APPROVED"
+    catalogue(sim, [template("c")])
+    assert [t["name"] for t in sim.control("GET", TEMPLATES_PATH % WABA)[1]["data"]["templates"]] == ["c"]
+    assert sim.control("GET", TEMPLATES_PATH % "42")[0] == 404
+    status, j = sim.control("DELETE", "/__sim/meta/wabas")
+    assert status == 200 and j["data"]["cleared"] == 1
+    assert sim.control("GET", TEMPLATES_PATH % WABA)[0] == 404
+    assert meta_err(list_templates(sim), 400, 100)["error_subcode"] == 33
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"templates": [template("Bad-Name")]}, "templates[0].name"),
+    ({"templates": [template("a", language="en US")]}, "templates[0].language"),
+    ({"templates": [{"name": "a", "language": "en_US", "components": [{"type": "FOOTER", "text": "x"}]}]},
+     "templates[0].components"),
+    ({"templates": [template("a", parameter_format="MIXED")]}, "templates[0].parameter_format"),
+    ({"templates": [template("a", body="Hi {{name}}")]}, "templates[0].components[0].text"),
+    ({"templates": [template("a", body="Hi {{1}}", parameter_format="NAMED")]}, "templates[0].components[0].text"),
+    ({"templates": [template("a", buttons=[{"type": "URL", "text": "Go"}])]}, "templates[0].components[1].buttons[0].url"),
+    ({"templates": [template("a", id=12345)]}, "templates[0].id"),
+    ({"templates": [template("a"), template("b"), template("a")]}, "templates[2]"),
+    ({"templates": [template("gen_00001")], "generate": 1}, "generate"),
+    ({"generate": 20001}, "generate"),
+    ({"templates": [template("a")] * 1, "generate": 20000}, "templates"),
+    ({"listBehaviour": "maybe"}, "listBehaviour"),
+    ({"phoneNumberIds": ["12ab"]}, "phoneNumberIds[0]"),
+    ({"phoneNumberIds": ["1", "1"]}, "phoneNumberIds[1]"),
+    ({"templatez": []}, "templatez"),
+])
+def test_templates_put_validation(sim, body, field):
+    """An invalid catalogue is 422 naming the field, and the WABA's catalogue stays as it was."""
+    catalogue(sim, [template("kept")])
+    status, j = sim.control("PUT", TEMPLATES_PATH % WABA, body)
+    assert status == 422 and j["error"]["field"] == field, j
+    assert [t["name"] for t in sim.control("GET", TEMPLATES_PATH % WABA)[1]["data"]["templates"]] == ["kept"]
+
+
+def test_templates_phone_bound_to_one_waba_and_at_most_64_wabas(sim):
+    """A phone number id bound to a WABA cannot be bound to another (422 naming it); at most 64
+    WABAs have catalogues (the 65th is 422 too_many_wabas)."""
+    catalogue(sim, [template("a")])
+    status, j = put_templates(sim, [template("a")], waba="7")
+    assert status == 422 and j["error"]["field"] == "phoneNumberIds[0]" and WABA in j["message"], j
+    for n in range(63):
+        catalogue(sim, waba=str(1000 + n), phones=())
+    status, j = put_templates(sim, waba="9", phones=())
+    assert status == 422 and j["error"]["code"] == "too_many_wabas", j
+    catalogue(sim, [template("b")])  # replacing an existing one is still fine
+
+
+def test_template_send_accepted(sim):
+    """A template send that matches its catalogue (body parameters, the URL button's parameter, a
+    quick reply payload) is accepted like a text send and recorded byte for byte."""
+    catalogue(sim, [template("order_ready", buttons=[{"type": "QUICK_REPLY", "text": "Stop"},
+                                                     {"type": "URL", "text": "Track", "url": "https://x/{{1}}"}],
+                             category="MARKETING")])
+    comps = [body_params("Ann", "4711"), url_button(1, "A-4711"),
+             {"type": "button", "sub_type": "quick_reply", "index": "0",
+              "parameters": [{"type": "payload", "payload": "STOP"}]}]
+    r = template_send(sim, "order_ready", components=comps)
+    assert r.status == 200, r
+    j = r.json()
+    assert j["contacts"] == [{"input": OK_TO[1:], "wa_id": OK_TO[1:]}] and j["messages"][0]["id"].startswith("wamid.")
+    rec = sim.requests("?channel=whatsapp_meta")[-1]
+    assert json.loads(rec["body"])["template"]["components"] == comps and rec["to"] == OK_TO
+
+
+@pytest.mark.parametrize("name,language,path", [
+    ("order_redy", "en_US", META_PATH),
+    ("order_ready", "pt_BR", META_PATH),
+    ("order_ready", "en_US", "/v21.0/200000000000001/messages"),
+])
+def test_template_send_unknown_template_is_132001(sim, name, language, path):
+    """A name, a language, or a phone number id bound to no WABA, without that template: 400 code
+    132001 with Meta's details."""
+    catalogue(sim, [template("order_ready")])
+    err = meta_err(template_send(sim, name, language, [body_params("a", "b")], path=path), 400, 132001)
+    assert err["message"] == "(#132001) Template name does not exist in the translation"
+    assert err["error_data"]["details"] == "template name (%s) does not exist in %s" % (name, language)
+
+
+@pytest.mark.parametrize("event,code,message", [
+    ("PAUSED", 132015, "(#132015) Template is Paused"),
+    ("DISABLED", 132016, "(#132016) Template has been disabled"),
+    ("REJECTED", 132001, "(#132001) Template name does not exist in the translation"),
+    ("PENDING", 132001, "(#132001) Template name does not exist in the translation"),
+])
+def test_template_send_after_a_status_change(sim, event, code, message):
+    """A status change takes effect on the next send: PAUSED is 132015, DISABLED 132016, any other
+    status but APPROVED 132001; APPROVED again sends."""
+    catalogue(sim, [template("promo")])
+    comps = [body_params("a", "b")]
+    status, j = sim.control("POST", TEMPLATES_PATH % WABA + "/status",
+                            {"name": "promo", "language": "en_US", "event": event})
+    assert status == 200 and j["data"]["status"] == event and j["data"]["name"] == "promo", j
+    assert meta_err(template_send(sim, "promo", components=comps), 400, code)["message"] == message
+    sim.control("POST", TEMPLATES_PATH % WABA + "/status", {"name": "promo", "language": "en_US", "event": "APPROVED"})
+    assert template_send(sim, "promo", components=comps).status == 200
+
+
+def test_template_status_route_errors(sim):
+    """The status route is 404 for an unknown WABA or template and 422 for an event that is not
+    a status word."""
+    catalogue(sim, [template("promo")])
+    path = TEMPLATES_PATH % WABA + "/status"
+    assert sim.control("POST", TEMPLATES_PATH % "42" + "/status", {"name": "promo", "language": "en_US",
+                                                                   "event": "PAUSED"})[0] == 404
+    assert sim.control("POST", path, {"name": "promo", "language": "pt_BR", "event": "PAUSED"})[0] == 404
+    status, j = sim.control("POST", path, {"name": "promo", "language": "en_US", "event": "paused!"})
+    assert status == 422 and j["error"]["field"] == "event", j
+
+
+@pytest.mark.parametrize("params,got", [([], 0), (["a"], 1), (["a", "b", "c"], 3)])
+def test_template_send_wrong_body_count_is_132000(sim, params, got):
+    """The body parameters must be as many as the distinct placeholders of the BODY ({{1}} twice
+    counts once): else 400 code 132000 saying both numbers."""
+    catalogue(sim, [template("code", body="{{1}} is your code. Again: {{1}}. Valid {{2}} min")])
+    comps = [body_params(*params)] if params else None
+    err = meta_err(template_send(sim, "code", components=comps), 400, 132000)
+    assert err["message"] == E132000
+    assert err["error_data"]["details"] == ("body: number of localizable_params (%d) does not match the expected "
+                                            "number of params (2)" % got)
+    assert template_send(sim, "code", components=[body_params("1", "2")]).status == 200
+
+
+@pytest.mark.parametrize("names,details", [
+    (["first_name", "code"], None),
+    (["first_name", "cod"], "body: parameter_name (cod) is not a parameter of the template"),
+    (["first_name", None], "body: parameter 1 has no parameter_name (the template's parameter_format is NAMED)"),
+    (["code", "code"], "body: parameter_name (code) is given twice"),
+])
+def test_template_send_named_parameters(sim, names, details):
+    """A NAMED template takes body parameters each naming a distinct placeholder; any other name
+    (or none) is 400 code 132000 naming it."""
+    catalogue(sim, [template("named", body="Hi {{first_name}}, use {{code}}", parameter_format="NAMED")])
+    params = [{"type": "text", "text": "x"} if n is None else {"type": "text", "text": "x", "parameter_name": n}
+              for n in names]
+    r = template_send(sim, "named", components=[{"type": "body", "parameters": params}])
+    if details is None:
+        assert r.status == 200, r
+    else:
+        assert meta_err(r, 400, 132000)["error_data"]["details"] == details
+
+
+BUTTONS = [{"type": "QUICK_REPLY", "text": "Stop"}, {"type": "URL", "text": "Track", "url": "https://x/{{1}}"},
+           {"type": "URL", "text": "Home", "url": "https://x/"}]
+
+
+@pytest.mark.parametrize("buttons,code,details", [
+    ([], 132000, "button at index 1: the URL button needs a parameter (sub_type url, one text parameter)"),
+    ([url_button(1)], 100, None),  # no parameter at all is a malformed component
+    ([url_button(1, "a", "b")], 132000, "button at index 1: exactly one text parameter is required"),
+    ([dict(url_button(1, "a"), sub_type="quick_reply")], 132000,
+     "button at index 1: sub_type must be url for the URL button"),
+    ([url_button(1, "a"), url_button(1, "b")], 132000, "button at index 1: given twice"),
+    ([url_button(1, "a"), url_button(2, "b")], 132000, "button at index 2: the URL button takes no parameter"),
+    ([url_button(1, "a"), url_button(5, "b")], 131009, "button at index 5: the template has no button there"),
+    ([url_button(1, "a"), {"type": "button", "sub_type": "url", "index": "0",
+                           "parameters": [{"type": "payload", "payload": "P"}]}], 132000,
+     "button at index 0: sub_type must be quick_reply for the QUICK_REPLY button"),
+])
+def test_template_send_button_parameters(sim, buttons, code, details):
+    """A URL button whose url has {{1}} needs a url button component at its index with exactly one
+    text parameter (else 132000 "button at index i: ..."); a component for an index without a
+    button is 131009; a static button takes none."""
+    catalogue(sim, [template("track", body="Hi", buttons=BUTTONS)])
+    err = meta_err(template_send(sim, "track", components=buttons), 400, code)
+    if details is not None:
+        assert err["error_data"]["details"] == details
+    if code == 131009:
+        assert err["message"] == "(#131009) Parameter value is not valid"
+    assert template_send(sim, "track", components=[url_button(1, "a")]).status == 200
+
+
+def test_template_send_otp_button_needs_the_code(sim):
+    """An authentication template's OTP COPY_CODE button is sent as a url button carrying the code:
+    without it 132000, with it accepted."""
+    catalogue(sim, [template("otp", body="{{1}} is your verification code.", category="AUTHENTICATION",
+                             buttons=[{"type": "OTP", "otp_type": "COPY_CODE", "text": "Copy code"}])])
+    err = meta_err(template_send(sim, "otp", components=[body_params("123456")]), 400, 132000)
+    assert err["error_data"]["details"].startswith("button at index 0: the OTP button needs a parameter")
+    assert template_send(sim, "otp", components=[body_params("123456"), url_button(0, "123456")]).status == 200
+
+
+@pytest.mark.parametrize("tpl", [
+    None,
+    {"language": {"code": "en_US"}},
+    {"name": "a"},
+    {"name": "a", "language": {"code": ""}},
+    {"name": "a", "language": {"code": "en_US", "policy": "fallback"}},
+    {"name": "a", "language": {"code": "en_US"}, "components": {"type": "body"}},
+    {"name": "a", "language": {"code": "en_US"}, "components": [{"type": "footer"}]},
+    {"name": "a", "language": {"code": "en_US"}, "components": [body_params("x"), body_params("y")]},
+    {"name": "a", "language": {"code": "en_US"}, "components": [{"type": "body", "parameters": [{"type": "image"}]}]},
+    {"name": "a", "language": {"code": "en_US"}, "components": [{"type": "body", "parameters": [{"type": "text"}]}]},
+    {"name": "a", "language": {"code": "en_US"}, "components": [dict(url_button(0, "x"), sub_type="catalog")]},
+    {"name": "a", "language": {"code": "en_US"}, "components": [dict(url_button(0, "x"), index="x")]},
+])
+def test_template_send_malformed_is_code_100(sim, tpl):
+    """A template object Meta would refuse as malformed is 400 code 100 "(#100) Invalid
+    parameter" with details, before the catalogue is looked at."""
+    body = {"messaging_product": "whatsapp", "to": OK_TO[1:], "type": "template"}
+    if tpl is not None:
+        body["template"] = tpl
+    err = meta_err(meta_send(sim, body=body), 400, 100)
+    assert err["message"] == "(#100) Invalid parameter" and "template" in err["error_data"]["details"], err
+
+
+def test_template_send_follows_the_planned_behaviour(sim):
+    """Only a template send the catalogue allows meets the planned behaviour: magic digits and
+    rules then apply exactly as for text (reject 131026, error 131000, a rule's throttle)."""
+    catalogue(sim, [template("promo")])
+    sim.control("DELETE", "/__sim/stats")
+    comps = [body_params("a", "b")]
+    meta_err(template_send(sim, "promo", components=comps, to=magic(meta=1)), 400, 131026)
+    meta_err(template_send(sim, "promo", components=comps, to=magic(meta=2)), 500, 131000)
+    meta_err(template_send(sim, "nope", components=comps, to=magic(meta=2)), 400, 132001)
+    sim.rule(channel="whatsapp_meta", to=OK_TO, behaviour="throttle")
+    meta_err(template_send(sim, "promo", components=comps), 429, 130429)
+    st = sim.stats()["channels"]["whatsapp_meta"]
+    assert (st["requests"], st["reject"], st["error"], st["invalid"], st["throttle"], st["ok"]) == (4, 1, 1, 1, 1, 0)
+
+
+def test_template_status_webhook_is_posted_and_signed(cbsim, rx):
+    """A status change POSTs Meta's message_template_status_update to /webhooks/meta, signed with
+    X-Hub-Signature-256, recorded in /__sim/callbacks under the template id; notify: false sends
+    nothing; the reason defaults to NONE."""
+    catalogue(cbsim, [template("promo", id="998877665544332")])
+    path = TEMPLATES_PATH % WABA + "/status"
+    t0 = time.time()
+    assert cbsim.control("POST", path, {"name": "promo", "language": "en_US", "event": "PAUSED",
+                                        "notify": False})[0] == 200
+    status, j = cbsim.control("POST", path, {"name": "promo", "language": "en_US", "event": "REJECTED",
+                                             "reason": "INVALID_FORMAT"})
+    assert status == 200 and j["data"]["status"] == "REJECTED", j
+    cbsim.control("POST", path, {"name": "promo", "language": "en_US", "event": "APPROVED"})
+    items = rx.wait(2)
+    assert wait_for(lambda: cb_stats(cbsim)["pending"] == 0, CB_WAIT)
+    items = rx.got()
+    assert len(items) == 2
+    for item in items:
+        assert item["path"] == "/webhooks/meta" and item["headers"]["content-type"] == "application/json"
+        assert_signed("whatsapp_meta", item)
+    body = json.loads(items[0]["body"])
+    assert body["object"] == "whatsapp_business_account" and len(body["entry"]) == 1
+    entry = body["entry"][0]
+    assert entry["id"] == WABA and isinstance(entry["time"], int) and abs(entry["time"] - t0) < 60
+    assert entry["changes"] == [{"field": "message_template_status_update", "value": {
+        "event": "REJECTED", "message_template_id": 998877665544332, "message_template_name": "promo",
+        "message_template_language": "en_US", "reason": "INVALID_FORMAT"}}]
+    assert json.loads(items[1]["body"])["entry"][0]["changes"][0]["value"]["reason"] == "NONE"
+    recs = cbsim.control("GET", "/__sim/callbacks")[1]["data"]["items"]
+    assert [(r["provider"], r["channel"], r["messageId"], r["status"]) for r in recs] == [
+        ("meta", "whatsapp_meta", "998877665544332", 200)] * 2
+
+
+def test_template_send_gets_status_callbacks(cbsim, rx):
+    """An accepted template send is followed by the status callbacks its recipient scripts, like a
+    text send (digit 8: sent)."""
+    catalogue(cbsim, [template("promo")])
+    r = template_send(cbsim, "promo", components=[body_params("a", "b")], to=cb_to(8))
+    assert r.status == 200, r
+    assert [said("whatsapp_meta", i) for i in rx.wait(1)] == [(r.json()["messages"][0]["id"], "sent")]
+
+
+def test_templates_put_takes_10000_templates(sim):
+    """PUT takes a catalogue of 10,000 templates (a body far over OMNIGATE_MAX_BODY_BYTES); the
+    last of them is on the tenth page of 1,000."""
+    names = ["big_%05d" % i for i in range(10000)]
+    status, j = put_templates(sim, [template(n) for n in names])
+    assert status == 200 and j["data"]["templates"] == 10000, j
+    pages = all_pages(sim, "?limit=1000")
+    assert len(pages) == 10 and pages[-1]["data"][-1]["name"] == "big_09999"

@@ -12,6 +12,10 @@
  * gateway restarted within a few seconds still gets it. Every try is recorded (GET
  * /__sim/callbacks) and counted (GET /__sim/stats). A draining worker drops whatever has not
  * been delivered yet.
+ *
+ * A run may also carry one ready-made body instead of a script: Meta's template status webhook
+ * (message_template_status_update), which is about a template, not a message, and goes out once,
+ * at once, with the same signature, retries and records.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -120,8 +124,8 @@ struct sim_cbs {
     size_t head, count;
 };
 
-/* The callbacks of one accepted message. Freed in the close callback of `timer` (once begun) or
- * by run_free (never begun); never while `hreq` is in flight. */
+/* The callbacks of one accepted message, or one template status webhook (`ready`). Freed in the close
+ * callback of `timer` (once begun) or by run_free (never begun); never while `hreq` is in flight. */
 struct sim_cb_run {
     uv_timer_t timer; /* the pause before the next try */
     og_hc_req_t hreq; /* the current callback: built at its first try, reused for retries */
@@ -137,7 +141,8 @@ struct sim_cb_run {
     int64_t sent_at;
     og_http_req_t *held; /* before_answer: the send whose answer waits */
     sim_answer_t held_ans;
-    char *url; /* where every callback of this run goes (malloc'd) */
+    char *url;   /* where every callback of this run goes (malloc'd) */
+    char *ready; /* NULL, or the run's only callback body, built when the run was made (malloc'd) */
     char conversation[33];
     const char *id, *to, *from, *account, *service; /* in `strings`; "" when absent */
     char strings[];
@@ -258,7 +263,14 @@ static void run_free(sim_cb_run_t *run)
     og_hc_req_clear(&run->hreq);
     free(run->held_ans.body);
     free(run->url);
+    free(run->ready);
     free(run);
+}
+
+/* How many callbacks the run sends in all: its script's, or its one ready body. */
+static unsigned run_steps(const sim_cb_run_t *run)
+{
+    return run->ready != NULL ? 1 : scripts[run->script].n;
 }
 
 static void run_closed(uv_handle_t *h)
@@ -309,7 +321,7 @@ static void run_drop(sim_cb_run_t *run, bool answer_held)
 {
     sim_cbs_t *cbs = run->cbs;
     run_untrack(run);
-    cbs->pending -= scripts[run->script].n - run->step;
+    cbs->pending -= run_steps(run) - run->step;
     run->dropped = true;
     if (run->held != NULL) {
         if (answer_held)
@@ -438,6 +450,14 @@ static json_t *meta_status(const sim_cb_run_t *run, cb_status_t st)
     return status;
 }
 
+/* X-Hub-Signature-256 over r's body, when Meta's app secret is set. */
+static bool meta_sign(og_hc_req_t *r, const char *secret)
+{
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    return secret == NULL || (hmac_hex(EVP_sha256(), secret, r->body, r->body_len, hex) &&
+                              og_hc_req_add_header(r, "X-Hub-Signature-256: sha256=%s", hex));
+}
+
 static bool meta_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st, const char *secret)
 {
     json_t *v =
@@ -445,10 +465,17 @@ static bool meta_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st
                   "whatsapp_business_account", "entry", "id", META_WABA_ID, "changes", "field", "messages",
                   "value", "messaging_product", "whatsapp", "metadata", "display_phone_number",
                   META_DISPLAY_NUMBER, "phone_number_id", run->account, "statuses", meta_status(run, st));
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-    return json_body(r, v) &&
-           (secret == NULL || (hmac_hex(EVP_sha256(), secret, r->body, r->body_len, hex) &&
-                               og_hc_req_add_header(r, "X-Hub-Signature-256: sha256=%s", hex)));
+    return json_body(r, v) && meta_sign(r, secret);
+}
+
+/* A run's ready body (only Meta's template webhook has one), the same bytes on every try. */
+static bool ready_request(og_hc_req_t *r, const sim_cb_run_t *run, const char *secret)
+{
+    r->body = strdup(run->ready);
+    if (r->body == NULL)
+        return false;
+    r->body_len = strlen(r->body);
+    return og_hc_req_add_header(r, "Content-Type: application/json") && meta_sign(r, secret);
 }
 
 static bool waha_request(og_hc_req_t *r, sim_t *s, const sim_cb_run_t *run, cb_status_t st,
@@ -556,7 +583,6 @@ static void on_try_done(og_hc_req_t *r);
 static bool build_request(sim_cb_run_t *run)
 {
     sim_cbs_t *cbs = run->cbs;
-    cb_status_t st = scripts[run->script].steps[run->step];
     og_hc_req_t *r = &run->hreq;
     og_hc_req_clear(r);
     r->method = "POST";
@@ -567,6 +593,9 @@ static bool build_request(sim_cb_run_t *run)
     if (r->url == NULL || !og_hc_req_add_header(r, "User-Agent: %s", user_agents[run->ch]))
         return false;
     const char *secret = secret_of(cbs, run->ch);
+    if (run->ready != NULL)
+        return ready_request(r, run, secret);
+    cb_status_t st = scripts[run->script].steps[run->step];
     switch (run->ch) {
     case SIM_CH_META:
         return meta_request(r, run, st, secret);
@@ -637,7 +666,7 @@ static void try_send(sim_cb_run_t *run)
 failed:
     og_log(&cbs->s->w->log, OG_LOG_ERROR, "callbacks dropped: cannot build or start the request",
            "\"provider\":\"%s\"", providers[run->ch]);
-    cbs->pending -= scripts[run->script].n - run->step;
+    cbs->pending -= run_steps(run) - run->step;
     run_end(run);
 }
 
@@ -656,14 +685,14 @@ static void on_try_done(og_hc_req_t *r)
     }
     sim_cbs_t *cbs = run->cbs;
     og_log_t *log = &cbs->s->w->log;
-    const struct cb_script *sc = &scripts[run->script];
+    unsigned steps = run_steps(run);
     bool ok = r->result == OG_HC_OK && r->http_status >= 200 && r->http_status < 300;
     record_try(cbs, run);
     if (ok)
         cbs->counts.ok++;
     else
         cbs->counts.failed++;
-    if (run->held != NULL && (!ok || run->step + 1 == sc->n))
+    if (run->held != NULL && (!ok || run->step + 1 == steps))
         release_held(run);
     if (!ok) {
         bool again = run->tries < CB_TRIES_MAX;
@@ -680,7 +709,7 @@ static void on_try_done(og_hc_req_t *r)
     cbs->pending--;
     og_hc_req_clear(r);
     run->tries = 0;
-    if (++run->step == sc->n) {
+    if (++run->step == steps) {
         run_end(run);
         return;
     }
@@ -698,12 +727,10 @@ static const char *put(char **p, const char *s)
     return start;
 }
 
-sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan, const sim_msg_t *msg)
+/* A run about `msg` on `ch`, with no script yet, not begun: freed by run_free until it is. */
+static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg)
 {
     sim_cbs_t *cbs = s->cbs;
-    if (cbs == NULL || cbs->draining || plan->script == SIM_SCRIPT_NONE ||
-        (unsigned)plan->script >= SIM_SCRIPT__COUNT)
-        return NULL;
     const char *parts[] = {msg->id, msg->to, msg->from, msg->account, msg->service};
     size_t size = sizeof(sim_cb_run_t);
     for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
@@ -713,8 +740,6 @@ sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan,
         return NULL;
     run->cbs = cbs;
     run->ch = ch;
-    run->script = plan->script;
-    run->delay_ms = plan->callback_delay_ms;
     char *p = run->strings;
     run->id = put(&p, msg->id);
     run->to = put(&p, msg->to);
@@ -737,6 +762,20 @@ sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan,
     return run;
 }
 
+sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan, const sim_msg_t *msg)
+{
+    sim_cbs_t *cbs = s->cbs;
+    if (cbs == NULL || cbs->draining || plan->script == SIM_SCRIPT_NONE ||
+        (unsigned)plan->script >= SIM_SCRIPT__COUNT)
+        return NULL;
+    sim_cb_run_t *run = run_new(s, ch, msg);
+    if (run != NULL) {
+        run->script = plan->script;
+        run->delay_ms = plan->callback_delay_ms;
+    }
+    return run;
+}
+
 void sim_cb_begin(sim_t *s, og_http_req_t *req, sim_answer_t *ans)
 {
     sim_cb_run_t *run = ans->cb;
@@ -748,7 +787,7 @@ void sim_cb_begin(sim_t *s, og_http_req_t *req, sim_answer_t *ans)
         return;
     }
     uv_timer_init(&s->w->loop, &run->timer);
-    cbs->pending += scripts[run->script].n;
+    cbs->pending += run_steps(run);
     if (run->script == SIM_SCRIPT_BEFORE_ANSWER) {
         run->held = req;
         run->held_ans = *ans;
@@ -758,6 +797,42 @@ void sim_cb_begin(sim_t *s, og_http_req_t *req, sim_answer_t *ans)
     }
     uv_update_time(&s->w->loop);
     uv_timer_start(&run->timer, on_timer, run->delay_ms, 0);
+}
+
+/* Meta's body: {"object","entry":[{"id":<WABA>,"time","changes":[{"field":
+ * "message_template_status_update","value":{"event","message_template_id","message_template_name",
+ * "message_template_language","reason"}}]}]}, compact, malloc'd; NULL when out of memory. */
+static char *template_status_body(const sim_template_event_t *ev)
+{
+    json_t *v = json_pack("{s:s, s:[{s:s, s:I, s:[{s:s, s:{s:s, s:I, s:s, s:s, s:s}}]}]}", "object",
+                          "whatsapp_business_account", "entry", "id", ev->waba_id, "time",
+                          (json_int_t)time(NULL), "changes", "field", "message_template_status_update",
+                          "value", "event", ev->event, "message_template_id",
+                          (json_int_t)strtoll(ev->template_id, NULL, 10), "message_template_name", ev->name,
+                          "message_template_language", ev->language, "reason", ev->reason);
+    char *body = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    return body;
+}
+
+bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev)
+{
+    sim_cbs_t *cbs = s->cbs;
+    if (cbs == NULL || cbs->draining)
+        return false;
+    sim_cb_run_t *run = run_new(s, SIM_CH_META, &(sim_msg_t){.id = ev->template_id});
+    if (run == NULL)
+        return false;
+    run->script = SIM_SCRIPT_NONE;
+    run->ready = template_status_body(ev);
+    if (run->ready == NULL || !run_track(cbs, run)) {
+        run_free(run);
+        return false;
+    }
+    uv_timer_init(&s->w->loop, &run->timer);
+    cbs->pending += run_steps(run);
+    uv_timer_start(&run->timer, on_timer, 0, 0);
+    return true;
 }
 
 /* ---- control API -------------------------------------------------------------------------- */

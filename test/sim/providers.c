@@ -196,8 +196,326 @@ static bool meta_token_ok(const og_http_req_t *req)
            memcmp(v + plen, META_TOKEN_PREFIX, tlen) == 0;
 }
 
-/* What is wrong with a send body, in Meta's words, or NULL. */
-static const char *meta_invalid(json_t *root, bool to_ok)
+/* ---- Meta: template sends ----------------------------------------------------------------- */
+
+/* The button position of a send's button component: "0" to "9" (Meta also takes a number), or -1. */
+static int button_index(const json_t *c)
+{
+    json_t *v = json_object_get(c, "index");
+    const char *str = json_string_value(v);
+    if (str != NULL)
+        return str[0] >= '0' && str[0] <= '9' && str[1] == '\0' ? str[0] - '0' : -1;
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
+    return n >= 0 && n < SIM_TEMPLATE_BUTTONS_MAX ? (int)n : -1;
+}
+
+/* What is wrong with parameter k of component i (of type `type`), in Meta's words, or NULL. */
+static const char *template_param_invalid(const json_t *p, size_t i, size_t k, const char *type, char *buf,
+                                          size_t buflen)
+{
+    const char *ptype = json_string_value(json_object_get(p, "type"));
+    json_t *name = json_object_get(p, "parameter_name");
+    if (strcmp(type, "button") == 0) {
+        bool text = ptype != NULL && strcmp(ptype, "text") == 0 && json_is_string(json_object_get(p, "text"));
+        bool payload =
+            ptype != NULL && strcmp(ptype, "payload") == 0 && json_is_string(json_object_get(p, "payload"));
+        if (!text && !payload)
+            snprintf(buf, buflen,
+                     "Param template['components'][%zu]['parameters'][%zu] must be {type: text, text} or "
+                     "{type: payload, payload}.",
+                     i, k);
+        return text || payload ? NULL : buf;
+    }
+    if (ptype == NULL || (strcmp(type, "body") == 0 && strcmp(ptype, "text") != 0)) {
+        snprintf(buf, buflen, "Param template['components'][%zu]['parameters'][%zu]['type'] must be %s.", i,
+                 k,
+                 strcmp(type, "body") == 0 ? "'text' (the simulator takes text body parameters only)"
+                                           : "a parameter type");
+        return buf;
+    }
+    if (strcmp(ptype, "text") == 0 && !json_is_string(json_object_get(p, "text"))) {
+        snprintf(buf, buflen,
+                 "The parameter template['components'][%zu]['parameters'][%zu]['text'] is required.", i, k);
+        return buf;
+    }
+    if (name != NULL && !json_is_string(name)) {
+        snprintf(buf, buflen,
+                 "Param template['components'][%zu]['parameters'][%zu]['parameter_name'] must be a string.",
+                 i, k);
+        return buf;
+    }
+    return NULL;
+}
+
+/* What is wrong with component i of a template send, or NULL. */
+static const char *template_component_invalid(const json_t *c, size_t i, const char *type, char *buf,
+                                              size_t buflen)
+{
+    bool button = strcmp(type, "button") == 0;
+    if (button) {
+        const char *sub = json_string_value(json_object_get(c, "sub_type"));
+        if (sub == NULL || (strcmp(sub, "url") != 0 && strcmp(sub, "quick_reply") != 0)) {
+            snprintf(buf, buflen,
+                     "Param template['components'][%zu]['sub_type'] must be one of {url, quick_reply}.", i);
+            return buf;
+        }
+        if (button_index(c) < 0) {
+            snprintf(buf, buflen,
+                     "Param template['components'][%zu]['index'] must be a button position, 0 to 9.", i);
+            return buf;
+        }
+    }
+    json_t *params = json_object_get(c, "parameters");
+    if (params == NULL && !button)
+        return NULL;
+    if (!json_is_array(params) || (button && json_array_size(params) == 0)) {
+        snprintf(buf, buflen, "Param template['components'][%zu]['parameters'] must be %s.", i,
+                 button ? "a non-empty array" : "an array");
+        return buf;
+    }
+    for (size_t k = 0; k < json_array_size(params); k++) {
+        json_t *p = json_array_get(params, k);
+        if (!json_is_object(p)) {
+            snprintf(buf, buflen, "Param template['components'][%zu]['parameters'][%zu] must be an object.",
+                     i, k);
+            return buf;
+        }
+        const char *why = template_param_invalid(p, i, k, type, buf, buflen);
+        if (why != NULL)
+            return why;
+    }
+    return NULL;
+}
+
+/* What is wrong with the `template` object of a send (Meta's TemplateObject), or NULL. */
+static const char *template_invalid(const json_t *t, char *buf, size_t buflen)
+{
+    if (!json_is_object(t))
+        return "The parameter template is required.";
+    json_t *name = json_object_get(t, "name");
+    if (!json_is_string(name) || json_string_length(name) == 0)
+        return "The parameter template['name'] is required.";
+    json_t *language = json_object_get(t, "language");
+    json_t *code = json_object_get(language, "code");
+    if (!json_is_object(language) || !json_is_string(code) || json_string_length(code) == 0)
+        return "The parameter template['language']['code'] is required.";
+    json_t *policy = json_object_get(language, "policy");
+    if (policy != NULL &&
+        (!json_is_string(policy) || strcmp(json_string_value(policy), "deterministic") != 0))
+        return "Param template['language']['policy'] must be 'deterministic'.";
+    json_t *comps = json_object_get(t, "components");
+    if (comps == NULL)
+        return NULL;
+    if (!json_is_array(comps))
+        return "Param template['components'] must be an array.";
+    bool header = false, body = false;
+    for (size_t i = 0; i < json_array_size(comps); i++) {
+        json_t *c = json_array_get(comps, i);
+        const char *type = json_string_value(json_object_get(c, "type"));
+        if (type == NULL ||
+            (strcmp(type, "header") != 0 && strcmp(type, "body") != 0 && strcmp(type, "button") != 0)) {
+            snprintf(buf, buflen,
+                     "Param template['components'][%zu]['type'] must be one of {header, body, button}.", i);
+            return buf;
+        }
+        bool *seen = strcmp(type, "header") == 0 ? &header : strcmp(type, "body") == 0 ? &body : NULL;
+        if (seen != NULL && *seen) {
+            snprintf(buf, buflen, "Param template['components'][%zu]: only one %s component is allowed.", i,
+                     type);
+            return buf;
+        }
+        if (seen != NULL)
+            *seen = true;
+        const char *why = template_component_invalid(c, i, type, buf, buflen);
+        if (why != NULL)
+            return why;
+    }
+    return NULL;
+}
+
+/* Why Meta refuses a well-formed template send that its catalogue does not allow. */
+typedef struct tpl_refusal {
+    int status;
+    int code;
+    const char *message;
+    char details[320];
+} tpl_refusal_t;
+
+static bool refuse(tpl_refusal_t *r, int code, const char *message, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Fills r (a 400) and returns false, so that a check can `return refuse(...)`. */
+static bool refuse(tpl_refusal_t *r, int code, const char *message, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->details, sizeof(r->details), fmt, ap);
+    va_end(ap);
+    r->status = 400;
+    r->code = code;
+    r->message = message;
+    return false;
+}
+
+#define E132000 "(#132000) Number of parameters does not match the expected number of params"
+
+/* The first component of `type` in `comps` (a send's "body", a template's "BODY"), or NULL. */
+static json_t *component_of(const json_t *comps, const char *type)
+{
+    for (size_t i = 0; i < json_array_size(comps); i++) {
+        json_t *c = json_array_get(comps, i);
+        const char *t = json_string_value(json_object_get(c, "type"));
+        if (t != NULL && strcmp(t, type) == 0)
+            return c;
+    }
+    return NULL;
+}
+
+/* NAMED templates: each body parameter names a distinct placeholder of the template. */
+static bool named_params_allowed(const json_t *params, const json_t *placeholders, tpl_refusal_t *r)
+{
+    for (size_t k = 0; k < json_array_size(params); k++) {
+        const char *name = json_string_value(json_object_get(json_array_get(params, k), "parameter_name"));
+        if (name == NULL)
+            return refuse(
+                r, 132000, E132000,
+                "body: parameter %zu has no parameter_name (the template's parameter_format is NAMED)", k);
+        bool known = false;
+        for (size_t j = 0; j < json_array_size(placeholders); j++)
+            known |= strcmp(name, json_string_value(json_array_get(placeholders, j))) == 0;
+        if (!known)
+            return refuse(r, 132000, E132000,
+                          "body: parameter_name (%.100s) is not a parameter of the template", name);
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(name,
+                       json_string_value(json_object_get(json_array_get(params, j), "parameter_name"))) == 0)
+                return refuse(r, 132000, E132000, "body: parameter_name (%.100s) is given twice", name);
+    }
+    return true;
+}
+
+/* The send's body parameters against the distinct placeholders of the template's BODY text. */
+static bool body_allowed(const json_t *t, const json_t *comps, tpl_refusal_t *r)
+{
+    const char *text =
+        json_string_value(json_object_get(component_of(json_object_get(t, "components"), "BODY"), "text"));
+    json_t *placeholders = sim_template_placeholders(text != NULL ? text : "");
+    if (placeholders == NULL) {
+        refuse(r, 131000, "(#131000) Something went wrong", "out of memory");
+        r->status = 500;
+        return false;
+    }
+    json_t *params = json_object_get(component_of(comps, "body"), "parameters");
+    size_t got = json_array_size(params), want = json_array_size(placeholders);
+    const char *format = json_string_value(json_object_get(t, "parameter_format"));
+    bool ok =
+        got == want
+            ? format == NULL || strcmp(format, "NAMED") != 0 || named_params_allowed(params, placeholders, r)
+            : refuse(r, 132000, E132000,
+                     "body: number of localizable_params (%zu) does not match the expected number "
+                     "of params (%zu)",
+                     got, want);
+    json_decref(placeholders);
+    return ok;
+}
+
+/* A template button takes a parameter when sent: a URL button with a placeholder in its url, and
+ * the OTP buttons that carry the code, which Meta has sent as url buttons. */
+static bool button_takes_param(const json_t *b)
+{
+    const char *type = json_string_value(json_object_get(b, "type"));
+    const char *url = json_string_value(json_object_get(b, "url"));
+    const char *otp = json_string_value(json_object_get(b, "otp_type"));
+    if (type != NULL && strcmp(type, "URL") == 0)
+        return url != NULL && strstr(url, "{{") != NULL;
+    return type != NULL && strcmp(type, "OTP") == 0 && otp != NULL &&
+           (strcmp(otp, "COPY_CODE") == 0 || strcmp(otp, "ONE_TAP") == 0 || strcmp(otp, "ZERO_TAP") == 0);
+}
+
+/* Template button i (`b`) against the send's button component for it (`c`, NULL: none). */
+static bool button_allowed(const json_t *b, const json_t *c, size_t i, tpl_refusal_t *r)
+{
+    const char *type = json_string_value(json_object_get(b, "type"));
+    const char *sub = json_string_value(json_object_get(c, "sub_type"));
+    json_t *params = json_object_get(c, "parameters");
+    if (button_takes_param(b)) {
+        if (c == NULL)
+            return refuse(
+                r, 132000, E132000,
+                "button at index %zu: the %s button needs a parameter (sub_type url, one text parameter)", i,
+                type);
+        if (strcmp(sub, "url") != 0)
+            return refuse(r, 132000, E132000, "button at index %zu: sub_type must be url for the %s button",
+                          i, type);
+        const char *ptype = json_string_value(json_object_get(json_array_get(params, 0), "type"));
+        if (json_array_size(params) != 1 || strcmp(ptype, "text") != 0)
+            return refuse(r, 132000, E132000, "button at index %zu: exactly one text parameter is required",
+                          i);
+        return true;
+    }
+    if (c == NULL)
+        return true;
+    if (strcmp(type, "QUICK_REPLY") == 0)
+        return strcmp(sub, "quick_reply") == 0 ||
+               refuse(r, 132000, E132000,
+                      "button at index %zu: sub_type must be quick_reply for the QUICK_REPLY button", i);
+    return refuse(r, 132000, E132000, "button at index %zu: the %s button takes no parameter", i, type);
+}
+
+/* The send's button components against the template's buttons: one component per index at most,
+ * an index the template has a button at, and a parameter for each button that takes one. */
+static bool buttons_allowed(const json_t *t, const json_t *comps, tpl_refusal_t *r)
+{
+    json_t *buttons = json_object_get(component_of(json_object_get(t, "components"), "BUTTONS"), "buttons");
+    size_t n = json_array_size(buttons);
+    const json_t *given[SIM_TEMPLATE_BUTTONS_MAX] = {NULL};
+    for (size_t i = 0; i < json_array_size(comps); i++) {
+        json_t *c = json_array_get(comps, i);
+        if (strcmp(json_string_value(json_object_get(c, "type")), "button") != 0)
+            continue;
+        int at = button_index(c); /* 0 to 9: the shape was checked */
+        if ((size_t)at >= n)
+            return refuse(r, 131009, "(#131009) Parameter value is not valid",
+                          "button at index %d: the template has no button there", at);
+        if (given[at] != NULL)
+            return refuse(r, 132000, E132000, "button at index %d: given twice", at);
+        given[at] = c;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!button_allowed(json_array_get(buttons, i), given[i], i, r))
+            return false;
+    return true;
+}
+
+/* A well-formed template send (template_invalid said nothing) against the catalogue of the WABA
+ * that `phone_id` is bound to, in Meta's order: the template, its status, the body parameters,
+ * the button parameters. True when it may be sent; else r says why not. */
+static bool template_allowed(const sim_t *s, const char *phone_id, const json_t *tpl, tpl_refusal_t *r)
+{
+    json_t *name = json_object_get(tpl, "name");
+    json_t *code = json_object_get(json_object_get(tpl, "language"), "code");
+    json_t *t =
+        sim_template_find(sim_waba_of_phone(s, phone_id), json_string_value(name), json_string_length(name),
+                          json_string_value(code), json_string_length(code));
+    const char *status = json_string_value(json_object_get(t, "status"));
+    if (status != NULL && strcmp(status, "PAUSED") == 0)
+        return refuse(r, 132015, "(#132015) Template is Paused", "template name (%.200s) in %.20s is paused",
+                      json_string_value(name), json_string_value(code));
+    if (status != NULL && strcmp(status, "DISABLED") == 0)
+        return refuse(r, 132016, "(#132016) Template has been disabled",
+                      "template name (%.200s) in %.20s has been disabled", json_string_value(name),
+                      json_string_value(code));
+    if (status == NULL || strcmp(status, "APPROVED") != 0)
+        return refuse(r, 132001, "(#132001) Template name does not exist in the translation",
+                      "template name (%.200s) does not exist in %.20s", json_string_value(name),
+                      json_string_value(code));
+    json_t *comps = json_object_get(tpl, "components");
+    return body_allowed(t, comps, r) && buttons_allowed(t, comps, r);
+}
+
+/* What is wrong with a send body, in Meta's words, or NULL; the words are in buf when they name a
+ * position. */
+static const char *meta_invalid(json_t *root, bool to_ok, char *buf, size_t buflen)
 {
     if (!json_is_object(root))
         return "The request body must be a JSON object.";
@@ -214,8 +532,11 @@ static const char *meta_invalid(json_t *root, bool to_ok)
     if (!to_ok)
         return "Param to must be a phone number: digits, optionally after '+'.";
     json_t *type = json_object_get(root, "type");
+    if (json_is_string(type) && strcmp(json_string_value(type), "template") == 0)
+        return template_invalid(json_object_get(root, "template"), buf, buflen);
     if (type != NULL && (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0))
-        return "Param type must be 'text' (the simulator sends text messages only).";
+        return "Param type must be 'text' or 'template' (the simulator sends text and template messages "
+               "only).";
     json_t *text = json_object_get(root, "text");
     if (!json_is_object(text))
         return "The parameter text is required.";
@@ -281,9 +602,19 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
         meta_error(s, a, 400, 100, 33, msg, NULL);
         return SIM_STAT_INVALID;
     }
-    const char *why = meta_invalid(root, digits != NULL);
+    char buf[256];
+    const char *why = meta_invalid(root, digits != NULL, buf, sizeof(buf));
     if (why != NULL) {
         meta_error(s, a, 400, 100, 0, "(#100) Invalid parameter", why);
+        return SIM_STAT_INVALID;
+    }
+    /* Meta checks a template against the catalogue before the message goes anywhere, so the
+     * refusals below come before the planned behaviour, as a malformed body's do. */
+    tpl_refusal_t refusal;
+    const char *type = json_string_value(json_object_get(root, "type"));
+    if (type != NULL && strcmp(type, "template") == 0 &&
+        !template_allowed(s, phone_id, json_object_get(root, "template"), &refusal)) {
+        meta_error(s, a, refusal.status, refusal.code, 0, refusal.message, refusal.details);
         return SIM_STAT_INVALID;
     }
     switch (plan->behaviour) {
@@ -334,6 +665,199 @@ void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_answer_t ans = {0};
     int stat = meta_answer(s, req, m, root, to, to_ok ? digits : NULL, &plan, &ans);
     json_decref(root);
+    sim_finish(s, SIM_CH_META, req, &plan, stat, &ans);
+}
+
+/* ---- Meta: the template listing ------------------------------------------------------------ */
+
+#define LIST_LIMIT_DEFAULT 25
+#define LIST_LIMIT_MAX     1000
+
+/* Graph's cursors are base64 of a position with each '=' written "ZD" ("MjQZD" is 24, "MAZDZD"
+ * 0). The base64 of decimal digits has only letters and digits (never 'Z', '+' or '/'), so a
+ * cursor goes into a query string as it is. */
+static void cursor_encode(size_t pos, char out[48])
+{
+    char dec[24], b64[40];
+    int n = snprintf(dec, sizeof(dec), "%zu", pos);
+    base64_encode((const unsigned char *)dec, (size_t)n, b64);
+    size_t o = 0;
+    for (const char *p = b64; *p != '\0'; p++) {
+        if (*p == '=') {
+            out[o++] = 'Z';
+            out[o++] = 'D';
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* The position a cursor of a listing of `count` templates stands for. Only what cursor_encode
+ * writes for a position in the listing is a cursor: decoding, then encoding again must give the
+ * same text back. */
+static bool cursor_decode(const char *c, size_t count, size_t *pos)
+{
+    char b64[48], dec[24], again[48];
+    size_t o = 0;
+    for (const char *p = c; *p != '\0'; p++) {
+        if (o + 1 == sizeof(b64))
+            return false;
+        bool pad = p[0] == 'Z' && p[1] == 'D';
+        b64[o++] = pad ? '=' : *p;
+        if (pad)
+            p++;
+    }
+    int n = base64_decode(b64, o, dec, sizeof(dec));
+    if (n <= 0 || n > 9 || strspn(dec, "0123456789") != (size_t)n)
+        return false;
+    *pos = (size_t)strtoul(dec, NULL, 10);
+    cursor_encode(*pos, again);
+    return strcmp(again, c) == 0 && *pos < count;
+}
+
+/* ?limit= (default 25, 1 to 1000) and ?after= (a cursor: the page starts after it) of a listing of
+ * `count` templates; false after preparing Meta's 400. Other parameters (fields, ...) are ignored. */
+static bool list_params(sim_t *s, const og_http_req_t *req, size_t count, size_t *limit, size_t *start,
+                        sim_answer_t *a)
+{
+    char buf[64];
+    int n = og_query_param(req->query, req->query_len, "limit", buf, sizeof(buf));
+    *limit = LIST_LIMIT_DEFAULT;
+    if (n != -1) {
+        bool ok = n > 0 && n <= 4 && strspn(buf, "0123456789") == (size_t)n;
+        *limit = ok ? (size_t)strtoul(buf, NULL, 10) : 0;
+        if (*limit < 1 || *limit > LIST_LIMIT_MAX) {
+            meta_error(s, a, 400, 100, 0, "(#100) Param limit must be an integer from 1 to 1000", NULL);
+            return false;
+        }
+    }
+    *start = 0;
+    n = og_query_param(req->query, req->query_len, "after", buf, sizeof(buf));
+    if (n != -1) {
+        size_t pos;
+        if (n <= 0 || !cursor_decode(buf, count, &pos)) {
+            meta_error(s, a, 400, 100, 0, "(#100) Param after is not a valid cursor", NULL);
+            return false;
+        }
+        *start = pos + 1;
+    }
+    return true;
+}
+
+/* The `next` link of a page whose last template is at cursor `after`: absolute, like Graph's, on
+ * whatever host the client reached us by. NULL when out of memory. */
+static json_t *list_next(const sim_t *s, const og_http_req_t *req, const char *version, const sim_waba_t *w,
+                         size_t limit, const char *after)
+{
+    size_t host_len = 0, len = 0;
+    const char *host = og_http_req_header(req, "host", &host_len);
+    char fallback[96];
+    if (host == NULL) {
+        host_len = (size_t)snprintf(fallback, sizeof(fallback), "%s:%d", s->w->cfg->listen_host,
+                                    s->w->cfg->listen_port);
+        host = fallback;
+    }
+    char *next = format(&len, "http://%.*s/%s/%s/message_templates?limit=%zu&after=%s",
+                        (int)(host_len > 255 ? 255 : host_len), host, version, w->id, limit, after);
+    json_t *v = next != NULL ? json_stringn(next, len) : NULL;
+    free(next);
+    return v;
+}
+
+/* One page: {"data":[...],"paging":{"cursors":{"before","after"}[,"next"]}}, `next` only when more
+ * follow. An empty page is {"data":[]}, as Graph answers an empty edge. NULL when out of memory. */
+static json_t *list_page(const sim_t *s, const og_http_req_t *req, const char *version, const sim_waba_t *w,
+                         size_t start, size_t limit)
+{
+    size_t count = json_array_size(w->templates);
+    size_t end = count - start > limit ? start + limit : count;
+    json_t *data = json_array();
+    for (size_t i = start; data != NULL && i < end; i++) {
+        if (json_array_append(data, json_array_get(w->templates, i)) != 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    json_t *page = json_pack("{s:o}", "data", data); /* NULL when data is */
+    if (page == NULL || start == end)
+        return page;
+    char before[48], after[48];
+    cursor_encode(start, before);
+    cursor_encode(end - 1, after);
+    json_t *paging = json_pack("{s:{s:s, s:s}}", "cursors", "before", before, "after", after);
+    json_t *next = paging != NULL && end < count ? list_next(s, req, version, w, limit, after) : NULL;
+    bool ok = paging != NULL && (end == count || next != NULL);
+    if (next != NULL)
+        ok &= json_object_set_new(paging, "next", next) == 0;
+    ok &= json_object_set_new(page, "paging", paging) == 0; /* takes paging, NULL included */
+    if (!ok) {
+        json_decref(page);
+        return NULL;
+    }
+    return page;
+}
+
+/* The listing's answer, checked in Meta's order: version, token, the WABA, the query, then the
+ * WABA's listBehaviour. */
+static int meta_list_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, sim_answer_t *a)
+{
+    char version[64], waba_id[64];
+    bool version_ok = og_route_param(m, "version", version, sizeof(version));
+    if (!version_ok || strcmp(version, s->w->cfg->meta_api_version) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "Unknown path components: /%s/message_templates",
+                 version_ok ? version : "?");
+        meta_error(s, a, 400, 2500, 0, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    if (!meta_token_ok(req)) {
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        return SIM_STAT_UNAUTHORIZED;
+    }
+    bool id_ok = og_route_param(m, "wabaId", waba_id, sizeof(waba_id));
+    const sim_waba_t *w = id_ok ? sim_waba_find(s, waba_id) : NULL;
+    if (w == NULL) {
+        char msg[300];
+        snprintf(
+            msg, sizeof(msg),
+            "Unsupported get request. Object with ID '%s' does not exist, cannot be loaded due to missing "
+            "permissions, or does not support this operation.",
+            id_ok ? waba_id : "?");
+        meta_error(s, a, 400, 100, 33, msg, NULL);
+        return SIM_STAT_INVALID;
+    }
+    size_t limit, start;
+    if (!list_params(s, req, json_array_size(w->templates), &limit, &start, a))
+        return SIM_STAT_INVALID;
+    switch (w->list) {
+    case SIM_LIST_ERROR:
+        meta_error(s, a, 500, 1, 0, "An unknown error occurred", NULL);
+        return SIM_ERROR;
+    case SIM_LIST_AUTH:
+        meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
+        return SIM_AUTH;
+    default: {
+        json_t *page = list_page(s, req, version, w, start, limit);
+        if (page == NULL) {
+            meta_error(s, a, 500, 1, 0, "An unknown error occurred", NULL);
+            return SIM_ERROR;
+        }
+        answer_json(a, 200, CTYPE_UTF8, page);
+        return SIM_OK;
+    }
+    }
+}
+
+/* GET /{version}/{wabaId}/message_templates?limit=&after= */
+void sim_meta_templates(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    /* There is no recipient: neither magic numbers nor rules apply, only the WABA's listBehaviour. */
+    sim_plan_t plan = {SIM_OK, 0, SIM_SCRIPT_NONE, 0};
+    sim_record(s, SIM_CH_META, req, "");
+    sim_answer_t ans = {0};
+    int stat = meta_list_answer(s, req, m, &ans);
     sim_finish(s, SIM_CH_META, req, &plan, stat, &ans);
 }
 

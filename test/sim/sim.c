@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -757,6 +758,529 @@ static void hooks_post(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     sim_finish(s, SIM_CH__COUNT, req, &plan, SIM_HANG, &ans);
 }
 
+/* ---- template catalogues ------------------------------------------------------------------ */
+
+/* The first id given to a template PUT without one: Meta's template ids are 15 or 16 digits. */
+#define TEMPLATE_ID_FIRST 1000000000000001ULL
+/* Meta's limits on a template's name and language code; a key is "<language>:<name>". */
+#define TEMPLATE_NAME_MAX     512
+#define TEMPLATE_LANGUAGE_MAX 15
+#define TEMPLATE_KEY_MAX      (TEMPLATE_LANGUAGE_MAX + 1 + TEMPLATE_NAME_MAX + 1)
+/* What generate: N adds: templates gen_00001 ... of this body. */
+#define GENERATED_BODY "Hello {{1}}, your order {{2}} is ready"
+
+static const char *const list_behaviour_names[] = {"ok", "error", "auth"};
+
+static bool list_behaviour_parse(const char *name, sim_list_behaviour_t *out)
+{
+    for (int i = 0; i < (int)(sizeof(list_behaviour_names) / sizeof(list_behaviour_names[0])); i++) {
+        if (strcmp(name, list_behaviour_names[i]) == 0) {
+            *out = (sim_list_behaviour_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void waba_free(sim_waba_t *w)
+{
+    json_decref(w->phone_ids);
+    json_decref(w->templates);
+    json_decref(w->index);
+    memset(w, 0, sizeof(*w));
+}
+
+static void wabas_free(sim_t *s)
+{
+    for (size_t i = 0; i < s->nwabas; i++)
+        waba_free(&s->wabas[i]);
+    s->nwabas = 0;
+}
+
+static sim_waba_t *waba_slot(sim_t *s, const char *id)
+{
+    for (size_t i = 0; i < s->nwabas; i++)
+        if (strcmp(s->wabas[i].id, id) == 0)
+            return &s->wabas[i];
+    return NULL;
+}
+
+const sim_waba_t *sim_waba_find(const sim_t *s, const char *id)
+{
+    return waba_slot((sim_t *)s, id);
+}
+
+const sim_waba_t *sim_waba_of_phone(const sim_t *s, const char *phone_id)
+{
+    for (size_t i = 0; i < s->nwabas; i++) {
+        const json_t *phones = s->wabas[i].phone_ids;
+        for (size_t k = 0; k < json_array_size(phones); k++)
+            if (strcmp(json_string_value(json_array_get(phones, k)), phone_id) == 0)
+                return &s->wabas[i];
+    }
+    return NULL;
+}
+
+/* "<language>:<name>" into key (TEMPLATE_KEY_MAX bytes); false when either is too long or has a
+ * NUL in it (no such template can be in a catalogue). */
+static bool template_key(const char *name, size_t name_len, const char *language, size_t language_len,
+                         char key[TEMPLATE_KEY_MAX])
+{
+    if (name_len > TEMPLATE_NAME_MAX || language_len > TEMPLATE_LANGUAGE_MAX ||
+        memchr(name, '\0', name_len) != NULL || memchr(language, '\0', language_len) != NULL)
+        return false;
+    memcpy(key, language, language_len);
+    key[language_len] = ':';
+    memcpy(key + language_len + 1, name, name_len);
+    key[language_len + 1 + name_len] = '\0';
+    return true;
+}
+
+json_t *sim_template_find(const sim_waba_t *w, const char *name, size_t name_len, const char *language,
+                          size_t language_len)
+{
+    char key[TEMPLATE_KEY_MAX];
+    if (w == NULL || !template_key(name, name_len, language, language_len, key))
+        return NULL;
+    json_t *pos = json_object_get(w->index, key);
+    return pos != NULL ? json_array_get(w->templates, (size_t)json_integer_value(pos)) : NULL;
+}
+
+json_t *sim_template_placeholders(const char *text)
+{
+    static const char word[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_";
+    json_t *out = json_array();
+    if (out == NULL)
+        return NULL;
+    for (const char *p = strstr(text, "{{"); p != NULL; p = strstr(p, "{{")) {
+        size_t n = strspn(p + 2, word);
+        if (n == 0 || n > 64 || strncmp(p + 2 + n, "}}", 2) != 0) {
+            p++; /* "{{{1}}}" holds {{1}}: look again one brace further */
+            continue;
+        }
+        bool seen = false;
+        for (size_t k = 0; k < json_array_size(out); k++) {
+            json_t *v = json_array_get(out, k);
+            seen |= json_string_length(v) == n && memcmp(json_string_value(v), p + 2, n) == 0;
+        }
+        if (!seen && json_array_append_new(out, json_stringn(p + 2, n)) != 0) {
+            json_decref(out);
+            return NULL;
+        }
+        p += 2 + n + 2;
+    }
+    return out;
+}
+
+/* 1 to `max` characters, each in `set`. */
+static bool chars_in(const char *v, size_t max, const char *set)
+{
+    size_t n = strlen(v);
+    return n > 0 && n <= max && strspn(v, set) == n;
+}
+
+#define DIGITS "0123456789"
+#define UPPER  "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#define LOWER  "abcdefghijklmnopqrstuvwxyz"
+
+/* A word of Meta's enumerations (APPROVED, UTILITY, QUICK_REPLY, ...). */
+static bool upper_word(const char *v)
+{
+    return v != NULL && chars_in(v, 32, UPPER "_");
+}
+
+/* The string member `name` of `obj`, or NULL when absent or not a string. */
+static const char *member_string(const json_t *obj, const char *name)
+{
+    return json_string_value(json_object_get(obj, name));
+}
+
+/* validation_failed on `field`, saying "<field> <what>". */
+static bool field_fail(og_err_t *err, const char *field, const char *what)
+{
+    return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s %s", field, what);
+}
+
+/* field_fail on a field whose name is printf'd from fmt ("templates[%zu].name"). */
+static bool field_failf(og_err_t *err, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool field_failf(og_err_t *err, const char *what, const char *fmt, ...)
+{
+    char field[sizeof(err->field)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(field, sizeof(field), fmt, ap);
+    va_end(ap);
+    return field_fail(err, field, what);
+}
+
+/* A placeholder of a POSITIONAL template is a number; of a NAMED one, a lowercase name. */
+static bool placeholder_ok(const char *p, bool named)
+{
+    if (!named)
+        return chars_in(p, 64, DIGITS);
+    return strchr(LOWER "_", p[0]) != NULL && chars_in(p, 64, LOWER DIGITS "_");
+}
+
+/* Component j of template i, a BODY: its text, whose placeholders must suit the template's
+ * parameter_format. */
+static bool body_check(json_t *c, size_t i, size_t j, bool named, og_err_t *err)
+{
+    const char *text = member_string(c, "text");
+    if (text == NULL || text[0] == '\0')
+        return field_failf(err, "must be the body text", "templates[%zu].components[%zu].text", i, j);
+    json_t *ph = sim_template_placeholders(text);
+    if (ph == NULL)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    bool ok = true;
+    for (size_t k = 0; ok && k < json_array_size(ph); k++) {
+        const char *p = json_string_value(json_array_get(ph, k));
+        char what[160];
+        if (placeholder_ok(p, named))
+            continue;
+        snprintf(what, sizeof(what), "has {{%s}}: a %s template's placeholders are %s", p,
+                 named ? "NAMED" : "POSITIONAL",
+                 named ? "lowercase names ({{first_name}})" : "numbers ({{1}}, {{2}}, ...)");
+        ok = field_failf(err, what, "templates[%zu].components[%zu].text", i, j);
+    }
+    json_decref(ph);
+    return ok;
+}
+
+/* Component j of template i, a BUTTONS: 1 to 10 buttons, each with a type; URL buttons have a
+ * url, OTP buttons an otp_type. */
+static bool buttons_check(json_t *c, size_t i, size_t j, og_err_t *err)
+{
+    json_t *buttons = json_object_get(c, "buttons");
+    size_t n = json_array_size(buttons);
+    if (!json_is_array(buttons) || n == 0 || n > SIM_TEMPLATE_BUTTONS_MAX)
+        return field_failf(err, "must be an array of 1 to 10 buttons",
+                           "templates[%zu].components[%zu].buttons", i, j);
+    for (size_t k = 0; k < n; k++) {
+        json_t *b = json_array_get(buttons, k);
+        const char *type = member_string(b, "type");
+        if (!upper_word(type))
+            return field_failf(err, "must be a button type such as QUICK_REPLY, URL, PHONE_NUMBER or OTP",
+                               "templates[%zu].components[%zu].buttons[%zu].type", i, j, k);
+        if (strcmp(type, "URL") == 0 && member_string(b, "url") == NULL)
+            return field_failf(err, "must be the button's URL",
+                               "templates[%zu].components[%zu].buttons[%zu].url", i, j, k);
+        if (strcmp(type, "OTP") == 0 && !upper_word(member_string(b, "otp_type")))
+            return field_failf(err, "must be COPY_CODE, ONE_TAP or ZERO_TAP",
+                               "templates[%zu].components[%zu].buttons[%zu].otp_type", i, j, k);
+    }
+    return true;
+}
+
+/* The components of template i: at most one of each type, a BODY among them. */
+static bool components_check(json_t *t, size_t i, bool named, og_err_t *err)
+{
+    static const char *const types[] = {"HEADER", "BODY", "FOOTER", "BUTTONS"};
+    enum { HEADER, BODY, FOOTER, BUTTONS, NTYPES };
+    json_t *comps = json_object_get(t, "components");
+    if (!json_is_array(comps))
+        return field_failf(err, "must be an array with a BODY component", "templates[%zu].components", i);
+    bool seen[NTYPES] = {false};
+    for (size_t j = 0; j < json_array_size(comps); j++) {
+        json_t *c = json_array_get(comps, j);
+        const char *type = member_string(c, "type");
+        int kind = 0;
+        while (type != NULL && kind < NTYPES && strcmp(type, types[kind]) != 0)
+            kind++;
+        if (type == NULL || kind == NTYPES)
+            return field_failf(err, "must be a HEADER, BODY, FOOTER or BUTTONS component",
+                               "templates[%zu].components[%zu]", i, j);
+        if (seen[kind])
+            return field_failf(err, "repeats a component type (one of each at most)",
+                               "templates[%zu].components[%zu]", i, j);
+        seen[kind] = true;
+        json_t *text = json_object_get(c, "text");
+        if (text != NULL && !json_is_string(text))
+            return field_failf(err, "must be a string", "templates[%zu].components[%zu].text", i, j);
+        if ((kind == BODY && !body_check(c, i, j, named, err)) ||
+            (kind == BUTTONS && !buttons_check(c, i, j, err)))
+            return false;
+    }
+    return seen[BODY] || field_failf(err, "must have a BODY component", "templates[%zu].components", i);
+}
+
+/* Sets `name` of t to `value` when it is absent. */
+static bool default_string(json_t *t, const char *name, const char *value)
+{
+    return json_object_get(t, name) != NULL || json_object_set_new(t, name, json_string(value)) == 0;
+}
+
+/* Template i of a PUT, in Meta's shape; what it leaves out is filled in: a fresh id, APPROVED,
+ * UTILITY, POSITIONAL. */
+static bool template_check(sim_t *s, json_t *t, size_t i, og_err_t *err)
+{
+    const char *name = member_string(t, "name"), *language = member_string(t, "language");
+    if (!json_is_object(t))
+        return field_failf(err, "must be a template object", "templates[%zu]", i);
+    if (name == NULL || !chars_in(name, TEMPLATE_NAME_MAX, LOWER DIGITS "_"))
+        return field_failf(err, "must be 1 to 512 lowercase letters, digits or '_'", "templates[%zu].name",
+                           i);
+    if (language == NULL || !chars_in(language, TEMPLATE_LANGUAGE_MAX, LOWER UPPER "_"))
+        return field_failf(err, "must be a language code such as en_US", "templates[%zu].language", i);
+    json_t *given = json_object_get(t, "id");
+    /* At most 18 digits: the status webhook sends the id as a JSON number. */
+    if (given != NULL && (!json_is_string(given) || !chars_in(json_string_value(given), 18, DIGITS)))
+        return field_failf(err, "must be a string of 1 to 18 digits", "templates[%zu].id", i);
+    json_t *status = json_object_get(t, "status"), *category = json_object_get(t, "category");
+    if (status != NULL && !upper_word(json_string_value(status)))
+        return field_failf(err, "must be a status such as APPROVED, PENDING or PAUSED",
+                           "templates[%zu].status", i);
+    if (category != NULL && !upper_word(json_string_value(category)))
+        return field_failf(err, "must be a category such as UTILITY or MARKETING", "templates[%zu].category",
+                           i);
+    const char *format = member_string(t, "parameter_format");
+    if (json_object_get(t, "parameter_format") != NULL &&
+        (format == NULL || (strcmp(format, "POSITIONAL") != 0 && strcmp(format, "NAMED") != 0)))
+        return field_failf(err, "must be POSITIONAL or NAMED", "templates[%zu].parameter_format", i);
+    if (!components_check(t, i, format != NULL && strcmp(format, "NAMED") == 0, err))
+        return false;
+    if (given == NULL) {
+        char id[24];
+        snprintf(id, sizeof(id), "%llu", (unsigned long long)s->next_template_id++);
+        if (json_object_set_new(t, "id", json_string(id)) != 0)
+            return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    }
+    if (!default_string(t, "status", "APPROVED") || !default_string(t, "category", "UTILITY") ||
+        !default_string(t, "parameter_format", "POSITIONAL"))
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    return true;
+}
+
+/* Appends t (taking it) to w's templates and its index; `field` names the culprit of a template
+ * already there under the same name and language. */
+static bool template_add(sim_waba_t *w, json_t *t, const char *field, og_err_t *err)
+{
+    char key[TEMPLATE_KEY_MAX];
+    const char *name = member_string(t, "name"), *language = member_string(t, "language");
+    size_t pos = json_array_size(w->templates);
+    /* Both were checked: they fit, with no NUL. */
+    template_key(name, strlen(name), language, strlen(language), key);
+    if (json_object_get(w->index, key) != NULL) {
+        og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s: %s in %s is in the catalogue twice", field, name,
+                    language);
+        json_decref(t); /* name and language are t's: only now */
+        return false;
+    }
+    if (json_object_set_new(w->index, key, json_integer((json_int_t)pos)) != 0 ||
+        json_array_append_new(w->templates, t) != 0)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    return true;
+}
+
+/* gen_00001 ... gen_<n>: APPROVED UTILITY POSITIONAL en_US templates with GENERATED_BODY. */
+static bool templates_generate(sim_t *s, sim_waba_t *w, size_t n, og_err_t *err)
+{
+    for (size_t g = 1; g <= n; g++) {
+        char name[16], id[24];
+        snprintf(name, sizeof(name), "gen_%05zu", g);
+        snprintf(id, sizeof(id), "%llu", (unsigned long long)s->next_template_id++);
+        json_t *t =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:[{s:s, s:s}]}", "id", id, "name", name, "language",
+                      "en_US", "status", "APPROVED", "category", "UTILITY", "parameter_format", "POSITIONAL",
+                      "components", "type", "BODY", "text", GENERATED_BODY);
+        if (t == NULL)
+            return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+        if (!template_add(w, t, "generate", err))
+            return false;
+    }
+    return true;
+}
+
+/* The catalogue of a PUT into w: its templates, checked and completed, then `generate` more. */
+static bool templates_take(sim_t *s, json_t *given, size_t generate, sim_waba_t *w, og_err_t *err)
+{
+    if (given != NULL && !json_is_array(given))
+        return field_fail(err, "templates", "must be an array of templates");
+    if (json_array_size(given) + generate > SIM_TEMPLATES_MAX)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, given != NULL ? "templates" : "generate",
+                           "at most %d templates per WABA, given and generated together", SIM_TEMPLATES_MAX);
+    w->templates = json_array();
+    w->index = json_object();
+    if (w->templates == NULL || w->index == NULL)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    for (size_t i = 0; i < json_array_size(given); i++) {
+        char f[48];
+        json_t *t = json_array_get(given, i);
+        snprintf(f, sizeof(f), "templates[%zu]", i);
+        if (!template_check(s, t, i, err) || !template_add(w, json_incref(t), f, err))
+            return false;
+    }
+    return templates_generate(s, w, generate, err);
+}
+
+/* The phone number ids of a PUT for WABA `id` into w: digits, each once, none bound to another
+ * WABA (a number belongs to one account). */
+static bool phones_take(const sim_t *s, const char *id, json_t *given, sim_waba_t *w, og_err_t *err)
+{
+    if (given != NULL && (!json_is_array(given) || json_array_size(given) > SIM_WABA_PHONES_MAX))
+        return field_fail(err, "phoneNumberIds", "must be an array of at most 100 phone number ids");
+    w->phone_ids = json_array();
+    if (w->phone_ids == NULL)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    for (size_t i = 0; i < json_array_size(given); i++) {
+        char f[48];
+        const char *phone = json_string_value(json_array_get(given, i));
+        snprintf(f, sizeof(f), "phoneNumberIds[%zu]", i);
+        if (phone == NULL || !chars_in(phone, 20, DIGITS))
+            return field_fail(err, f, "must be a phone number id: 1 to 20 digits");
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(phone, json_string_value(json_array_get(given, k))) == 0)
+                return field_fail(err, f, "is listed twice");
+        const sim_waba_t *owner = sim_waba_of_phone(s, phone);
+        if (owner != NULL && strcmp(owner->id, id) != 0)
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, f,
+                               "%s is bound to WABA %s already: PUT that WABA without it first", f,
+                               owner->id);
+        if (json_array_append_new(w->phone_ids, json_string(phone)) != 0)
+            return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    }
+    return true;
+}
+
+/* The {wabaId} of a control route: digits, as Meta's ids are. */
+static bool waba_id_param(const og_route_match_t *m, char id[24])
+{
+    return og_route_param(m, "wabaId", id, 24) && chars_in(id, 20, DIGITS);
+}
+
+/* PUT /__sim/meta/wabas/{wabaId}/templates {"phoneNumberIds"?, "templates"?, "generate"?,
+ * "listBehaviour"?}: replaces that WABA's catalogue; nothing changes when any of it is invalid. */
+static void wabas_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"phoneNumberIds", "templates", "generate", "listBehaviour", NULL};
+    sim_t *s = sim_of(ctx);
+    og_err_t err = {0};
+    sim_waba_t next = {0};
+    json_t *body = NULL;
+    const char *list = NULL;
+    long long generate = 0;
+    if (!waba_id_param(m, next.id)) {
+        field_fail(&err, "wabaId", "must be a WABA id: 1 to 20 digits");
+        goto failed;
+    }
+    body = og_json_decode_body(req, allowed, &err);
+    if (body == NULL || !og_json_get_string(body, "listBehaviour", false, &list, &err) ||
+        !og_json_get_int(body, "generate", false, 0, SIM_TEMPLATES_MAX, &generate, &err))
+        goto failed;
+    if (list != NULL && !list_behaviour_parse(list, &next.list)) {
+        field_fail(&err, "listBehaviour", "must be ok, error or auth");
+        goto failed;
+    }
+    sim_waba_t *slot = waba_slot(s, next.id);
+    if (slot == NULL && s->nwabas == SIM_WABAS_MAX) {
+        og_err_fail(&err, SIM_E_TOO_MANY_WABAS, "wabaId", "at most %d WABAs; DELETE /__sim/meta/wabas first",
+                    SIM_WABAS_MAX);
+        goto failed;
+    }
+    if (!phones_take(s, next.id, json_object_get(body, "phoneNumberIds"), &next, &err) ||
+        !templates_take(s, json_object_get(body, "templates"), (size_t)generate, &next, &err))
+        goto failed;
+    if (slot == NULL)
+        slot = &s->wabas[s->nwabas++];
+    else
+        waba_free(slot);
+    *slot = next;
+    json_decref(body);
+    og_api_reply(req, 200, "templates replaced",
+                 json_pack("{s:s, s:I}", "wabaId", slot->id, "templates",
+                           (json_int_t)json_array_size(slot->templates)),
+                 NULL, 0);
+    return;
+
+failed:
+    waba_free(&next);
+    json_decref(body);
+    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+}
+
+/* The catalogue of the route's {wabaId}, or NULL after answering 404. */
+static sim_waba_t *waba_or_404(sim_t *s, og_http_req_t *req, const og_route_match_t *m)
+{
+    char id[24];
+    sim_waba_t *w = waba_id_param(m, id) ? waba_slot(s, id) : NULL;
+    if (w == NULL)
+        og_api_error(req, OG_E_NOT_FOUND, NULL,
+                     "no catalogue for this WABA: PUT /__sim/meta/wabas/{wabaId}/templates first");
+    return w;
+}
+
+/* GET /__sim/meta/wabas/{wabaId}/templates */
+static void wabas_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    const sim_waba_t *w = waba_or_404(sim_of(ctx), req, m);
+    if (w != NULL)
+        og_api_reply(req, 200, "templates",
+                     json_pack("{s:s, s:O, s:O, s:s}", "wabaId", w->id, "phoneNumberIds", w->phone_ids,
+                               "templates", w->templates, "listBehaviour", list_behaviour_names[w->list]),
+                     NULL, 0);
+}
+
+/* POST /__sim/meta/wabas/{wabaId}/templates/status {"name", "language", "event", "reason"?,
+ * "notify"?}: the template's status becomes `event`, and Meta's webhook says so unless notify is
+ * false. */
+static void templates_status(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    static const char *const allowed[] = {"name", "language", "event", "reason", "notify", NULL};
+    sim_t *s = sim_of(ctx);
+    og_err_t err = {0};
+    const char *name = NULL, *language = NULL, *event = NULL, *reason = "NONE";
+    bool notify = true;
+    sim_waba_t *w = waba_or_404(s, req, m);
+    if (w == NULL)
+        return;
+    json_t *body = og_json_decode_body(req, allowed, &err);
+    if (body == NULL || !og_json_get_string(body, "name", true, &name, &err) ||
+        !og_json_get_string(body, "language", true, &language, &err) ||
+        !og_json_get_string(body, "event", true, &event, &err) ||
+        !og_json_get_string(body, "reason", false, &reason, &err) ||
+        !og_json_get_bool(body, "notify", false, &notify, &err))
+        goto failed;
+    if (!upper_word(event)) {
+        field_fail(&err, "event", "must be a status such as APPROVED, REJECTED, PAUSED or DISABLED");
+        goto failed;
+    }
+    json_t *t = sim_template_find(w, name, json_string_length(json_object_get(body, "name")), language,
+                                  json_string_length(json_object_get(body, "language")));
+    if (t == NULL) {
+        og_err_fail(&err, OG_E_NOT_FOUND, NULL, "no template %.200s in %.20s in WABA %s", name, language,
+                    w->id);
+        goto failed;
+    }
+    if (json_object_set_new(t, "status", json_string(event)) != 0) {
+        og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
+        goto failed;
+    }
+    if (notify)
+        sim_cb_template_status(s, &(sim_template_event_t){.waba_id = w->id,
+                                                          .template_id = member_string(t, "id"),
+                                                          .name = name,
+                                                          .language = language,
+                                                          .event = event,
+                                                          .reason = reason});
+    json_decref(body);
+    og_api_reply(req, 200, "template status set", json_incref(t), NULL, 0);
+    return;
+
+failed:
+    json_decref(body);
+    og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+}
+
+/* DELETE /__sim/meta/wabas: every catalogue is forgotten. */
+static void wabas_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    sim_t *s = sim_of(ctx);
+    size_t n = s->nwabas;
+    wabas_free(s);
+    og_api_reply(req, 200, "catalogues cleared", json_pack("{s:I}", "cleared", (json_int_t)n), NULL, 0);
+}
+
 /* ---- the app ------------------------------------------------------------------------------ */
 
 static const og_route_t sim_routes[] = {
@@ -771,10 +1295,15 @@ static const og_route_t sim_routes[] = {
     {"GET", "/__sim/callbacks", sim_cb_list},
     {"DELETE", "/__sim/callbacks", sim_cb_clear},
     {"POST", "/__sim/hooks/{mode}", hooks_post},
+    {"PUT", "/__sim/meta/wabas/{wabaId}/templates", wabas_put, SIM_TEMPLATES_BODY_MAX},
+    {"GET", "/__sim/meta/wabas/{wabaId}/templates", wabas_get},
+    {"POST", "/__sim/meta/wabas/{wabaId}/templates/status", templates_status},
+    {"DELETE", "/__sim/meta/wabas", wabas_clear},
     {"POST", "/api/sendText", sim_waha_send},
     {"POST", "/2010-04-01/Accounts/{AccountSid}/Messages.json", sim_twilio_send},
     /* Last: three parameter segments would match nothing above anyway, but keep literals first. */
     {"POST", "/{version}/{phoneNumberId}/messages", sim_meta_send},
+    {"GET", "/{version}/{wabaId}/message_templates", sim_meta_templates},
 };
 
 /* Once per loop turn: the worker has no drain hook for apps, so look for the flag. When it is
@@ -804,6 +1333,7 @@ static int sim_start(og_worker_t *w)
         return -1;
     }
     s->w = w;
+    s->next_template_id = TEMPLATE_ID_FIRST;
     if (getrandom(&s->rng, sizeof(s->rng), 0) != (ssize_t)sizeof(s->rng))
         s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     /* main put --callback-url there: an og_app_t carries no argument of its own. */
@@ -855,6 +1385,7 @@ static void sim_stop(og_worker_t *w)
     records_clear(s);
     free(s->ring);
     free(s->rules);
+    wabas_free(s);
     s->closing = 2;
     sim_cb_stop(s, sim_piece_closed);
     uv_close((uv_handle_t *)&s->check, sim_closed);
@@ -878,6 +1409,7 @@ static void usage(FILE *out)
                  "\n"
                  "Simulates the providers of API.md section 8 on one address:\n"
                  "  POST /{OMNIGATE_META_API_VERSION}/{phoneNumberId}/messages     Meta WhatsApp Cloud API\n"
+                 "  GET  /{OMNIGATE_META_API_VERSION}/{wabaId}/message_templates   Meta template listing\n"
                  "  POST /api/sendText                                            WAHA (X-Api-Key)\n"
                  "  POST /2010-04-01/Accounts/{AccountSid}/Messages.json          Twilio Messages API\n"
                  "and the control API under /__sim (test/sim/README.md).\n"

@@ -27,7 +27,9 @@
 
 /* The simulator's own error codes, beside the HTTP core's it answers too (api.h); X(symbol,
  * name, status) as in OG_API_ERRCODES. */
-#define SIM_ERRCODES(X) X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422) /* the rule table is full */
+#define SIM_ERRCODES(X)                                                                                      \
+    X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422) /* the rule table is full */                              \
+    X(SIM_E_TOO_MANY_WABAS, "too_many_wabas", 422) /* every template catalogue slot is taken */
 SIM_ERRCODES(OG_ERRCODE_EXTERN)
 
 typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
@@ -101,6 +103,33 @@ typedef struct sim_record sim_record_t;
 typedef struct sim_rule sim_rule_t;
 typedef struct sim_pending sim_pending_t;
 
+/* ---- WhatsApp message templates -------------------------------------------------------------
+ * sim.c keeps one catalogue per WhatsApp Business Account (WABA), set whole by PUT
+ * /__sim/meta/wabas/{wabaId}/templates; providers.c lists it (Meta's GET message_templates) and
+ * checks template sends against it; callbacks.c sends the template status webhook. */
+
+/* Catalogues kept at most, and templates in one (given and generated together). */
+#define SIM_WABAS_MAX       64
+#define SIM_TEMPLATES_MAX   20000
+#define SIM_WABA_PHONES_MAX 100
+/* Buttons of one template at most (Meta's limit), so a send's button index is 0 to 9. */
+#define SIM_TEMPLATE_BUTTONS_MAX 10
+/* Largest body PUT .../templates accepts: 10,000 templates of Meta's shape fit well. */
+#define SIM_TEMPLATES_BODY_MAX (32u * 1024 * 1024)
+
+/* What Meta's template listing does for one WABA: PUT's "listBehaviour". */
+typedef enum sim_list_behaviour { SIM_LIST_OK, SIM_LIST_ERROR, SIM_LIST_AUTH } sim_list_behaviour_t;
+
+/* One WABA's catalogue. The JSON values are owned here and replaced whole by each PUT; only a
+ * status change (POST .../templates/status) edits a template in place. */
+typedef struct sim_waba {
+    char id[24];       /* digits */
+    json_t *phone_ids; /* array of digit strings: the phone number ids bound to this WABA */
+    json_t *templates; /* array of template objects in Meta's shape, in listing order */
+    json_t *index;     /* "<language>:<name>" -> position in `templates` (neither has ':') */
+    sim_list_behaviour_t list;
+} sim_waba_t;
+
 /* Everything the simulator knows, in w->app_data. Freed in the close callback of `check`. */
 typedef struct sim {
     og_worker_t *w;
@@ -124,6 +153,11 @@ typedef struct sim {
 
     uint64_t stats[SIM_CH__COUNT][SIM_STAT__COUNT];
     uint64_t hooks[2]; /* POST /__sim/hooks/{ok,hang}: tenant webhook requests received */
+
+    /* Template catalogues, in the order they were first PUT; wabas[0..nwabas) are in use. */
+    sim_waba_t wabas[SIM_WABAS_MAX];
+    size_t nwabas;
+    uint64_t next_template_id; /* the id given to the next template PUT without one */
 
     sim_cbs_t *cbs; /* callbacks.c; NULL without --callback-url */
     int closing;    /* pieces still closing in sim_stop (the check, the callbacks) */
@@ -172,6 +206,7 @@ void sim_rand_chars(sim_t *s, char *out, size_t n, const char *alphabet);
 
 /* Provider endpoints (providers.c). */
 void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_meta_templates(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
@@ -179,6 +214,24 @@ void sim_twilio_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
  * False when s has something else than digits after an optional '+' (spaces allowed in
  * between for query strings, where '+' decodes to a space), is empty, or is longer than 20. */
 bool sim_to_digits(const char *s, size_t len, char out[24]);
+
+/* ---- template catalogues (sim.c) ----------------------------------------------------------- */
+
+/* The catalogue of WABA `id`, or NULL. */
+const sim_waba_t *sim_waba_find(const sim_t *s, const char *id);
+
+/* The catalogue `phone_id` is bound to, or NULL when it is bound to none. */
+const sim_waba_t *sim_waba_of_phone(const sim_t *s, const char *phone_id);
+
+/* The template of `w` (NULL: none) called `name` in `language`, or NULL. Borrowed. The lengths
+ * are the JSON strings' own, so that a name with a NUL in it matches nothing. */
+json_t *sim_template_find(const sim_waba_t *w, const char *name, size_t name_len, const char *language,
+                          size_t language_len);
+
+/* The distinct placeholders of a template text, in order of first appearance and without their
+ * braces ("Hi {{1}}, {{2}} {{1}}" gives ["1", "2"]; "{{first_name}}" gives ["first_name"]): a new
+ * array, or NULL when out of memory. A placeholder is "{{" 1 to 64 letters, digits or '_' "}}". */
+json_t *sim_template_placeholders(const char *text);
 
 /* ---- status callbacks (callbacks.c) --------------------------------------------------------- */
 
@@ -223,6 +276,21 @@ void sim_cb_drain(sim_t *s);
 /* The app stops: drops what is left (held answers too: their connections are gone), closes
  * the HTTP client and calls closed(s) once its handles are closed, perhaps at once. */
 void sim_cb_stop(sim_t *s, void (*closed)(sim_t *s));
+
+/* What Meta's message_template_status_update webhook says; sim_cb_template_status copies it. */
+typedef struct sim_template_event {
+    const char *waba_id;
+    const char *template_id; /* digits, at most 18: sent as a JSON number */
+    const char *name;
+    const char *language;
+    const char *event;  /* the template's new status */
+    const char *reason; /* "NONE" when there is none */
+} sim_template_event_t;
+
+/* POSTs Meta's template status webhook for `ev` to URL/webhooks/meta at once: signed, retried and
+ * recorded like the status callbacks (messageId: the template id). False when nothing is sent: no
+ * callback URL, the worker draining, or out of memory. */
+bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev);
 
 /* The "callbacks" object of GET /__sim/stats, and DELETE /__sim/stats for it. */
 json_t *sim_cb_stats(const sim_t *s);

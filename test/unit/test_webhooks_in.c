@@ -48,6 +48,61 @@ static void test_meta(void **state)
     json_decref(a);
 }
 
+/* Meta's template status changes: entry[].id is the WABA, REINSTATED is APPROVED, the last
+ * change of a template in the body wins, and incomplete changes, unknown events and names no
+ * catalogue entry can have are left out without refusing the statuses beside them. */
+static void test_meta_templates(void **state)
+{
+    const char body[] =
+        "{\"object\":\"whatsapp_business_account\",\"entry\":["
+        "{\"id\":\"111\",\"changes\":["
+        "{\"field\":\"message_template_status_update\",\"value\":{\"event\":\"PAUSED\","
+        "\"message_template_id\":9,\"message_template_name\":\"order_update\","
+        "\"message_template_language\":\"en_US\",\"reason\":null}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"event\":\"REJECTED\","
+        "\"message_template_name\":\"promo\",\"message_template_language\":\"en\"}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"event\":\"REINSTATED\","
+        "\"message_template_name\":\"order_update\",\"message_template_language\":\"en_US\"}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"event\":\"SOMETHING_NEW\","
+        "\"message_template_name\":\"x\",\"message_template_language\":\"en\"}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"event\":\"APPROVED\","
+        "\"message_template_name\":\"Bad Name\",\"message_template_language\":\"en\"}},"
+        "{\"field\":\"message_template_status_update\",\"value\":{\"statuses\":[{\"bad\":1}]}},"
+        "{\"field\":\"messages\",\"value\":{\"statuses\":["
+        "{\"id\":\"wamid.A\",\"status\":\"delivered\",\"timestamp\":\"1700000000\"}]}}]},"
+        "{\"id\":\"not-a-waba\",\"changes\":[{\"field\":\"message_template_status_update\",\"value\":"
+        "{\"event\":\"APPROVED\",\"message_template_name\":\"y\",\"message_template_language\":\"en\"}}]},"
+        "{\"id\":\"222\",\"changes\":[{\"field\":\"message_template_status_update\",\"value\":"
+        "{\"event\":\"FLAGGED\",\"message_template_name\":\"order_update\","
+        "\"message_template_language\":\"en_US\"}}]}]}";
+    og_err_t err = {0};
+    json_t *templates = NULL;
+    json_t *a = og_webhook_parse_meta_all(body, strlen(body), 5, &templates, &err);
+    assert_non_null(a);
+    assert_int_equal(json_array_size(a), 1);
+    assert_string_equal(field(a, 0, "pid"), "wamid.A");
+    assert_non_null(templates);
+    assert_int_equal(json_array_size(templates), 3);
+    assert_string_equal(field(templates, 0, "waba"), "111");
+    assert_string_equal(field(templates, 0, "name"), "promo");
+    assert_string_equal(field(templates, 0, "language"), "en");
+    assert_string_equal(field(templates, 0, "status"), "REJECTED");
+    assert_string_equal(field(templates, 1, "waba"), "111");
+    assert_string_equal(field(templates, 1, "name"), "order_update");
+    assert_string_equal(field(templates, 1, "language"), "en_US");
+    assert_string_equal(field(templates, 1, "status"), "APPROVED");
+    assert_string_equal(field(templates, 2, "waba"), "222");
+    assert_string_equal(field(templates, 2, "status"), "FLAGGED");
+    json_decref(templates);
+    json_decref(a);
+
+    /* The statuses alone (og_webhook_parse_meta) are the same. */
+    a = og_webhook_parse_meta(body, strlen(body), 5, &err);
+    assert_non_null(a);
+    assert_int_equal(json_array_size(a), 1);
+    json_decref(a);
+}
+
 /* A batch with one bad status is refused whole, naming the problem. */
 static void test_meta_refused_whole(void **state)
 {
@@ -152,6 +207,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_meta),
+        cmocka_unit_test(test_meta_templates),
         cmocka_unit_test(test_meta_refused_whole),
         cmocka_unit_test(test_waha),
         cmocka_unit_test(test_twilio),

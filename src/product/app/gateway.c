@@ -26,6 +26,8 @@
 #include "omnigate/steps/pending_sweep.h"
 #include "omnigate/app/testhooks.h"
 #include "omnigate/util.h"
+#include "omnigate/templates/sync.h"
+#include "omnigate/templates/template_api.h"
 #include "omnigate/tenant_webhooks/webhook_api.h"
 #include "omnigate/callbacks/webhooks_in.h"
 #include "omnigate/tenant_webhooks/webhooks_out.h"
@@ -48,6 +50,8 @@ static const og_route_t routes[] = {
     {"POST", "/admin/tenants/{id}/webhook/rotate-secret", og_wh_admin_rotate},
     {"GET", "/admin/tenants/{id}/webhook/deliveries", og_wh_admin_deliveries},
     {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
+    {"GET", "/admin/tenants/{id}/templates", og_tpl_admin_list},
+    {"POST", "/admin/tenants/{id}/templates/sync", og_tpl_admin_sync},
     {"GET", "/console", og_static_serve},
     {"GET", "/console/app.js", og_static_serve},
     {"GET", "/console/app.css", og_static_serve},
@@ -60,6 +64,7 @@ static const og_route_t routes[] = {
     {"GET", "/api/sms/otp/logs", og_logs_otp},
     {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
     {"POST", "/api/webhooks/deliveries/{id}/retry", og_wh_retry},
+    {"GET", "/api/whatsapp/templates", og_tpl_list},
     {"GET", "/webhooks/meta", og_webhook_meta_verify},
     {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
@@ -70,7 +75,7 @@ static const og_route_t routes[] = {
 /* The kinds of durable steps the features register (og_jobs_register), which the steps metrics
  * label by; each is its feature's constant. A kind missing here would run uncounted. */
 static const char *const step_kind_names[] = {OG_FALLBACK_STEP_KIND, OG_WHOUT_STEP_KIND,
-                                              OG_PENDING_SWEEP_STEP_KIND};
+                                              OG_PENDING_SWEEP_STEP_KIND, OG_TPL_SYNC_STEP_KIND};
 static const og_jobs_kinds_t step_kinds = {sizeof(step_kind_names) / sizeof(step_kind_names[0]),
                                            step_kind_names};
 
@@ -140,7 +145,7 @@ static int gw_start(og_worker_t *w)
         gw->jobs = og_jobs_new(&w->loop, gw->db, &w->log, og_worker_metrics(w, &og_jobs_metrics_block),
                                &step_kinds, owner, w->index == 0);
         if (gw->jobs == NULL || og_fallback_register(gw) != 0 || og_sweep_register(gw) != 0 ||
-            (gw->whout = og_whout_start(gw)) == NULL)
+            og_tpl_sync_register(gw) != 0 || (gw->whout = og_whout_start(gw)) == NULL)
             return -1;
         og_jobs_start(gw->jobs);
     }
@@ -157,7 +162,7 @@ static void gw_piece_closed(void *arg)
         if (gw->jobs != NULL)
             og_jobs_free(gw->jobs); /* the pool, and its LISTEN callback, are gone now */
         og_nowa_free(gw->nowa);
-        og_tpl_cache_free(gw->tpl); /* after the pool: no background read is in flight */
+        og_tpl_cache_free(gw->tpl);   /* the pool is closed: no background read is in flight */
         og_providers_free(&gw->prov); /* the HTTP client is closed: no attempt is in flight */
         free(gw);
     }

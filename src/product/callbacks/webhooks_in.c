@@ -6,7 +6,9 @@
  * not exist), the signature over the raw body (else 401, nothing parsed), the body (else 400,
  * nothing recorded: a batch is accepted or refused whole), then records the statuses in one
  * write and answers 200 after COMMIT (503 when the database is unavailable, so the provider
- * retries).
+ * retries). Meta's POST may also carry template status changes (API.md §18): they go into the
+ * same write, one tpl_set_status for the whole POST, and this worker's template cache forgets
+ * them once it committed.
  */
 #include "omnigate/callbacks/webhooks_in.h"
 
@@ -24,6 +26,8 @@
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/store.h"
+#include "omnigate/templates/catalogue.h"
+#include "omnigate/tenants/settings.h"
 #include "omnigate/token.h"
 
 #define PID_MAX     128 /* longest provider message id we record (attempts keep 127 bytes) */
@@ -200,14 +204,79 @@ static bool meta_status(json_t *out, json_t *st, og_err_t *err)
     return add_status(out, "whatsapp_meta", id, mapped, at, code, message, err);
 }
 
+/* Meta's template events (value.event of a message_template_status_update) and the status
+ * each gives the template in the catalogue; events not listed say nothing we record (the next
+ * sync brings what Meta lists). docs/providers.md has the reasons. */
+static const char *const template_events[][2] = {
+    {"APPROVED", "APPROVED"},
+    {"REINSTATED", "APPROVED"}, /* a paused or flagged template is approved again */
+    {"REJECTED", "REJECTED"},
+    {"PENDING", "PENDING"},
+    {"PAUSED", "PAUSED"},
+    {"DISABLED", "DISABLED"},
+    {"FLAGGED", "FLAGGED"}, /* kept as Meta says it: not APPROVED, so not sent (docs/providers.md) */
+    {"IN_APPEAL", "IN_APPEAL"},
+    {"PENDING_DELETION", "PENDING_DELETION"},
+    {"DELETED", "DELETED"},
+    {"LIMIT_EXCEEDED", "LIMIT_EXCEEDED"},
+    {"ARCHIVED", "ARCHIVED"},
+    {"LOCKED", "LOCKED"},
+};
+
+/* One message_template_status_update of WABA `waba`: appended to `out` as {waba, name,
+ * language, status}, replacing an earlier change of the same template in the batch (the later
+ * event wins, in the order Meta wrote them). Changes that are incomplete, of an event not
+ * listed above, or of a name, language or WABA id the catalogue cannot hold (settings.h) are
+ * left out: no template of ours has them. */
+static bool meta_template_change(json_t *out, const char *waba, const json_t *value)
+{
+    const char *event = json_string_value(json_object_get(value, "event"));
+    const char *name = json_string_value(json_object_get(value, "message_template_name"));
+    const char *language = json_string_value(json_object_get(value, "message_template_language"));
+    size_t wl = waba != NULL ? strlen(waba) : 0;
+    if (event == NULL || !og_settings_template_name_valid(name) ||
+        !og_settings_template_language_valid(language) || wl == 0 || wl > OG_SETTINGS_PHONE_ID_MAX ||
+        strspn(waba, "0123456789") != wl)
+        return true;
+    const char *status = NULL;
+    for (size_t i = 0; i < sizeof(template_events) / sizeof(template_events[0]) && status == NULL; i++)
+        if (strcmp(event, template_events[i][0]) == 0)
+            status = template_events[i][1];
+    if (status == NULL)
+        return true;
+    size_t i;
+    json_t *c;
+    json_array_foreach(out, i, c)
+    {
+        if (strcmp(json_string_value(json_object_get(c, "waba")), waba) == 0 &&
+            strcmp(json_string_value(json_object_get(c, "name")), name) == 0 &&
+            strcmp(json_string_value(json_object_get(c, "language")), language) == 0) {
+            json_array_remove(out, i);
+            break;
+        }
+    }
+    return json_array_append_new(out, json_pack("{s:s,s:s,s:s,s:s}", "waba", waba, "name", name, "language",
+                                                language, "status", status)) == 0;
+}
+
 json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err)
 {
+    return og_webhook_parse_meta_all(body, len, now, NULL, err);
+}
+
+json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json_t **templates, og_err_t *err)
+{
+    if (templates != NULL)
+        *templates = NULL;
     json_t *root = parse_json(body, len, err);
     if (root == NULL)
         return NULL;
     json_t *out = json_array();
+    json_t *changed = json_array();
     json_t *entries = json_object_get(root, "entry");
-    bool ok = out != NULL;
+    bool ok = out != NULL && changed != NULL;
+    if (!ok)
+        og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     if (ok && !json_is_array(entries))
         ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "entry is not an array");
     size_t i, j, k;
@@ -227,8 +296,16 @@ json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t
                 ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "a change has no field");
                 break;
             }
+            if (strcmp(field, "message_template_status_update") == 0) {
+                /* entry[].id is the WABA */
+                if (!meta_template_change(changed, json_string_value(json_object_get(entry, "id")), value)) {
+                    ok = og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+                    break;
+                }
+                continue;
+            }
             if (strcmp(field, "messages") != 0)
-                continue; /* templates, account updates, ...: not ours to record */
+                continue; /* account updates, quality, ...: not ours to record */
             json_t *statuses = json_object_get(value, "statuses");
             if (!json_is_object(value) || (statuses != NULL && !json_is_array(statuses))) {
                 ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "a messages change has no value object");
@@ -248,8 +325,13 @@ json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t
     json_decref(root);
     if (!ok) {
         json_decref(out);
+        json_decref(changed);
         return NULL;
     }
+    if (templates != NULL)
+        *templates = changed;
+    else
+        json_decref(changed);
     (void)now;
     return out;
 }
@@ -415,6 +497,9 @@ typedef struct wh_op {
     og_http_req_t *req;
     og_channel_t ch;
     char *json;
+    int status_stmt;   /* index of status_apply in op, -1 when the POST had no status */
+    json_t *templates; /* Meta's template status changes recorded with them, or NULL */
+    char *tpl_lits[4]; /* tpl_set_status's text[] literals (templates/catalogue.h) */
 } wh_op_t;
 
 static double now_s(void)
@@ -457,25 +542,93 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
 {
     wh_op_t *o = (wh_op_t *)op;
     if (st == OG_DB_OK) {
-        long long applied = cell(op->res[0], OG_C_STATUS_APPLY_APPLIED),
-                  duplicate = cell(op->res[0], OG_C_STATUS_APPLY_DUPLICATE),
-                  unknown = cell(op->res[0], OG_C_STATUS_APPLY_UNKNOWN);
+        const PGresult *res = o->status_stmt >= 0 ? op->res[o->status_stmt] : NULL;
+        long long applied = cell(res, OG_C_STATUS_APPLY_APPLIED),
+                  duplicate = cell(res, OG_C_STATUS_APPLY_DUPLICATE),
+                  unknown = cell(res, OG_C_STATUS_APPLY_UNKNOWN);
         count(o->gw, o->ch, CB_APPLIED, (uint64_t)applied);
         count(o->gw, o->ch, CB_DUPLICATE, (uint64_t)duplicate);
         count(o->gw, o->ch, CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
+        /* Committed: this worker's cache reads the changed templates again at their next use
+         * (the other workers' entries end within OG_TPL_CACHE_MS). */
+        size_t i;
+        json_t *t;
+        json_array_foreach(o->templates, i, t) og_tpl_cache_forget(
+            o->gw->tpl, json_string_value(json_object_get(t, "waba")),
+            json_string_value(json_object_get(t, "name")), json_string_value(json_object_get(t, "language")));
         answer_counts(o->req, applied, duplicate, unknown);
     } else {
         og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",
                              "database unavailable: nothing was recorded");
     }
     og_db_op_clear(op);
+    og_tpl_marks_free(o->tpl_lits);
+    json_decref(o->templates);
     free(o->json);
     free(o);
 }
 
-/* Parses the verified body with `parse` and records what it holds, answering after COMMIT. */
-static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
-                   json_t *(*parse)(const char *, size_t, double, og_err_t *))
+/* Records the statuses (and Meta's template status changes, `templates`, may be NULL) of a
+ * verified body in one write, answering after COMMIT. Takes both arrays. */
+static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, json_t *statuses, json_t *templates)
+{
+    if (json_array_size(statuses) == 0 && json_array_size(templates) == 0) {
+        json_decref(statuses);
+        json_decref(templates);
+        answer_counts(req, 0, 0, 0);
+        return;
+    }
+    wh_op_t *o = gw->db != NULL ? calloc(1, sizeof(*o)) : NULL;
+    bool ok = o != NULL;
+    if (ok && json_array_size(statuses) > 0)
+        ok = (o->json = json_dumps(statuses, JSON_COMPACT)) != NULL;
+    int n = 0;
+    if (ok) {
+        o->status_stmt = -1;
+        if (o->json != NULL) {
+            o->status_stmt = n;
+            og_q_status_apply(&o->op.stmts[n++], &(og_q_status_apply_t){.statuses = o->json});
+            /* In the same transaction: what the statuses say about numbers without WhatsApp. */
+            n += og_nowa_statuses_stmt(gw->nowa, &o->op, n, statuses, o->json);
+        }
+        /* And the templates' statuses: one statement for the whole POST. */
+        if (json_array_size(templates) > 0) {
+            int added = og_tpl_marks_stmt(&o->op, n, templates, o->tpl_lits);
+            ok = added >= 0;
+            n += added > 0 ? added : 0;
+            o->templates = added > 0 ? json_incref(templates) : NULL;
+        }
+    }
+    json_decref(statuses);
+    json_decref(templates);
+    if (!ok) {
+        if (o != NULL) {
+            og_tpl_marks_free(o->tpl_lits);
+            json_decref(o->templates);
+            free(o->json);
+        }
+        free(o);
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
+        return;
+    }
+    if (n == 0) { /* nothing the catalogue could hold */
+        free(o->json);
+        free(o);
+        answer_counts(req, 0, 0, 0);
+        return;
+    }
+    o->gw = gw;
+    o->req = req;
+    o->ch = ch;
+    o->op.nstmts = n;
+    o->op.write = true;
+    o->op.done = recorded;
+    og_db_submit(gw->db, &o->op);
+}
+
+/* Parses the verified body with `parse` and records what it holds. */
+static void parse_and_record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
+                             json_t *(*parse)(const char *, size_t, double, og_err_t *))
 {
     og_err_t err = {0};
     json_t *statuses = parse(req->body, req->body_len, now_s(), &err);
@@ -484,30 +637,7 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
         return;
     }
-    if (json_array_size(statuses) == 0) {
-        json_decref(statuses);
-        answer_counts(req, 0, 0, 0);
-        return;
-    }
-    wh_op_t *o = gw->db != NULL ? calloc(1, sizeof(*o)) : NULL;
-    if (o != NULL)
-        o->json = json_dumps(statuses, JSON_COMPACT);
-    if (o == NULL || o->json == NULL) {
-        json_decref(statuses);
-        free(o);
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
-        return;
-    }
-    o->gw = gw;
-    o->req = req;
-    o->ch = ch;
-    og_q_status_apply(&o->op.stmts[0], &(og_q_status_apply_t){.statuses = o->json});
-    /* In the same transaction: what the statuses say about numbers without WhatsApp. */
-    o->op.nstmts = 1 + og_nowa_statuses_stmt(gw->nowa, &o->op, 1, statuses, o->json);
-    json_decref(statuses);
-    o->op.write = true;
-    o->op.done = recorded;
-    og_db_submit(gw->db, &o->op);
+    record(gw, req, ch, statuses, NULL);
 }
 
 static bool configured(const char *s)
@@ -551,7 +681,15 @@ void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         bad_signature(gw, req, OG_CH_WHATSAPP_META, "X-Hub-Signature-256");
         return;
     }
-    record(gw, req, OG_CH_WHATSAPP_META, og_webhook_parse_meta);
+    og_err_t err = {0};
+    json_t *templates = NULL;
+    json_t *statuses = og_webhook_parse_meta_all(req->body, req->body_len, now_s(), &templates, &err);
+    if (statuses == NULL) {
+        count(gw, OG_CH_WHATSAPP_META, CB_BAD_BODY, 1);
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
+        return;
+    }
+    record(gw, req, OG_CH_WHATSAPP_META, statuses, templates);
 }
 
 void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -570,7 +708,7 @@ void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         bad_signature(gw, req, OG_CH_WHATSAPP_QR, "X-Webhook-Hmac");
         return;
     }
-    record(gw, req, OG_CH_WHATSAPP_QR, og_webhook_parse_waha);
+    parse_and_record(gw, req, OG_CH_WHATSAPP_QR, og_webhook_parse_waha);
 }
 
 void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -602,5 +740,5 @@ void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         bad_signature(gw, req, OG_CH_SMS, "X-Twilio-Signature");
         return;
     }
-    record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
+    parse_and_record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
 }

@@ -228,6 +228,69 @@ int og_tpl_mark_stmt(og_tpl_cache_t *c, og_db_op_t *op, int slot, const og_tpl_m
     return 1;
 }
 
+void og_tpl_marks_free(char *lits[4])
+{
+    for (int i = 0; i < 4; i++) {
+        free(lits[i]);
+        lits[i] = NULL;
+    }
+}
+
+int og_tpl_marks_stmt(og_db_op_t *op, int slot, const json_t *marks, char *lits[4])
+{
+    static const char *const keys[4] = {"waba", "name", "language", "status"};
+    size_t cap[4] = {3, 3, 3, 3}, len[4] = {0, 0, 0, 0};
+    size_t i;
+    json_t *m;
+    for (int k = 0; k < 4; k++)
+        lits[k] = NULL;
+    json_array_foreach(marks, i, m)
+    {
+        for (int k = 0; k < 4; k++) {
+            const char *v = json_string_value(json_object_get(m, keys[k]));
+            cap[k] += (v != NULL ? strlen(v) : 0) + 1;
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        if ((lits[k] = malloc(cap[k])) == NULL) {
+            og_tpl_marks_free(lits);
+            return -1;
+        }
+        lits[k][len[k]++] = '{';
+    }
+    int n = 0;
+    json_array_foreach(marks, i, m)
+    {
+        const char *v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = json_string_value(json_object_get(m, keys[k]));
+        og_tpl_mark_t check; /* the same rules as one mark's: nothing to quote, sizes that fit */
+        if (!og_tpl_mark_init(&check, v[0], v[1], v[2], v[3]))
+            continue;
+        for (int k = 0; k < 4; k++) {
+            if (n > 0)
+                lits[k][len[k]++] = ',';
+            size_t l = strlen(v[k]);
+            memcpy(lits[k] + len[k], v[k], l);
+            len[k] += l;
+        }
+        n++;
+    }
+    if (n == 0) {
+        og_tpl_marks_free(lits);
+        return 0;
+    }
+    for (int k = 0; k < 4; k++) {
+        lits[k][len[k]++] = '}';
+        lits[k][len[k]] = '\0';
+    }
+    og_q_tpl_set_status(&op->stmts[slot], &(og_q_tpl_set_status_t){.waba_ids = lits[0],
+                                                                   .names = lits[1],
+                                                                   .languages = lits[2],
+                                                                   .statuses = lits[3]});
+    return 1;
+}
+
 const char *og_tpl_status_of_meta_code(const char *code)
 {
     if (code == NULL)

@@ -5,6 +5,9 @@
  * associated data: a new tenant's id is therefore chosen here, before its settings are sealed.
  * GET /admin/tenants pages like the logs (logs/page.h: the same limit, cursor and answer shape),
  * newest first, its cursor the last tenant id of the page.
+ * Saving settings whose whatsapp_meta numbers name a wabaId (a new tenant's, or a PATCH that
+ * changes the numbers) makes the template sync of those WABAs due now in the same write
+ * (templates/sync.h), and wakes this worker's steps once it committed.
  * Responsible for the admin routes' validation and answers; the SQL is in sql/queries/tenants.sql
  * and tokens.sql.
  */
@@ -23,6 +26,7 @@
 #include "omnigate/logs/page.h"
 #include "omnigate/tenants/settings.h"
 #include "omnigate/store.h"
+#include "omnigate/templates/sync.h"
 #include "omnigate/token.h"
 
 #define MAX_NAME_CHARS    OG_ADMIN_MAX_NAME_CHARS
@@ -52,6 +56,11 @@ typedef struct admin_op {
     char *settings_text;  /* json_dumps'd */
     const char *unified;  /* "true" / "false" / NULL */
     json_t *patch;        /* PATCH settings (merge patch), owned */
+    /* The settings being saved when their WABAs' template sync is to be due now (a new
+     * tenant's, or a PATCH that changes the Meta numbers), owned; NULL: no sync. */
+    json_t *sync_settings;
+    char *wabas;  /* tpl_sync_schedule's text[] of WABA ids, malloc'd */
+    bool syncing; /* the write carries tpl_sync_schedule: wake the steps after COMMIT */
     int tries;
     char token[64];
     char prefix[16];
@@ -67,6 +76,8 @@ static void admin_op_free(admin_op_t *a)
     free(a->name);
     free(a->settings_text);
     json_decref(a->patch);
+    json_decref(a->sync_settings);
+    free(a->wabas);
     OPENSSL_cleanse(a->token, sizeof(a->token));
     og_seal_key_clear(&a->key);
     free(a);
@@ -163,6 +174,8 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     }
     case A_TENANT_CREATE:
         og_api_reply(a->req, 201, "tenant created", tenant_json(a, r, 0), NULL, 0);
+        if (a->syncing)
+            og_jobs_wake(a->gw->jobs);
         break;
     case A_TENANT_GET:
         if (rows == 0)
@@ -180,6 +193,8 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     case A_TENANT_PATCH_WRITE:
         if (rows == 1) {
             og_api_reply(a->req, 200, "tenant updated", tenant_json(a, r, 0), NULL, 0);
+            if (a->syncing)
+                og_jobs_wake(a->gw->jobs);
         } else if (a->patch != NULL && ++a->tries < MAX_PATCH_RETRIES) {
             /* Someone changed the tenant between our read and write: merge again. */
             a->kind = A_TENANT_PATCH_READ;
@@ -229,6 +244,22 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
     admin_op_free(a);
 }
 
+/* Adds at op->stmts[n] the statement that makes the template sync of a->sync_settings' WABAs
+ * due now, if any (templates/sync.h); returns how many statements it added. */
+static int sync_stmt(admin_op_t *a, og_db_op_t *op, int n)
+{
+    a->syncing = false;
+    if (a->sync_settings == NULL || a->settings_text == NULL)
+        return 0;
+    /* Every WABA id is in the settings' text: the literal is never longer. */
+    size_t cap = strlen(a->settings_text) + 3;
+    free(a->wabas);
+    if ((a->wabas = malloc(cap)) == NULL)
+        return 0; /* the periodic sync comes anyway; not worth failing the save */
+    a->syncing = og_tpl_sync_schedule_stmt(op, n, a->id, a->sync_settings, a->wabas, cap) == 1;
+    return a->syncing ? 1 : 0;
+}
+
 static void submit(admin_op_t *a)
 {
     og_db_op_t *op = &a->op;
@@ -249,6 +280,7 @@ static void submit(admin_op_t *a)
                                                                   .unified = a->unified,
                                                                   .settings = a->settings_text,
                                                                   .id = a->id});
+        op->nstmts += sync_stmt(a, op, 1);
         op->write = true;
         break;
     case A_TENANT_GET:
@@ -263,6 +295,7 @@ static void submit(admin_op_t *a)
                                                                   .unified = a->unified,
                                                                   .settings = a->settings_text,
                                                                   .xmin = a->xmin[0] ? a->xmin : NULL});
+        op->nstmts += sync_stmt(a, op, 1);
         op->write = true;
         break;
     case A_TOKEN_CREATE:
@@ -289,6 +322,16 @@ static void submit(admin_op_t *a)
     og_db_submit(a->gw->db, op);
 }
 
+/* True unless `before` and `after` have the same whatsapp_meta numbers. */
+static bool meta_numbers_changed(const json_t *before, const json_t *after)
+{
+    const json_t *b =
+        json_object_get(json_object_get(json_object_get(before, "channels"), "whatsapp_meta"), "numbers");
+    const json_t *n =
+        json_object_get(json_object_get(json_object_get(after, "channels"), "whatsapp_meta"), "numbers");
+    return b == NULL || n == NULL ? b != n : !json_equal(b, n);
+}
+
 /* The stored settings with the patch merged in, validated; then the conditional update. */
 static void patch_write(admin_op_t *a, PGresult *current)
 {
@@ -306,6 +349,12 @@ static void patch_write(admin_op_t *a, PGresult *current)
         admin_op_free(a);
         return;
     }
+    /* The Meta numbers changed (one added, a wabaId or a token set): their catalogues are read
+     * now rather than at the next periodic sync. Compared opened, as merged. */
+    json_t *before = opened_settings(a, current, 0);
+    json_decref(a->sync_settings);
+    a->sync_settings = meta_numbers_changed(before, merged) ? json_incref(merged) : NULL;
+    json_decref(before);
     json_decref(merged);
     snprintf(a->xmin, sizeof(a->xmin), "%s", PQgetvalue(current, 0, OG_TENANT_XMIN));
     og_db_op_clear(&a->op);
@@ -449,6 +498,7 @@ void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void 
             og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
             goto fail;
         }
+        a->sync_settings = json_incref(settings); /* its wabaIds: the sync is due at once */
     }
     a->unified = unified ? "true" : "false";
     json_decref(body);

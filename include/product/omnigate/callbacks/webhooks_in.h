@@ -6,7 +6,8 @@
  * group-commit path; the answer (200) goes out only after COMMIT, so a provider retries what
  * was not stored. Responsible for authenticating, parsing and mapping the providers' wire
  * formats; not for the rules of applying a status (sql/005_delivery_status.sql) or for
- * reading them back (logs_api.h).
+ * reading them back (logs_api.h). Meta's template status changes are recorded with the
+ * statuses of their POST (templates/catalogue.h).
  */
 #ifndef OMNIGATE_CALLBACKS_WEBHOOKS_IN_H
 #define OMNIGATE_CALLBACKS_WEBHOOKS_IN_H
@@ -46,6 +47,15 @@ void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx);
  * (invalid_json or invalid_payload) and nothing recorded. `now` stands for the time of a
  * status whose provider gives none. */
 json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err);
+
+/* Meta's body with its template status changes too (field message_template_status_update,
+ * API.md §18): the statuses as og_webhook_parse_meta returns them, and in *templates (when the
+ * statuses are returned) a JSON array of {"waba" (entry[].id), "name", "language", "status"},
+ * one per template, its last change in the body winning. value.event gives the status
+ * (REINSTATED: APPROVED; docs/providers.md lists the events); changes that are incomplete, of
+ * another event, or of a name, language or WABA id no catalogue entry can have are left out. */
+json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json_t **templates,
+                                  og_err_t *err);
 json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err);
 json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err_t *err);
 

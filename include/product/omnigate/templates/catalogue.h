@@ -60,6 +60,17 @@ bool og_tpl_mark_init(og_tpl_mark_t *m, const char *waba_id, const char *name, c
  * the template here; returns 1. */
 int og_tpl_mark_stmt(og_tpl_cache_t *c, og_db_op_t *op, int slot, const og_tpl_mark_t *m);
 
+/* Several status changes in one tpl_set_status (Meta's message_template_status_update
+ * webhook: every change of one POST). `marks` is a JSON array of {"waba", "name", "language",
+ * "status"}, one per template; a change that og_tpl_mark_init would refuse is left out. Binds
+ * the statement at op->stmts[slot] with its four text[] literals, malloc'd into lits[0..3]
+ * (zeroed first; og_tpl_marks_free frees them once the op is done). Returns 1, 0 when no
+ * change is left, -1 when out of memory. The cache is not touched: forget the entries
+ * (og_tpl_cache_forget) once the write committed, so no read between binding and COMMIT can
+ * bring the old status back. */
+int og_tpl_marks_stmt(og_db_op_t *op, int slot, const json_t *marks, char *lits[4]);
+void og_tpl_marks_free(char *lits[4]);
+
 /* The status a Meta error code gives a template (above), or NULL when the code says nothing
  * about the template. */
 const char *og_tpl_status_of_meta_code(const char *provider_code);
