@@ -443,17 +443,18 @@ static void otp_nowa_checked(void *arg, bool remembered)
  * stand-in code of the same length, so a template that cannot carry the code is refused before
  * anything is claimed or written; Meta's message with the real code is made once there is one
  * (otp_claimed), from the entry kept here. */
-static void otp_tpl_found(void *arg, bool ok, const json_t *item)
+static void otp_tpl_found(void *arg, og_db_status_t st, const json_t *item)
 {
     og_smsreq_t *c = arg;
+    if (st != OG_DB_OK) {
+        og_smsreq_db_failed(c, st);
+        return;
+    }
     og_err_t err = {0};
     char stand_in[OG_OTP_MAX_LEN + 1];
     snprintf(stand_in, sizeof(stand_in), "%.*s", c->length, "0000000000");
-    if (!ok)
-        og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "database unavailable: nothing was sent");
-    else
-        c->wa->item = json_incref((json_t *)item);
-    if (!ok || !wa_template(c, stand_in, &err)) {
+    c->wa->item = json_incref((json_t *)item);
+    if (!wa_template(c, stand_in, &err)) {
         og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
         og_smsreq_free(c);
         return;

@@ -841,12 +841,13 @@ static void prepared(send_ctx_t *c)
 }
 
 /* The catalogue's entry for the template Meta is to get (templates/catalogue.h). */
-static void tpl_found(void *arg, bool ok, const json_t *item)
+static void tpl_found(void *arg, og_db_status_t st, const json_t *item)
 {
     send_ctx_t *c = arg;
     og_err_t err = {0};
-    if (!ok) {
-        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "database unavailable: nothing was sent");
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "looking a template up failed",
+                             "database unavailable: nothing was sent");
         ctx_free(c);
         return;
     }

@@ -91,21 +91,25 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
 {
     lookup_t *l = op->arg;
     json_t *item = NULL;
-    bool ok = st == OG_DB_OK;
     const PGresult *r = op->res[0];
-    if (ok && r != NULL && PQntuples(r) == 1)
-        ok = (item = json_loads(PQgetvalue(r, 0, OG_TEMPLATE_ITEM), 0, NULL)) != NULL;
+    if (st == OG_DB_OK && r != NULL && PQntuples(r) == 1 &&
+        (item = json_loads(PQgetvalue(r, 0, OG_TEMPLATE_ITEM), 0, NULL)) == NULL) {
+        st = OG_DB_ERROR;
+        snprintf(op->error, sizeof(op->error), "the catalogue entry is not JSON (or out of memory)");
+    }
     slot_t *s = slot_for(l->c, l->key);
     bool mine = s->key != NULL && strcmp(s->key, l->key) == 0;
     if (mine)
         s->refreshing = false;
-    if (ok) {
+    if (st == OG_DB_OK) {
         store(l->c, l->key, json_incref(item));
         l->key = NULL;
     }
-    og_db_op_clear(op);
+    /* A failed read keeps what the database said, for the caller's answer (its own op). */
+    if (st == OG_DB_OK || l->done == NULL)
+        og_db_op_clear(op);
     if (l->done != NULL)
-        l->done(l->arg, ok, item);
+        l->done(l->arg, st, item);
     json_decref(item);
     free(l->key);
     free(l->name);
@@ -146,7 +150,7 @@ void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const
 {
     char *key = make_key(waba_id, name, language);
     if (key == NULL) {
-        done(arg, false, NULL);
+        done(arg, OG_DB_UNAVAILABLE, NULL);
         return;
     }
     slot_t *s = slot_for(c, key);
@@ -165,14 +169,14 @@ void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const
         }
         free(key);
         json_t *item = json_incref(s->item); /* done may look another template up */
-        done(arg, true, item);
+        done(arg, OG_DB_OK, item);
         json_decref(item);
         return;
     }
     lookup_t *l = lookup_new(c, key, waba_id, name, language);
     if (l == NULL) {
         free(key);
-        done(arg, false, NULL);
+        done(arg, OG_DB_UNAVAILABLE, NULL);
         return;
     }
     l->done = done;

@@ -33,12 +33,15 @@ og_tpl_cache_t *og_tpl_cache_new(uv_loop_t *loop, og_db_t *db);
 /* Frees the cache; its pool must be closed (no background read in flight). */
 void og_tpl_cache_free(og_tpl_cache_t *c);
 
-/* Called once with the entry (borrowed: valid only during the call; NULL when the catalogue
- * does not have the template), or ok false when the database could not answer. */
-typedef void (*og_tpl_found_fn)(void *arg, bool ok, const json_t *item);
+/* Called once: with st OG_DB_OK and the entry (borrowed: valid only during the call; NULL when
+ * the catalogue does not have the template), or with the status of the read that failed
+ * (OG_DB_ERROR: the server refused it; OG_DB_UNAVAILABLE: no answer, or out of memory), to be
+ * answered as any failed database step is (og_answer_db_failure, app/answer.h). */
+typedef void (*og_tpl_found_fn)(void *arg, og_db_status_t st, const json_t *item);
 
 /* Looks (waba_id, name, language) up: from the cache before this returns, else after a read on
- * `op` (the caller's, unused until done; cleared before done). */
+ * `op` (the caller's, unused until done). Before done, op is cleared when the read succeeded;
+ * when it failed it keeps the sqlstate and error the answer logs. */
 void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
                    og_tpl_found_fn done, void *arg);
 
