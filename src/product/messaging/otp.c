@@ -195,26 +195,6 @@ static bool wa_template(og_smsreq_t *c, const char *code, og_err_t *err)
 
 /* ---- POST /api/sms/otp/send ---------------------------------------------------------------- */
 
-/* Every occurrence of the code in `s` (a buffer of `size` bytes) masked with '*': a provider's
- * error message may quote what it was sent. A message cut to fit its buffer may end in the
- * code's first digits: those are masked too. */
-static void mask_code(char *s, size_t size, const char *code)
-{
-    size_t n = strlen(code), len = strlen(s);
-    if (n == 0)
-        return;
-    for (char *p = strstr(s, code); p != NULL; p = strstr(p + n, code))
-        memset(p, '*', n);
-    if (len + 8 < size)
-        return;
-    for (size_t m = n - 1; m > 0; m--) {
-        if (len >= m && memcmp(s + len - m, code, m) == 0) {
-            memset(s + len - m, '*', m);
-            return;
-        }
-    }
-}
-
 /* The error message of a send none of whose channels delivered the code. */
 static const char *failed_message(const og_smsreq_t *c)
 {
@@ -323,7 +303,8 @@ static void otp_attempted(og_attempt_t *a)
         wa_forget_code(wa);
     }
     if (!r->sent) {
-        mask_code(r->error_message, sizeof(r->error_message), c->code);
+        /* A provider's error message may quote what it was sent. */
+        og_otp_mask(r->error_message, sizeof(r->error_message), c->code);
         json_t *err = og_attempt_error_json(r);
         c->att_error[k] = err != NULL ? json_dumps(err, JSON_COMPACT) : NULL;
         json_decref(err);
