@@ -27,7 +27,7 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import ROOT, assert_ok, wait_for
-from gwlib import ADMIN_TOKEN, call, make_gateway, provider_env, sim  # noqa: F401
+from gwlib import ADMIN_TOKEN, META_TOKEN, WA_FROM, call, make_gateway, provider_env, sim  # noqa: F401
 from test_webhooks_out import WH_ENV, rx  # noqa: F401
 
 SHOTS = os.path.join(ROOT, "test", "e2e", "screenshots")
@@ -315,6 +315,202 @@ def test_console_walkthrough(gateway, browser, rx):
     log = srv.stderr()
     assert "/console" in log and "/admin/tenants" in log
     assert ADMIN_TOKEN not in log
+
+
+# ---- WhatsApp templates (API.md §18) -----------------------------------------------------------------
+
+WABA = "102290129340398"
+PNID = "109876543210"
+# A catalogue in Meta's shape, as the simulator lists it (test/sim/README.md). old_promo's body
+# holds markup that must show as text.
+CATALOGUE = [
+    {"name": "order_update", "language": "en_US", "status": "APPROVED", "category": "UTILITY",
+     "components": [{"type": "BODY", "text": "Hi {{1}}, your order {{2}} ships today."},
+                    {"type": "BUTTONS", "buttons": [{"type": "URL", "text": "Track", "url": "https://acme.example/t/{{1}}"},
+                                                    {"type": "QUICK_REPLY", "text": "Stop updates"}]}]},
+    {"name": "welcome", "language": "en", "status": "APPROVED", "category": "MARKETING", "parameter_format": "NAMED",
+     "components": [{"type": "BODY", "text": "Welcome {{first_name}}! Your ACME account is ready."}]},
+    {"name": "relay", "language": "en", "status": "APPROVED", "category": "UTILITY",
+     "components": [{"type": "BODY", "text": "Message from ACME: {{1}}"}]},
+    {"name": "login_code", "language": "en", "status": "APPROVED", "category": "AUTHENTICATION",
+     "components": [{"type": "BODY", "text": "{{1}} is your verification code."},
+                    {"type": "BUTTONS", "buttons": [{"type": "OTP", "otp_type": "COPY_CODE", "text": "Copy code"}]}]},
+    {"name": "old_promo", "language": "en", "status": "PAUSED", "category": "MARKETING",
+     "components": [{"type": "BODY", "text": "Sale: 20% off this week. Reply <b>STOP</b> to opt out."}]},
+    {"name": "winter_sale", "language": "id", "status": "DISABLED", "category": "MARKETING",
+     "components": [{"type": "BODY", "text": "Halo {{1}}, diskon musim dingin sudah dimulai!"}]},
+    {"name": "refund_notice", "language": "en", "status": "REJECTED", "category": "UTILITY",
+     "components": [{"type": "BODY", "text": "Hi {{1}}, your refund of {{2}} is on its way."}]},
+]
+NAMES = sorted(t["name"] for t in CATALOGUE)  # the list's order: name, language, WABA
+
+
+def load_catalogue(sim, templates, behaviour="ok"):
+    sim._call("PUT", "/__sim/meta/wabas/%s/templates" % WABA,
+              {"phoneNumberIds": [PNID], "templates": templates, "listBehaviour": behaviour})
+
+
+def template_rows(d):
+    """Each row of the templates table as {name, language, status, badge, category, marks, body,
+    buttons}, read in one script."""
+    return d.execute_script("""
+        return Array.from(document.querySelectorAll('#tpl-table tbody tr')).map(function (r) {
+          var badge = r.cells[2].querySelector('.badge');
+          return {name: r.cells[0].querySelector('code').textContent, language: r.cells[1].textContent,
+                  status: badge.textContent, badge: badge.className, category: r.cells[3].textContent,
+                  marks: Array.from(r.cells[4].querySelectorAll('mark.ph')).map(function (m) { return m.textContent; }),
+                  body: r.cells[4].querySelector('.tpl-body').textContent,
+                  buttons: Array.from(r.cells[5].querySelectorAll('li')).map(function (l) { return l.textContent; })};
+        });""")
+
+
+def tpl_names(d):
+    return [r["name"] for r in template_rows(d)]
+
+
+def test_console_templates(gateway, browser, sim):
+    """A tenant's WhatsApp templates: Sync from Meta refused while no Meta number has a wabaId
+    (422, shown under the filters); the settings editor sets the wabaId, outsideWindow with its
+    window template (required: the error on the group's own line) and the OTP template; Sync
+    while Meta fails (502 provider_error shown, nothing listed); Sync again: the simulator's
+    catalogue listed with its statuses as badges, the placeholders marked, the buttons, markup
+    shown as text; a status Meta changed comes in with the next Sync; filtered by status and by
+    name (a bad name refused next to its field); paged; screenshots at 1280 and 375 px; no CSP
+    violation."""
+    srv, d = gateway, browser
+    sim._call("DELETE", "/__sim/meta/wabas")
+    load_catalogue(sim, CATALOGUE, behaviour="error")
+    tenant = assert_ok(call(srv, "POST", "/admin/tenants", token=ADMIN_TOKEN, body={"name": "Template Shop"}), 201)["data"]
+    origin = "http://127.0.0.1:%d" % srv.port
+    d.get(origin + "/console")
+    fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+    visible(d, "#tenants")
+    fill(d, "#search-name", "template shop").send_keys(Keys.ENTER)
+    wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Template Shop"])
+    click(d, "#tenant-table tbody tr button")
+    wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == tenant["id"])
+
+    # No Meta number with a wabaId yet: nothing listed, and Sync says why (422).
+    click(d, ".tab[data-tab=templates]")
+    visible(d, "#tpl-empty")
+    click(d, "#tpl-sync")
+    err = visible(d, "#tpl-form .error")
+    wait(d, lambda _: "validation_failed" in err.text and "wabaId" in err.text)
+
+    # The settings editor: the Meta number with its WABA, outsideWindow template (its window
+    # template is required), the OTP template.
+    click(d, ".tab[data-tab=settings]")
+    d.find_element(By.ID, "set-meta-enabled").click()
+    fill(d, "#set-meta-numbers", "%s %s %s %s" % (WA_FROM, PNID, META_TOKEN, WABA))
+    Select(visible(d, "#set-meta-outside")).select_by_value("template")
+    click(d, "#settings-form button[type=submit]")
+    group_err = visible(d, "[data-field='settings.channels.whatsapp_meta.windowTemplate'] > .field-error")
+    assert "required" in group_err.text and "validation_failed" in group_err.text
+    assert not d.find_element(By.CSS_SELECTOR, "[data-field='settings.channels.whatsapp_meta.windowTemplate.name'] "
+                                               ".field-error").is_displayed()
+    fill(d, "#set-meta-wt-name", "relay")
+    fill(d, "#set-meta-wt-lang", "en")
+    fill(d, "#set-otp-wt-name", "login_code")
+    fill(d, "#set-otp-wt-lang", "en")
+    click(d, "#settings-form button[type=submit]")
+    wait(d, lambda _: "Settings saved" in d.find_element(By.ID, "status").text)
+    # Stored: the tenant opened again shows them (the token masked, the WABA on the number's line).
+    click(d, "#tenant-back")
+    wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Template Shop"])
+    click(d, "#tenant-table tbody tr button")
+    visible(d, "#settings-form")
+    value = lambda i: d.find_element(By.ID, i).get_attribute("value")  # noqa: E731
+    wait(d, lambda _: value("set-meta-numbers") != "")
+    line = value("set-meta-numbers")
+    assert line.startswith("%s %s ****" % (WA_FROM, PNID)) and line.endswith(" " + WABA) and META_TOKEN not in line
+    assert d.find_element(By.ID, "set-meta-enabled").is_selected()
+    assert [value(i) for i in ("set-meta-outside", "set-meta-wt-name", "set-meta-wt-lang", "set-otp-wt-name",
+                               "set-otp-wt-lang")] == ["template", "relay", "en", "login_code", "en"]
+
+    # Meta fails: 502 provider_error under the filters, nothing listed.
+    click(d, ".tab[data-tab=templates]")
+    click(d, "#tpl-sync")
+    err = visible(d, "#tpl-form .error")
+    wait(d, lambda _: "provider_error" in err.text)
+    assert d.find_element(By.ID, "tpl-sync").is_enabled()
+
+    # Meta answers: the catalogue is listed.
+    load_catalogue(sim, CATALOGUE)
+    click(d, "#tpl-sync")
+    wait(d, lambda _: "Synced from Meta: %d templates" % len(CATALOGUE) in d.find_element(By.ID, "status").text)
+    wait(d, lambda _: tpl_names(d) == NAMES)
+    assert not d.find_element(By.CSS_SELECTOR, "#tpl-form .error").is_displayed()
+    rows = {r["name"]: r for r in template_rows(d)}
+    want = {t["name"]: t["status"] for t in CATALOGUE}
+    assert {n: r["status"] for n, r in rows.items()} == want
+    badge = {"APPROVED": "good", "PAUSED": "warn", "DISABLED": "bad", "REJECTED": "bad"}
+    for n, r in rows.items():
+        assert r["badge"] == "badge " + badge[r["status"]], r
+    order = rows["order_update"]
+    assert order["language"] == "en_US" and order["category"] == "utility"
+    assert order["marks"] == ["{{1}}", "{{2}}"] and order["body"] == "Hi {{1}}, your order {{2}} ships today."
+    assert order["buttons"] == ["URL Track https://acme.example/t/{{1}} (takes a parameter)", "QUICK_REPLY Stop updates"]
+    assert rows["welcome"]["marks"] == ["{{first_name}}"]
+    assert rows["login_code"]["buttons"] == ["OTP Copy code (takes a parameter)"]
+    # Markup in a body is text: shown as written, never an element.
+    assert rows["old_promo"]["body"] == "Sale: 20% off this week. Reply <b>STOP</b> to opt out."
+    assert d.find_elements(By.CSS_SELECTOR, "#tpl-table b") == []
+    shot(d, "templates", 1280)
+    shot(d, "templates", 375)
+
+    # Meta pauses relay: the next Sync shows it.
+    sim._call("POST", "/__sim/meta/wabas/%s/templates/status" % WABA,
+               {"name": "relay", "language": "en", "event": "PAUSED", "notify": False})
+    click(d, "#tpl-sync")
+    wait(d, lambda _: {r["name"]: r["status"] for r in template_rows(d)}.get("relay") == "PAUSED")
+    assert [r["badge"] for r in template_rows(d) if r["name"] == "relay"] == ["badge warn"]
+
+    # Filtered by status, then by name.
+    Select(visible(d, "#tpl-status")).select_by_value("PAUSED")
+    click(d, "#tpl-form button[type=submit]")
+    wait(d, lambda _: tpl_names(d) == ["old_promo", "relay"])
+    Select(visible(d, "#tpl-status")).select_by_value("DISABLED")
+    click(d, "#tpl-form button[type=submit]")
+    wait(d, lambda _: tpl_names(d) == ["winter_sale"])
+    Select(visible(d, "#tpl-status")).select_by_value("REJECTED")
+    fill(d, "#tpl-name", "order_update")
+    click(d, "#tpl-form button[type=submit]")
+    wait(d, lambda _: d.find_element(By.ID, "tpl-empty").is_displayed() and tpl_names(d) == [])
+    Select(visible(d, "#tpl-status")).select_by_value("")
+    click(d, "#tpl-form button[type=submit]")
+    wait(d, lambda _: tpl_names(d) == ["order_update"])
+    # A name the API refuses: its error next to the name field.
+    fill(d, "#tpl-name", "Order Update")
+    click(d, "#tpl-form button[type=submit]")
+    name_err = visible(d, "#tpl-form [data-field=name] .field-error")
+    assert "validation_failed" in name_err.text
+    assert d.find_element(By.ID, "tpl-name").get_attribute("aria-invalid") == "true"
+
+    # Paged like the logs: Next page until there is none.
+    d.find_element(By.ID, "tpl-name").clear()
+    fill(d, "#tpl-limit", "3")
+    click(d, "#tpl-form button[type=submit]")
+    wait(d, lambda _: tpl_names(d) == NAMES[:3] and d.find_element(By.ID, "tpl-more").is_displayed())
+    click(d, "#tpl-more")
+    wait(d, lambda _: tpl_names(d) == NAMES[:6])
+    click(d, "#tpl-more")
+    wait(d, lambda _: tpl_names(d) == NAMES and not d.find_element(By.ID, "tpl-more").is_displayed())
+
+    # Every control labelled; no CSP violation; the token in no request URL.
+    unlabeled = d.execute_script("""
+        return Array.from(document.querySelectorAll('input, select, textarea, button')).filter(function (e) {
+          if (e.tagName === 'BUTTON') return !(e.textContent.trim() || e.getAttribute('aria-label'));
+          return !(e.id && document.querySelector('label[for="' + e.id + '"]')) && !e.getAttribute('aria-label');
+        }).map(function (e) { return e.outerHTML; });""")
+    assert unlabeled == []
+    problems = [m for m in d.get_log("browser") if "Content Security Policy" in m.get("message", "")]
+    assert problems == [], problems
+    urls = [e["params"]["request"]["url"] for e in perf(d) if e["method"] == "Network.requestWillBeSent"
+            and e["params"].get("documentURL", "").startswith(origin)]
+    assert any("/templates/sync" in u for u in urls)
+    for u in urls:
+        assert u.startswith(origin) or u.startswith("data:") or u.startswith("about:"), u
+        assert ADMIN_TOKEN not in u, u
 
 
 def test_console_assets(gateway):

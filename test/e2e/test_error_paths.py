@@ -236,6 +236,12 @@ SCENARIOS = [
              lambda gw, t, wid: admin(gw, "POST", "/admin/tenants/%s/webhook/deliveries/%s/retry" %
                                       (gw.tenant["id"], wid)),
              ok_status=409, prepare=disabled_delivery, tenant=False),
+    # WhatsApp templates (API.md §18); the sync's failures are test_templates_sync.py's (its
+    # provider call is a read: nothing of it is outcome_unknown).
+    Scenario("templates", lambda gw, t, _: get(gw, t, "/api/whatsapp/templates?limit=5&status=APPROVED")),
+    Scenario("admin_templates",
+             lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/templates?limit=5" % gw.tenant["id"]),
+             tenant=False),
 ]
 
 

@@ -50,11 +50,11 @@ static void test_positional_with_url_button(void **state)
     assert_true(og_tpl_request_valid(tpl, &err));
     assert_true(og_tpl_apply(tpl, item, "1001", &out, &err));
     assert_string_equal(out.rendered, "Hi Ana, order A-17 ships");
-    assert_string_equal(out.meta,
-                        "{\"name\":\"order\",\"language\":{\"policy\":\"deterministic\",\"code\":\"en_US\"},"
-                        "\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\",\"text\":\"Ana\"},"
-                        "{\"type\":\"text\",\"text\":\"A-17\"}]},{\"type\":\"button\",\"sub_type\":\"url\","
-                        "\"index\":\"0\",\"parameters\":[{\"type\":\"text\",\"text\":\"A17\"}]}]}");
+    assert_string_equal(
+        out.meta, "{\"name\":\"order\",\"language\":{\"policy\":\"deterministic\",\"code\":\"en_US\"},"
+                  "\"components\":[{\"type\":\"body\",\"parameters\":[{\"type\":\"text\",\"text\":\"Ana\"},"
+                  "{\"type\":\"text\",\"text\":\"A-17\"}]},{\"type\":\"button\",\"sub_type\":\"url\","
+                  "\"index\":\"0\",\"parameters\":[{\"type\":\"text\",\"text\":\"A17\"}]}]}");
     og_tpl_out_clear(&out);
     json_decref(item);
     json_decref(tpl);
@@ -63,15 +63,17 @@ static void test_positional_with_url_button(void **state)
 /* Named parameters carry parameter_name, in the template's order whatever the request's. */
 static void test_named(void **state)
 {
-    json_t *item = entry("APPROVED", "named", "[\"first_name\",\"order\"]", "Hi {{first_name}}: {{order}}", "[]");
+    json_t *item =
+        entry("APPROVED", "named", "[\"first_name\",\"order\"]", "Hi {{first_name}}: {{order}}", "[]");
     json_t *tpl = req("{\"name\":\"order\",\"language\":\"en_US\",\"parameters\":{\"order\":\"B-2\","
                       "\"first_name\":\"Budi\"}}");
     og_err_t err = {0};
     og_tpl_out_t out;
     assert_true(og_tpl_apply(tpl, item, "1001", &out, &err));
     assert_string_equal(out.rendered, "Hi Budi: B-2");
-    assert_non_null(strstr(out.meta, "{\"type\":\"text\",\"parameter_name\":\"first_name\",\"text\":\"Budi\"},"
-                                     "{\"type\":\"text\",\"parameter_name\":\"order\",\"text\":\"B-2\"}"));
+    assert_non_null(strstr(out.meta,
+                           "{\"type\":\"text\",\"parameter_name\":\"first_name\",\"text\":\"Budi\"},"
+                           "{\"type\":\"text\",\"parameter_name\":\"order\",\"text\":\"B-2\"}"));
     og_tpl_out_clear(&out);
     json_decref(item);
     json_decref(tpl);
@@ -123,9 +125,11 @@ static void test_request_form(void **state)
         {"{\"name\":\"order\",\"language\":\"en\",\"parameters\":[1]}", "template.parameters"},
         {"{\"name\":\"order\",\"language\":\"en\",\"parameters\":[\"\"]}", "template.parameters"},
         {"{\"name\":\"order\",\"language\":\"en\",\"extra\":1}", "template.extra"},
-        {"{\"name\":\"order\",\"language\":\"en\",\"buttons\":[{\"index\":10,\"subType\":\"url\",\"parameter\":\"x\"}]}",
+        {"{\"name\":\"order\",\"language\":\"en\",\"buttons\":[{\"index\":10,\"subType\":\"url\","
+         "\"parameter\":\"x\"}]}",
          "template.buttons[0]"},
-        {"{\"name\":\"order\",\"language\":\"en\",\"buttons\":[{\"index\":0,\"subType\":\"call\",\"parameter\":\"x\"}]}",
+        {"{\"name\":\"order\",\"language\":\"en\",\"buttons\":[{\"index\":0,\"subType\":\"call\","
+         "\"parameter\":\"x\"}]}",
          "template.buttons[0]"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -158,18 +162,20 @@ static void test_wrap(void **state)
  * (a URL with a placeholder, an OTP button), lower-case category, the format. */
 static void test_from_meta(void **state)
 {
-    json_t *m = req("{\"name\":\"auth\",\"language\":\"en_US\",\"status\":\"APPROVED\",\"category\":\"AUTHENTICATION\","
-                    "\"id\":\"42\",\"components\":[{\"type\":\"BODY\",\"text\":\"*{{1}}* is your code. {{1}}\"},"
-                    "{\"type\":\"BUTTONS\",\"buttons\":[{\"type\":\"OTP\",\"otp_type\":\"COPY_CODE\",\"text\":\"Copy\"},"
-                    "{\"type\":\"URL\",\"text\":\"Site\",\"url\":\"https://x\"}]}]}");
+    json_t *m = req(
+        "{\"name\":\"auth\",\"language\":\"en_US\",\"status\":\"APPROVED\",\"category\":\"AUTHENTICATION\","
+        "\"id\":\"42\",\"components\":[{\"type\":\"BODY\",\"text\":\"*{{1}}* is your code. {{1}}\"},"
+        "{\"type\":\"BUTTONS\",\"buttons\":[{\"type\":\"OTP\",\"otp_type\":\"COPY_CODE\",\"text\":\"Copy\"},"
+        "{\"type\":\"URL\",\"text\":\"Site\",\"url\":\"https://x\"}]}]}");
     json_t *row = og_tpl_from_meta(m);
     assert_non_null(row);
     char *text = json_dumps(row, JSON_COMPACT | JSON_SORT_KEYS);
-    assert_string_equal(text, "{\"body\":\"*{{1}}* is your code. {{1}}\",\"buttons\":[{\"index\":0,\"parameter\":true,"
-                              "\"text\":\"Copy\",\"type\":\"OTP\"},{\"index\":1,\"parameter\":false,\"text\":\"Site\","
-                              "\"type\":\"URL\",\"url\":\"https://x\"}],\"category\":\"authentication\",\"language\":"
-                              "\"en_US\",\"meta_id\":\"42\",\"name\":\"auth\",\"parameter_format\":\"positional\","
-                              "\"parameters\":[\"1\"],\"status\":\"APPROVED\"}");
+    assert_string_equal(
+        text, "{\"body\":\"*{{1}}* is your code. {{1}}\",\"buttons\":[{\"index\":0,\"parameter\":true,"
+              "\"text\":\"Copy\",\"type\":\"OTP\"},{\"index\":1,\"parameter\":false,\"text\":\"Site\","
+              "\"type\":\"URL\",\"url\":\"https://x\"}],\"category\":\"authentication\",\"language\":"
+              "\"en_US\",\"meta_id\":\"42\",\"name\":\"auth\",\"parameter_format\":\"positional\","
+              "\"parameters\":[\"1\"],\"status\":\"APPROVED\"}");
     free(text);
     json_decref(row);
     json_decref(m);

@@ -553,9 +553,12 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
          * (the other workers' entries end within OG_TPL_CACHE_MS). */
         size_t i;
         json_t *t;
-        json_array_foreach(o->templates, i, t) og_tpl_cache_forget(
-            o->gw->tpl, json_string_value(json_object_get(t, "waba")),
-            json_string_value(json_object_get(t, "name")), json_string_value(json_object_get(t, "language")));
+        json_array_foreach(o->templates, i, t)
+        {
+            og_tpl_cache_forget(o->gw->tpl, json_string_value(json_object_get(t, "waba")),
+                                json_string_value(json_object_get(t, "name")),
+                                json_string_value(json_object_get(t, "language")));
+        }
         answer_counts(o->req, applied, duplicate, unknown);
     } else {
         og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",

@@ -428,9 +428,10 @@ static void otp_tpl_found(void *arg, og_db_status_t st, const json_t *item)
 {
     og_smsreq_t *c = arg;
     if (st != OG_DB_OK) {
-        og_smsreq_db_failed(c, st);
+        og_smsreq_db_failed(c, st); /* c->op holds the failure */
         return;
     }
+    og_db_op_clear(c->op); /* the lookup leaves it to us; the claim takes it next */
     og_err_t err = {0};
     char stand_in[OG_OTP_MAX_LEN + 1];
     snprintf(stand_in, sizeof(stand_in), "%.*s", c->length, "0000000000");

@@ -70,14 +70,14 @@ typedef struct send_ctx {
 
     /* A template send (API.md §18), or a free text that outsideWindow wraps in the tenant's
      * windowTemplate: what Meta gets instead of the text, and the template it names. */
-    json_t *tpl_req;        /* the request's `template` object, until it is checked */
-    bool wrap;              /* outsideWindow: template, for a free text on Meta */
-    og_tpl_out_t tpl;       /* tpl.meta: Meta's template object; tpl.rendered: its body */
-    char *tpl_name;         /* the template sent on Meta (the request's or windowTemplate) */
+    json_t *tpl_req;  /* the request's `template` object, until it is checked */
+    bool wrap;        /* outsideWindow: template, for a free text on Meta */
+    og_tpl_out_t tpl; /* tpl.meta: Meta's template object; tpl.rendered: its body */
+    char *tpl_name;   /* the template sent on Meta (the request's or windowTemplate) */
     char tpl_language[16];
-    const char *meta_why;   /* why the Meta attempt cannot be made (windowTemplate unusable) */
-    og_err_t meta_err;      /* its words */
-    og_tpl_mark_t mark;     /* the template's new status after Meta refused it for the template */
+    const char *meta_why;             /* why the Meta attempt cannot be made (windowTemplate unusable) */
+    og_err_t meta_err;                /* its words */
+    og_tpl_mark_t mark;               /* the template's new status after Meta refused it for the template */
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     /* Allocated as each attempt starts (most sends make one): NULL when never started, or
      * when out of memory (its result is then oom_result). */
@@ -330,7 +330,9 @@ static const char *template_waba(send_ctx_t *c, const char *wa_from)
     if (tried(c, OG_CH_WHATSAPP_META) >= 0)
         return c->meta_waba_id;
     json_t *settings = c->auth.tenant->settings;
-    const char *from = c->wa_from[0] ? c->wa_from : wa_from ? wa_from : og_settings_default_whatsapp_from(settings);
+    const char *from = c->wa_from[0] ? c->wa_from
+                       : wa_from     ? wa_from
+                                     : og_settings_default_whatsapp_from(settings);
     og_settings_wa_number_t num;
     if (from == NULL || !og_settings_wa_number(settings, "whatsapp_meta", from, &num))
         return NULL;
@@ -358,7 +360,9 @@ static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
             return og_err_fail(err, OG_E_TEMPLATE_NOT_FOUND, "template.name",
                                "the whatsapp_meta number %s has no wabaId: its WhatsApp Business Account's "
                                "templates are unknown",
-                               c->wa_from[0] ? c->wa_from : wa_from ? wa_from : "(none)");
+                               c->wa_from[0] ? c->wa_from
+                               : wa_from     ? wa_from
+                                             : "(none)");
         }
         c->meta_waba_id = waba;
     } else {
@@ -846,11 +850,12 @@ static void tpl_found(void *arg, og_db_status_t st, const json_t *item)
     send_ctx_t *c = arg;
     og_err_t err = {0};
     if (st != OG_DB_OK) {
-        og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "looking a template up failed",
+        og_answer_db_failure(c->req, &c->gw->w->log, c->op, st, "reading a template failed",
                              "database unavailable: nothing was sent");
         ctx_free(c);
         return;
     }
+    og_db_op_clear(c->op);
     if (c->tpl_req != NULL) {
         if (!og_tpl_apply(c->tpl_req, item, c->meta_waba_id, &c->tpl, &err) ||
             (c->text == NULL && (c->text = strdup(c->tpl.rendered)) == NULL &&
@@ -875,15 +880,9 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    static const char *const allowed[] = {"to",
-                                          "text",
-                                          "template",
-                                          "channels",
-                                          "deliveryMode",
-                                          "whatsappFrom",
-                                          "sender",
-                                          "fallbackOn",
-                                          "fallbackAfterSeconds",
+    static const char *const allowed[] = {"to",       "text",         "template",
+                                          "channels", "deliveryMode", "whatsappFrom",
+                                          "sender",   "fallbackOn",   "fallbackAfterSeconds",
                                           NULL};
     og_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);

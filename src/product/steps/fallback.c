@@ -45,7 +45,7 @@ typedef struct fb {
 
     og_send_params_t params;
     char *template_json; /* Meta's template object of a template send (or wrapped text), or NULL */
-    bool token_sealed; /* the channel's access token did not open (settings.h) */
+    bool token_sealed;   /* the channel's access token did not open (settings.h) */
     og_attempt_t att;
     og_sms_info_t sms;
     int schedule_stmt; /* in the ending write, -1 when none */

@@ -10,9 +10,9 @@
 #include "omnigate/store.h"
 
 typedef struct slot {
-    char *key;     /* "waba\x1fname\x1flanguage", malloc'd; NULL when free */
-    json_t *item;  /* the entry, NULL: not in the catalogue */
-    uint64_t at;   /* loop time it was read */
+    char *key;       /* "waba\x1fname\x1flanguage", malloc'd; NULL when free */
+    json_t *item;    /* the entry, NULL: not in the catalogue */
+    uint64_t at;     /* loop time it was read */
     bool refreshing; /* a background read is in flight for it */
 } slot_t;
 
@@ -93,23 +93,21 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     json_t *item = NULL;
     const PGresult *r = op->res[0];
     if (st == OG_DB_OK && r != NULL && PQntuples(r) == 1 &&
-        (item = json_loads(PQgetvalue(r, 0, OG_TEMPLATE_ITEM), 0, NULL)) == NULL) {
-        st = OG_DB_ERROR;
-        snprintf(op->error, sizeof(op->error), "the catalogue entry is not JSON (or out of memory)");
-    }
+        (item = json_loads(PQgetvalue(r, 0, OG_TEMPLATE_ITEM), 0, NULL)) == NULL)
+        st = OG_DB_ERROR; /* not the JSON og_template_item makes */
+    bool ok = st == OG_DB_OK;
     slot_t *s = slot_for(l->c, l->key);
     bool mine = s->key != NULL && strcmp(s->key, l->key) == 0;
     if (mine)
         s->refreshing = false;
-    if (st == OG_DB_OK) {
+    if (ok) {
         store(l->c, l->key, json_incref(item));
         l->key = NULL;
     }
-    /* A failed read keeps what the database said, for the caller's answer (its own op). */
-    if (st == OG_DB_OK || l->done == NULL)
-        og_db_op_clear(op);
     if (l->done != NULL)
-        l->done(l->arg, st, item);
+        l->done(l->arg, st, item); /* the caller's op: the caller clears it */
+    else
+        og_db_op_clear(op);
     json_decref(item);
     free(l->key);
     free(l->name);
@@ -121,7 +119,8 @@ static void submit(og_tpl_cache_t *c, lookup_t *l, og_db_op_t *op)
     l->op = op;
     memset(op, 0, sizeof(*op));
     op->nstmts = 1;
-    og_q_tpl_get(&op->stmts[0], &(og_q_tpl_get_t){.waba_id = l->waba, .name = l->name, .language = l->language});
+    og_q_tpl_get(&op->stmts[0],
+                 &(og_q_tpl_get_t){.waba_id = l->waba, .name = l->name, .language = l->language});
     op->done = read_done;
     op->arg = l;
     og_db_submit(c->db, op);
@@ -145,12 +144,12 @@ static lookup_t *lookup_new(og_tpl_cache_t *c, char *key, const char *waba_id, c
     return l;
 }
 
-void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
-                   og_tpl_found_fn done, void *arg)
+void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name,
+                   const char *language, og_tpl_found_fn done, void *arg)
 {
     char *key = make_key(waba_id, name, language);
     if (key == NULL) {
-        done(arg, OG_DB_UNAVAILABLE, NULL);
+        done(arg, OG_DB_ERROR, NULL);
         return;
     }
     slot_t *s = slot_for(c, key);
@@ -176,7 +175,7 @@ void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const
     lookup_t *l = lookup_new(c, key, waba_id, name, language);
     if (l == NULL) {
         free(key);
-        done(arg, OG_DB_UNAVAILABLE, NULL);
+        done(arg, OG_DB_ERROR, NULL);
         return;
     }
     l->done = done;

@@ -65,16 +65,21 @@ static bool buttons_valid(const json_t *buttons, og_err_t *err)
             return false;
         json_t *idx = json_object_get(b, "index");
         const char *st = json_string_value(json_object_get(b, "subType"));
-        if (!json_is_integer(idx) || json_integer_value(idx) < 0 || json_integer_value(idx) >= OG_TPL_BUTTONS_MAX)
-            return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.index must be an integer from 0 to 9", path);
+        if (!json_is_integer(idx) || json_integer_value(idx) < 0 ||
+            json_integer_value(idx) >= OG_TPL_BUTTONS_MAX)
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.index must be an integer from 0 to 9",
+                               path);
         if (st == NULL || (strcmp(st, "url") != 0 && strcmp(st, "quick_reply") != 0))
-            return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.subType must be url or quick_reply", path);
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.subType must be url or quick_reply",
+                               path);
         if (!param_value_ok(json_object_get(b, "parameter")))
             return og_err_fail(err, OG_E_VALIDATION_FAILED, path,
                                "%s.parameter must be 1-%d characters of text", path, OG_TPL_PARAM_MAX);
         for (size_t k = 0; k < i; k++)
-            if (json_integer_value(json_object_get(json_array_get(buttons, k), "index")) == json_integer_value(idx))
-                return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.index repeats an earlier button", path);
+            if (json_integer_value(json_object_get(json_array_get(buttons, k), "index")) ==
+                json_integer_value(idx))
+                return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s.index repeats an earlier button",
+                                   path);
     }
     return true;
 }
@@ -119,8 +124,8 @@ bool og_tpl_request_valid(const json_t *tpl, og_err_t *err)
 
 /* The next placeholder of `s` from `*at`: its key in [*ks, *ke) and the whole {{...}} in
  * [*ps, *pe). False when there is none. Keys are trimmed of spaces. */
-static bool next_placeholder(const char *s, const char **at, const char **ks, const char **ke, const char **ps,
-                             const char **pe)
+static bool next_placeholder(const char *s, const char **at, const char **ks, const char **ke,
+                             const char **ps, const char **pe)
 {
     for (const char *p = strstr(*at, "{{"); p != NULL; p = strstr(p + 2, "{{")) {
         const char *end = strstr(p + 2, "}}");
@@ -133,7 +138,8 @@ static bool next_placeholder(const char *s, const char **at, const char **ks, co
             b--;
         bool key_ok = a < b;
         for (const char *q = a; q < b && key_ok; q++)
-            key_ok = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_';
+            key_ok =
+                (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || *q == '_';
         if (!key_ok)
             continue;
         *ks = a, *ke = b, *ps = p, *pe = end + 2;
@@ -297,7 +303,8 @@ static bool check_buttons(const json_t *tpl, const json_t *item, og_err_t *err)
         bool given = false;
         size_t k;
         json_t *rb;
-        json_array_foreach(buttons, k, rb) given = given || json_integer_value(json_object_get(rb, "index")) == idx;
+        json_array_foreach(buttons, k, rb) given =
+            given || json_integer_value(json_object_get(rb, "index")) == idx;
         if (!given)
             return og_err_fail(err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template.buttons",
                                "the template's %s button at index %lld needs a parameter",
@@ -335,7 +342,8 @@ static bool match_parameters(const json_t *tpl, const json_t *item, json_t *valu
     if ((got != NULL && !json_is_array(got)) || ngot != nwant)
         return og_err_fail(err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template.parameters",
                            "the template takes %zu positional parameters; %s", nwant,
-                           json_is_object(got) ? "template.parameters is an object" : "a different count was given");
+                           json_is_object(got) ? "template.parameters is an object"
+                                               : "a different count was given");
     size_t i;
     json_t *k;
     json_array_foreach(want, i, k) json_object_set(values, json_string_value(k), json_array_get(got, i));
@@ -398,7 +406,8 @@ static char *meta_object(const char *name, const char *language, const json_t *i
                 og_jw_array(&w);
                 og_jw_object(&w);
                 og_jw_kstring(&w, "type", url ? "text" : "payload");
-                og_jw_kstring(&w, url ? "text" : "payload", json_string_value(json_object_get(b, "parameter")));
+                og_jw_kstring(&w, url ? "text" : "payload",
+                              json_string_value(json_object_get(b, "parameter")));
                 og_jw_object_end(&w);
                 og_jw_array_end(&w);
                 og_jw_object_end(&w);
@@ -410,8 +419,8 @@ static char *meta_object(const char *name, const char *language, const json_t *i
     return og_jw_finish(&w, NULL);
 }
 
-static bool usable(const json_t *item, const char *name, const char *language, const char *waba_id, const char *field,
-                   og_err_t *err)
+static bool usable(const json_t *item, const char *name, const char *language, const char *waba_id,
+                   const char *field, og_err_t *err)
 {
     if (item == NULL)
         return og_err_fail(err, OG_E_TEMPLATE_NOT_FOUND, field,
@@ -419,13 +428,13 @@ static bool usable(const json_t *item, const char *name, const char *language, c
                            language, waba_id != NULL ? waba_id : "(none)");
     const char *status = json_string_value(json_object_get(item, "status"));
     if (status == NULL || strcmp(status, "APPROVED") != 0)
-        return og_err_fail(err, OG_E_TEMPLATE_NOT_APPROVED, field, "template %s (%s) is %s, not APPROVED", name,
-                           language, status != NULL ? status : "of unknown status");
+        return og_err_fail(err, OG_E_TEMPLATE_NOT_APPROVED, field, "template %s (%s) is %s, not APPROVED",
+                           name, language, status != NULL ? status : "of unknown status");
     return true;
 }
 
-static bool finish(og_tpl_out_t *out, const char *name, const char *language, const json_t *item, json_t *values,
-                   const json_t *buttons, og_err_t *err)
+static bool finish(og_tpl_out_t *out, const char *name, const char *language, const json_t *item,
+                   json_t *values, const json_t *buttons, og_err_t *err)
 {
     out->meta = meta_object(name, language, item, values, buttons);
     const char *body = json_string_value(json_object_get(item, "body"));
@@ -438,7 +447,8 @@ static bool finish(og_tpl_out_t *out, const char *name, const char *language, co
     return true;
 }
 
-bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og_tpl_out_t *out, og_err_t *err)
+bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og_tpl_out_t *out,
+                  og_err_t *err)
 {
     const char *name = json_string_value(json_object_get(tpl, "name"));
     const char *language = json_string_value(json_object_get(tpl, "language"));
@@ -455,19 +465,21 @@ bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og
     return finish(out, name, language, item, values, json_object_get(tpl, "buttons"), err);
 }
 
-bool og_tpl_wrap(const json_t *item, const char *name, const char *language, const char *text, og_tpl_out_t *out,
-                 og_err_t *err)
+bool og_tpl_wrap(const json_t *item, const char *name, const char *language, const char *text,
+                 og_tpl_out_t *out, og_err_t *err)
 {
     memset(out, 0, sizeof(*out));
     if (!usable(item, name, language, NULL, "text", err))
         return false;
     json_t *params = json_object_get(item, "parameters");
     if (json_array_size(params) != 1)
-        return og_err_fail(err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "text",
-                           "windowTemplate %s (%s) must take exactly one body parameter, the text; it takes %zu",
-                           name, language, json_array_size(params));
+        return og_err_fail(
+            err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "text",
+            "windowTemplate %s (%s) must take exactly one body parameter, the text; it takes %zu", name,
+            language, json_array_size(params));
     json_t *values = json_object();
-    if (values == NULL || json_object_set_new(values, json_string_value(json_array_get(params, 0)), json_string(text)) != 0) {
+    if (values == NULL ||
+        json_object_set_new(values, json_string_value(json_array_get(params, 0)), json_string(text)) != 0) {
         json_decref(values);
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     }
@@ -522,9 +534,10 @@ json_t *og_tpl_from_meta(const json_t *meta)
         json_t *b;
         json_array_foreach(json_object_get(c, "buttons"), k, b)
         {
-            json_t *o = json_pack("{s:I,s:s?,s:s?,s:b}", "index", (json_int_t)k, "type",
-                                  json_string_value(json_object_get(b, "type")), "text",
-                                  json_string_value(json_object_get(b, "text")), "parameter", needs_parameter(b));
+            json_t *o =
+                json_pack("{s:I,s:s?,s:s?,s:b}", "index", (json_int_t)k, "type",
+                          json_string_value(json_object_get(b, "type")), "text",
+                          json_string_value(json_object_get(b, "text")), "parameter", needs_parameter(b));
             if (o != NULL && json_is_string(json_object_get(b, "url")))
                 json_object_set(o, "url", json_object_get(b, "url"));
             json_array_append_new(buttons, o);
@@ -538,7 +551,7 @@ json_t *og_tpl_from_meta(const json_t *meta)
     return json_pack("{s:s,s:s,s:s,s:o,s:s,s:o,s:s,s:o,s:s?}", "name", name, "language", language, "status",
                      status != NULL ? status : "UNKNOWN", "category",
                      lower(json_string_value(json_object_get(meta, "category"))), "parameter_format",
-                     named ? "named" : "positional", "parameters", og_tpl_placeholders(body, named), "body", body,
-                     "buttons", buttons, "meta_id",
+                     named ? "named" : "positional", "parameters", og_tpl_placeholders(body, named), "body",
+                     body, "buttons", buttons, "meta_id",
                      json_is_string(id) ? json_string_value(id) : (idbuf[0] ? idbuf : NULL));
 }

@@ -353,7 +353,8 @@ void og_tpl_fetch_start(og_tpl_fetch_t *f, og_hc_t *hc, const og_config_t *cfg, 
     else if (f->waba[0] == '\0' || strspn(f->waba, "0123456789") != strlen(f->waba))
         why = "the WABA id is not digits";
     else if (access_token == NULL || access_token[0] == '\0')
-        why = "no whatsapp_meta number of the WABA has an access token";
+        why = "no whatsapp_meta number of the WABA has an access token that opens with this OMNIGATE_SECRET: "
+              "set the access token again";
     else if (!og_provider_header_safe(access_token))
         why = "the number's accessToken has characters a token cannot have";
     else if ((f->token = strdup(access_token)) == NULL || (f->items = json_array()) == NULL)

@@ -144,7 +144,8 @@ static bool meta_number(const json_t *num, const char *path, og_err_t *err)
         return invalid(err, field, "must be a string of 1-32 digits");
     json_t *waba = json_object_get(num, "wabaId");
     path_fmt(field, "%s.wabaId", path);
-    if (waba != NULL && (!json_is_string(waba) || !digits_only(json_string_value(waba), OG_SETTINGS_PHONE_ID_MAX)))
+    if (waba != NULL &&
+        (!json_is_string(waba) || !digits_only(json_string_value(waba), OG_SETTINGS_PHONE_ID_MAX)))
         return invalid(err, field, "must be a string of 1-32 digits");
     path_fmt(field, "%s.accessToken", path);
     json_t *tv = json_object_get(num, "accessToken");
@@ -168,7 +169,8 @@ bool og_settings_template_name_valid(const char *name)
     size_t n = 0;
     for (; name != NULL && name[n] != '\0'; n++) {
         char c = name[n];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') || n >= OG_SETTINGS_TEMPLATE_NAME_MAX)
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') ||
+            n >= OG_SETTINGS_TEMPLATE_NAME_MAX)
             return false;
     }
     return n > 0;
@@ -329,8 +331,8 @@ static bool validate_default_channels(const json_t *dc, og_err_t *err)
 
 bool og_settings_validate(json_t *settings, og_err_t *err)
 {
-    static const char *const keys[] = {"defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond",
-                                       "channels", "otp", NULL};
+    static const char *const keys[] = {
+        "defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond", "channels", "otp", NULL};
     static const char *const otp_keys[] = {"whatsappTemplate", NULL};
     if (!object_with_keys(settings, "settings", keys, err))
         return false;

@@ -31,7 +31,7 @@
     X(OG_E_SENDER_NOT_APPROVED, "sender_not_approved", 422)                                                  \
     X(OG_E_TEXT_TOO_LONG, "text_too_long", 422)                                                              \
     X(OG_E_NO_CHANNEL_AVAILABLE, "no_channel_available", 422)                                                \
-    /* WhatsApp templates (API.md §18) */                                                                    \
+    /* WhatsApp templates (API.md §18) */                                                                   \
     X(OG_E_TEMPLATE_NOT_FOUND, "template_not_found", 422)                                                    \
     X(OG_E_TEMPLATE_NOT_APPROVED, "template_not_approved", 422)                                              \
     X(OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template_parameters_mismatch", 422)                                \

@@ -33,17 +33,15 @@ og_tpl_cache_t *og_tpl_cache_new(uv_loop_t *loop, og_db_t *db);
 /* Frees the cache; its pool must be closed (no background read in flight). */
 void og_tpl_cache_free(og_tpl_cache_t *c);
 
-/* Called once: with st OG_DB_OK and the entry (borrowed: valid only during the call; NULL when
- * the catalogue does not have the template), or with the status of the read that failed
- * (OG_DB_ERROR: the server refused it; OG_DB_UNAVAILABLE: no answer, or out of memory), to be
- * answered as any failed database step is (og_answer_db_failure, app/answer.h). */
+/* Called once with the entry (borrowed: valid only during the call; NULL when the catalogue
+ * does not have the template) and OG_DB_OK, or with the status of the read that failed (then
+ * the caller's op still holds the failure, for og_answer_db_failure). */
 typedef void (*og_tpl_found_fn)(void *arg, og_db_status_t st, const json_t *item);
 
 /* Looks (waba_id, name, language) up: from the cache before this returns, else after a read on
- * `op` (the caller's, unused until done). Before done, op is cleared when the read succeeded;
- * when it failed it keeps the sqlstate and error the answer logs. */
-void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name, const char *language,
-                   og_tpl_found_fn done, void *arg);
+ * `op` (the caller's, unused until done; the caller clears it after done). */
+void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const char *name,
+                   const char *language, og_tpl_found_fn done, void *arg);
 
 /* Forgets this worker's entry for the template (its status was just changed here). */
 void og_tpl_cache_forget(og_tpl_cache_t *c, const char *waba_id, const char *name, const char *language);

@@ -37,7 +37,8 @@ void og_tpl_out_clear(og_tpl_out_t *o);
  * template_not_found (field template.name), template_not_approved (template.name) or
  * template_parameters_mismatch (template.parameters or template.buttons) in `err`, or
  * unavailable when out of memory. `waba_id` only names the WABA in messages. */
-bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og_tpl_out_t *out, og_err_t *err);
+bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og_tpl_out_t *out,
+                  og_err_t *err);
 
 /* Meta's `template` object that wraps a free text in a one-parameter template (API.md §18
  * outsideWindow: template): `item` must be APPROVED with exactly one body parameter (else

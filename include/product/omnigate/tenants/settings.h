@@ -21,13 +21,13 @@
 #include "omnigate/log.h"
 #include "omnigate/seal.h"
 
-#define OG_SETTINGS_CHANNELS         3       /* whatsapp_qr, whatsapp_meta, sms */
-#define OG_SETTINGS_RATE_MAX         1000000 /* rateLimitPerSecond upper bound */
-#define OG_SETTINGS_SESSION_MAX      64      /* whatsapp_qr session name, bytes */
-#define OG_SETTINGS_PHONE_ID_MAX     32      /* whatsapp_meta phoneNumberId, digits */
-#define OG_SETTINGS_ACCESS_TOKEN_MAX 1024    /* whatsapp_meta accessToken, bytes */
-#define OG_SETTINGS_TEMPLATE_NAME_MAX 512    /* a WhatsApp template's name, bytes (Meta's limit) */
-#define OG_SETTINGS_LANGUAGE_MAX      15     /* a template's language code: en, en_US, ... */
+#define OG_SETTINGS_CHANNELS          3       /* whatsapp_qr, whatsapp_meta, sms */
+#define OG_SETTINGS_RATE_MAX          1000000 /* rateLimitPerSecond upper bound */
+#define OG_SETTINGS_SESSION_MAX       64      /* whatsapp_qr session name, bytes */
+#define OG_SETTINGS_PHONE_ID_MAX      32      /* whatsapp_meta phoneNumberId, digits */
+#define OG_SETTINGS_ACCESS_TOKEN_MAX  1024    /* whatsapp_meta accessToken, bytes */
+#define OG_SETTINGS_TEMPLATE_NAME_MAX 512     /* a WhatsApp template's name, bytes (Meta's limit) */
+#define OG_SETTINGS_LANGUAGE_MAX      15      /* a template's language code: en, en_US, ... */
 
 /* A WhatsApp template name as Meta allows it: 1-512 of [a-z0-9_]. */
 bool og_settings_template_name_valid(const char *name);

@@ -1,6 +1,6 @@
 /*
  * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17) with fetch. Served with a strict CSP: no inline
+ * gateway's own admin API (API.md §5, §12, §17, §18) with fetch. Served with a strict CSP: no inline
  * script or style, no eval; the DOM is built with createElement and textContent only, so no
  * value from the API is ever parsed as HTML.
  *
@@ -27,7 +27,9 @@
     tenant: null,      // the tenant open, as the API answered it
     logKind: "omni",
     logQuery: "",
-    logCursor: null
+    logCursor: null,
+    tplQuery: "",
+    tplCursor: null
   };
 
   function $(id) { return document.getElementById(id); }
@@ -112,14 +114,16 @@
     }
     var text = messageOf(res) + (err && err.code ? " (" + err.code + ")" : "");
     if (best) {
-      var p = best.querySelector(".field-error");
+      // The field's own line: a group (a template's name and language) holds its members' too.
+      var p = best.querySelector(":scope > .field-error") || best.querySelector(".field-error");
       p.textContent = text;
       p.hidden = false;
       var input = best.querySelector("input, select, textarea");
       if (input) {
         input.setAttribute("aria-invalid", "true");
         if (p.id === "") p.id = "err-" + Math.random().toString(36).slice(2);
-        input.setAttribute("aria-describedby", p.id);
+        var described = input.getAttribute("aria-describedby") || ""; // a hint stays
+        if (described.split(" ").indexOf(p.id) < 0) input.setAttribute("aria-describedby", (described + " " + p.id).trim());
         input.focus();
       }
       return;
@@ -259,6 +263,7 @@
     });
     if (name === "tokens") loadTokens();
     if (name === "webhook") loadWebhook();
+    if (name === "templates") onTemplates();
     if (name === "logs") setLogKind($("log-kind").value);
   }
 
@@ -282,8 +287,14 @@
     }).join("\n");
     $("set-meta-numbers").value = Object.keys(meta.numbers || {}).map(function (n) {
       var v = meta.numbers[n];
-      return n + " " + (v.phoneNumberId || "") + " " + (v.accessToken || "");
+      return n + " " + (v.phoneNumberId || "") + " " + (v.accessToken || "") + (v.wabaId ? " " + v.wabaId : "");
     }).join("\n");
+    $("set-meta-outside").value = meta.outsideWindow || "send";
+    var wt = meta.windowTemplate || {}, ot = (s.otp && s.otp.whatsappTemplate) || {};
+    $("set-meta-wt-name").value = wt.name || "";
+    $("set-meta-wt-lang").value = wt.language || "";
+    $("set-otp-wt-name").value = ot.name || "";
+    $("set-otp-wt-lang").value = ot.language || "";
     $("set-sms-senders").value = (sms.senders || []).join(", ");
     $("set-sms-default").value = sms.defaultSender || "";
   }
@@ -305,6 +316,12 @@
     return out;
   }
 
+  // A {name, language} template reference from two inputs, or null (removed) when both are empty.
+  function templateRef(nameId, langId) {
+    var name = $(nameId).value.trim(), language = $(langId).value.trim();
+    return name === "" && language === "" ? null : { name: name, language: language };
+  }
+
   // A JSON merge patch (RFC 7396) turning the stored numbers into `want`: removed ones are null.
   function numbersPatch(stored, want) {
     var p = {};
@@ -321,6 +338,10 @@
     var rate = $("set-rate").value.trim();
     var from = $("set-default-from").value.trim();
     var dflt = $("set-sms-default").value.trim();
+    var metaNumbers = numbers($("set-meta-numbers").value, ["phoneNumberId", "accessToken", "wabaId"]);
+    // A line without a wabaId removes the stored one.
+    Object.keys(metaNumbers).forEach(function (n) { if (!metaNumbers[n].wabaId) metaNumbers[n].wabaId = null; });
+    var outside = $("set-meta-outside").value;
     var settings = {
       defaultChannels: list($("set-default-channels").value),
       defaultWhatsappFrom: from === "" ? null : from,
@@ -329,12 +350,15 @@
         whatsapp_qr: { enabled: $("set-qr-enabled").checked,
           numbers: numbersPatch(channel(s, "whatsapp_qr").numbers, numbers($("set-qr-numbers").value, ["session"])) },
         whatsapp_meta: { enabled: $("set-meta-enabled").checked,
-          numbers: numbersPatch(channel(s, "whatsapp_meta").numbers,
-            numbers($("set-meta-numbers").value, ["phoneNumberId", "accessToken"])) },
+          numbers: numbersPatch(channel(s, "whatsapp_meta").numbers, metaNumbers),
+          outsideWindow: outside === "send" ? null : outside, // absent is send
+          windowTemplate: templateRef("set-meta-wt-name", "set-meta-wt-lang") },
         sms: { enabled: $("set-sms-enabled").checked, senders: list($("set-sms-senders").value),
           defaultSender: dflt === "" ? null : dflt }
       }
     };
+    var otpTemplate = templateRef("set-otp-wt-name", "set-otp-wt-lang");
+    if (otpTemplate || s.otp) settings.otp = { whatsappTemplate: otpTemplate };
     var body = { name: $("set-name").value, unifiedApiEnabled: $("set-unified").checked, settings: settings };
     api("PATCH", "/admin/tenants/" + state.tenant.id, body).then(function (res) {
       if (res.status !== 200) return showError(form, res);
@@ -499,6 +523,117 @@
       if (res.status !== 200) return showError($("webhook-form"), res);
       fillWebhook(null);
       status("Webhook deleted.");
+    });
+  }
+
+  // -- WhatsApp templates (API.md §18)
+
+  // APPROVED is green; a template that may come back (paused by Meta for its quality, in review)
+  // amber; one that cannot be sent until someone acts on it, red.
+  var TPL_BADGE = {
+    APPROVED: "good", PENDING: "warn", PAUSED: "warn", IN_APPEAL: "warn", LIMIT_EXCEEDED: "warn",
+    REJECTED: "bad", DISABLED: "bad", MISSING: "bad", PENDING_DELETION: "bad", DELETED: "bad"
+  };
+
+  function templatesPath() { return "/admin/tenants/" + state.tenant.id + "/templates"; }
+
+  // `text` into `parent` as text nodes, each placeholder ({{1}}, {{first_name}}) in a <mark>.
+  function withPlaceholders(parent, text) {
+    var re = /\{\{\s*[A-Za-z0-9_]+\s*\}\}/g, last = 0, m;
+    text = text === null || text === undefined ? "" : String(text);
+    while ((m = re.exec(text)) !== null) {
+      if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+      parent.appendChild(el("mark", { className: "ph", text: m[0] }));
+      last = re.lastIndex;
+    }
+    if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+    return parent;
+  }
+
+  function templateButtons(buttons) {
+    if (!buttons || !buttons.length) return el("span", { className: "muted", text: "none" });
+    return el("ul", { className: "tpl-buttons" }, buttons.map(function (b) {
+      var li = el("li", null, [el("span", { className: "btn-type", text: String(b.type || "") }), " ",
+        String(b.text === null || b.text === undefined ? "" : b.text)]);
+      if (b.url) {
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(withPlaceholders(el("span", { className: "tpl-url" }), b.url));
+      }
+      if (b.parameter) li.appendChild(el("span", { className: "muted", text: " (takes a parameter)" }));
+      return li;
+    }));
+  }
+
+  // An RFC 3339 time as text that may break before its "T" (a narrow column), not at a hyphen.
+  function stamp(v) {
+    var s = v === null || v === undefined ? "" : String(v), i = s.indexOf("T");
+    return el("span", null, i < 0 ? [el("span", { className: "nowrap", text: s })] :
+      [el("span", { className: "nowrap", text: s.slice(0, i) }), el("wbr"), el("span", { className: "nowrap", text: s.slice(i) })]);
+  }
+
+  function templateRow(t) {
+    var st = String(t.status || "");
+    var params = t.parameters || [];
+    return el("tr", null, [
+      el("td", { "data-label": "Name" }, [el("div", null, [el("code", { text: t.name }),
+        el("div", { className: "muted small", text: "WABA " + t.wabaId })])]),
+      el("td", { "data-label": "Language", text: t.language }),
+      el("td", { "data-label": "Status" }, [el("span", { className: "badge " + (TPL_BADGE[st] || "neutral"), text: st })]),
+      el("td", { "data-label": "Category", text: t.category || "" }),
+      el("td", { "data-label": "Body" }, [el("div", { className: "tpl-body-cell" }, [
+        withPlaceholders(el("p", { className: "tpl-body" }), t.body),
+        el("div", { className: "muted small", text: params.length ?
+          (t.parameterFormat || "") + " parameters: " + params.join(", ") : "no parameter" })])]),
+      el("td", { "data-label": "Buttons" }, [templateButtons(t.buttons)]),
+      el("td", { "data-label": "Updated" }, [stamp(t.updatedAt)])
+    ]);
+  }
+
+  function onTemplates(ev) {
+    if (ev) ev.preventDefault();
+    state.tplQuery = q({ limit: $("tpl-limit").value.trim(), name: $("tpl-name").value.trim(),
+      status: $("tpl-status").value, language: $("tpl-language").value.trim() });
+    loadTemplates(false);
+  }
+
+  // Loads a page of templates (the next one when `more`); `note` replaces the count in the status line.
+  function loadTemplates(more, note) {
+    var form = $("tpl-form");
+    clearErrors(form);
+    var query = state.tplQuery + (more && state.tplCursor ? "&cursor=" + encodeURIComponent(state.tplCursor) : "");
+    api("GET", templatesPath() + "?" + query).then(function (res) {
+      var body = $("tpl-table").tBodies[0];
+      if (!more) body.textContent = "";
+      if (res.status !== 200) {
+        show($("tpl-more"), false);
+        return showError(form, res);
+      }
+      res.body.data.items.forEach(function (t) { body.appendChild(templateRow(t)); });
+      state.tplCursor = res.body.data.nextCursor;
+      show($("tpl-more"), !!state.tplCursor);
+      show($("tpl-empty"), body.rows.length === 0);
+      status(note || (body.rows.length + " template" + (body.rows.length === 1 ? "" : "s") + " shown" +
+        (state.tplCursor ? "; more on the next page." : ".")));
+    });
+  }
+
+  // Reads every WABA of the tenant from Meta now (the old catalogue is kept when Meta fails), then
+  // the list again with its filters.
+  function onSyncTemplates() {
+    var form = $("tpl-form"), button = $("tpl-sync");
+    clearErrors(form);
+    button.disabled = true;
+    button.setAttribute("aria-busy", "true");
+    status("Reading the templates from Meta...");
+    api("POST", templatesPath() + "/sync").then(function (res) {
+      button.disabled = false;
+      button.removeAttribute("aria-busy");
+      if (res.status !== 200) {
+        status("");
+        return showError(form, res);
+      }
+      var n = res.body.data.synced;
+      loadTemplates(false, "Synced from Meta: " + n + " template" + (n === 1 ? "" : "s") + ".");
     });
   }
 
@@ -707,6 +842,9 @@
     $("webhook-form").addEventListener("submit", onSaveWebhook);
     $("webhook-rotate").addEventListener("click", onRotate);
     $("webhook-delete").addEventListener("click", onDeleteWebhook);
+    $("tpl-form").addEventListener("submit", onTemplates);
+    $("tpl-more").addEventListener("click", function () { loadTemplates(true); });
+    $("tpl-sync").addEventListener("click", onSyncTemplates);
     $("log-kind").addEventListener("change", function () { setLogKind($("log-kind").value); });
     $("logs-form").addEventListener("submit", onLogs);
     $("log-more").addEventListener("click", function () { loadLogs(true); });
