@@ -23,19 +23,23 @@ SELECT outcome, retry_after,
 FROM omnigate_otp_begin($1, $2, $3, $4, $5, $6);
 
 -- name: otp_sent
--- Records whether the SMS with the code went out: the OTP fails unless it did, and the
--- event is 'sent' or 'send_failed'.
+-- Records how the code went out (API.md §18): the channel that delivered it (the OTP fails
+-- when none did) and one history event per attempt in the order they were made, 'sent' or
+-- 'send_failed' with its channel and, failed, its error (sql/017).
 -- $1 tenant_id
 -- $2 reference
--- $3 sent = whether it was sent (boolean)
+-- $3 channel = the channel that delivered the code, NULL when none did
+-- $4 events = a JSON array of {event, channel, error}, one per attempt, in order
 WITH u AS (
     UPDATE otp_requests
-    SET status = CASE WHEN $3::boolean THEN status ELSE 'failed' END
+    SET status = CASE WHEN $3::text IS NULL THEN 'failed' ELSE status END, channel = $3::text
     WHERE tenant_id = $1 AND reference = $2
     RETURNING tenant_id, reference)
-INSERT INTO otp_events (tenant_id, otp_reference, event)
-SELECT tenant_id, reference, CASE WHEN $3::boolean THEN 'sent' ELSE 'send_failed' END
-FROM u;
+INSERT INTO otp_events (tenant_id, otp_reference, event, channel, error)
+SELECT u.tenant_id, u.reference, e.event, e.channel, e.error
+FROM u, ROWS FROM (json_to_recordset($4::json) AS (event text, channel text, error jsonb))
+    WITH ORDINALITY AS e(event, channel, error, n)
+ORDER BY e.n;
 
 -- name: otp_find
 -- Finds the OTP a verify is about, by its reference.

@@ -146,3 +146,20 @@ bool og_otp_hash(const char *secret, const char *tenant_id, const char *otp_refe
     }
     return hmac_hex(secret, NULL, parts, lens, 8, out_hex);
 }
+
+void og_otp_mask(char *s, size_t size, const char *code)
+{
+    size_t n = strlen(code), len = strlen(s);
+    if (n == 0)
+        return;
+    for (char *p = strstr(s, code); p != NULL; p = strstr(p + n, code))
+        memset(p, '*', n);
+    if (len + 4 < size)
+        return;
+    for (size_t m = n - 1; m > 0; m--) {
+        if (len >= m && memcmp(s + len - m, code, m) == 0) {
+            memset(s + len - m, '*', m);
+            return;
+        }
+    }
+}

@@ -131,7 +131,9 @@ SCHEMAS = {
         "expiresAt": ref("Timestamp"),
         "length": {"type": "integer", "minimum": 4, "maximum": 10},
         "status": {"type": "string", "enum": ["sent", "failed"]},
-    }),
+        "channel": nullable({"type": "string", "enum": ["whatsapp_meta", "sms"],
+                             "description": "The channel that delivered the code; null when none did."}),
+    }, required=["reference", "to", "expiresAt", "length", "status"]),
     "OtpVerifyResult": obj({"reference": ref("Reference"), "verified": {"const": True}}),
     "OtpInvalid": obj({"reference": ref("Reference"), "attemptsRemaining": {"type": "integer", "minimum": 0,
                                                                             "maximum": 4}}),
@@ -208,9 +210,18 @@ SCHEMAS = {
         "length": {"type": "integer", "minimum": 4, "maximum": 10},
         "expiresAt": ref("Timestamp"), "createdAt": ref("Timestamp"), "verifiedAt": nullable(ref("Timestamp")),
         "failedAttempts": {"type": "integer", "minimum": 0},
+        "channel": nullable({"type": "string", "enum": ["whatsapp_meta", "sms"],
+                             "description": "The channel that delivered the code (API.md §18); null until one "
+                                            "did, and for a failed OTP."}),
         "history": {"type": "array", "items": obj({
             "event": {"type": "string", "enum": ["sent", "send_failed", "verify_success", "verify_failed", "locked",
                                                  "expired"]},
+            "channel": nullable({"type": "string", "enum": ["whatsapp_meta", "sms"],
+                                 "description": "The channel of a sent or send_failed event (one per attempt, "
+                                                "in fallback order); null for the others."}),
+            "error": nullable({**ref("LogAttemptError"),
+                               "description": "Why a send_failed attempt failed (the code masked if the "
+                                              "provider quoted it); null for the other events."}),
             "at": ref("Timestamp")})},
     }),
     # ---- tenants and tokens
@@ -630,8 +641,15 @@ SCHEMAS["OtpSendRequest"] = obj({
     "ttlSeconds": {"type": "integer", "minimum": 60, "maximum": 1800, "default": 300},
     "template": {"type": "string", "maxLength": 480, "pattern": r"\{code\}",
                  "default": "Your verification code is {code}",
-                 "description": "Must contain {code} exactly once; at most 480 bytes."},
+                 "description": "The SMS text: must contain {code} exactly once; at most 480 bytes."},
     "sender": ref("Sender"),
+    "channels": {"type": "array", "minItems": 1, "maxItems": 2, "uniqueItems": True,
+                 "items": {"type": "string", "enum": ["whatsapp_meta", "sms"]}, "default": ["sms"],
+                 "description": "The channels to try, in fallback order, until one delivers the code (one code per "
+                                "OTP). whatsapp_meta sends the tenant's authentication template "
+                                "(settings.otp.whatsappTemplate) from its defaultWhatsappFrom: the code is the body "
+                                "parameter and the parameter of the copy-code button (API.md §18). Channels the "
+                                "tenant has not enabled are skipped."},
 }, required=["to"])
 SCHEMAS["OtpVerifyRequest"] = {
     "type": "object",
@@ -764,9 +782,16 @@ LOGS = {
     "otp": ("OtpLogPage", None, ["pending", "verified", "expired", "locked", "failed", "superseded"], "OTP log",
             {"items": [{"reference": REF_EX, "to": "+6281234567890", "status": "verified", "length": 6,
                         "expiresAt": "2026-11-22T14:10:25.123Z", "createdAt": "2026-11-22T14:05:25.123Z",
-                        "verifiedAt": "2026-11-22T14:06:01.500Z", "failedAttempts": 0,
-                        "history": [{"event": "sent", "at": "2026-11-22T14:05:25.400Z"},
-                                    {"event": "verify_success", "at": "2026-11-22T14:06:01.500Z"}]}],
+                        "verifiedAt": "2026-11-22T14:06:01.500Z", "failedAttempts": 0, "channel": "sms",
+                        "history": [{"event": "send_failed", "channel": "whatsapp_meta",
+                                     "error": {"code": "provider_rejected", "providerCode": "131026",
+                                               "httpStatus": 400, "message": "Meta Cloud API refused the message "
+                                               "(HTTP 400, code 131026): (#131026) Message undeliverable"},
+                                     "at": "2026-11-22T14:05:25.310Z"},
+                                    {"event": "sent", "channel": "sms", "error": None,
+                                     "at": "2026-11-22T14:05:25.400Z"},
+                                    {"event": "verify_success", "channel": None, "error": None,
+                                     "at": "2026-11-22T14:06:01.500Z"}]}],
              "nextCursor": None}),
 }
 
@@ -817,20 +842,28 @@ def build():
         data={"delivery_failed": ref("SmsResult"), "outcome_unknown": ref("OutcomeUnknown")},
         error_headers=RL + ("Idempotency-Replayed",), op_id="smsSend"))
     add("/api/sms/otp/send", "post", op(
-        "Send a one-time password by SMS", ["otp"],
+        "Send a one-time password by SMS or WhatsApp", ["otp"],
         {200: ok_response(200, ref("OtpSendResult"), "The code was sent (it is never returned).",
                           {"success": True, "message": "OTP sent", "data": {
                               "reference": REF_EX, "to": "+6281234567890", "expiresAt": "2026-11-22T14:10:25.123Z",
-                              "length": 6, "status": "sent"}}, headers=RL + ("Idempotency-Replayed",))},
+                              "length": 6, "status": "sent", "channel": "whatsapp_meta"}},
+                          headers=RL + ("Idempotency-Replayed",))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
-            422: ["sender_not_approved", "text_too_long", "no_channel_available"],
+            422: ["sender_not_approved", "text_too_long", "no_channel_available", "whatsapp_from_not_registered",
+                  "template_not_found", "template_not_approved", "template_parameters_mismatch"],
             429: ["otp_cooldown"], 502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("OtpSendRequest", {"default": {"to": "+6281234567890"},
                                      "custom": {"to": "+6281234567890", "length": 8, "ttlSeconds": 600,
-                                                "template": "ACME code: {code}", "sender": "ACME"}}),
+                                                "template": "ACME code: {code}", "sender": "ACME"},
+                                     "whatsapp": {"to": "+6281234567890", "channels": ["whatsapp_meta", "sms"]}}),
         "A new OTP for the number supersedes the pending one. At most one send per number every 30 s "
-        "(otp_cooldown) and 5 an hour (rate_limited).",
+        "(otp_cooldown) and 5 an hour (rate_limited). With whatsapp_meta among the channels, the tenant's "
+        "authentication template is checked before anything is written, each error with field channels: "
+        "settings.otp.whatsappTemplate unset, or not in the catalogue of the defaultWhatsappFrom number's WABA (or "
+        "that number has no wabaId): template_not_found; not APPROVED: template_not_approved; a body of other "
+        "than one parameter: template_parameters_mismatch; defaultWhatsappFrom unset or not registered for "
+        "whatsapp_meta: whatsapp_from_not_registered.",
         data={"delivery_failed": ref("OtpSendResult"), "outcome_unknown": ref("OutcomeUnknown")},
         error_headers=RL + ("Idempotency-Replayed",), op_id="otpSend"))
     add("/api/sms/otp/verify", "post", op(

@@ -20,8 +20,8 @@ import urllib.parse
 
 import pytest
 
-from conftest import assert_envelope, assert_error, assert_ok, have_test_routes
-from gwlib import admin, call, query_url, sim, tenant_gateway  # noqa: F401
+from conftest import assert_envelope, assert_error, assert_ok, have_test_routes, wait_for
+from gwlib import META_TOKEN, WA_FROM, admin, call, query_url, sim, tenant_gateway  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not have_test_routes(), reason="needs a build with -Dtest_routes=true")
 
@@ -87,6 +87,33 @@ def prepared_otp(gw, sim):
     return ref, code_sent_to(sim, to)
 
 
+OTP_WABA = "102290129340398"
+
+
+def otp_over_whatsapp(gw, sim):
+    """The test's tenant sends OTPs over WhatsApp (API.md §18) with a template no worker has
+    looked up yet (a cached catalogue entry is answered without a statement). Saving the wabaId
+    makes the catalogue's sync step due: it has run (its write committed) before this returns,
+    so none of its statements or Meta calls mix into the scenario's."""
+    name = "otp_code_%d" % next(_numbers)
+    sim._call("PUT", "/__sim/meta/wabas/%s/templates" % OTP_WABA, {"phoneNumberIds": ["109876543210"], "templates": [
+        {"name": name, "language": "en_US", "category": "AUTHENTICATION",
+         "components": [{"type": "BODY", "text": "{{1}} is your verification code."},
+                        {"type": "BUTTONS", "buttons": [{"type": "OTP", "otp_type": "COPY_CODE",
+                                                         "text": "Copy code"}]}]}]})
+    number = {"phoneNumberId": "109876543210", "accessToken": META_TOKEN, "wabaId": OTP_WABA}
+    assert_ok(admin(gw, "PATCH", "/admin/tenants/%s" % gw.tenant["id"], {"settings": {
+        "channels": {"whatsapp_meta": {"numbers": {WA_FROM: number}}},
+        "otp": {"whatsappTemplate": {"name": name, "language": "en_US"}}}}))
+    assert wait_for(lambda: query_url(gw.db_url, "SELECT count(*) FROM wa_templates WHERE name = '%s'" % name)
+                    == [("1",)], 10)
+
+
+def meta_failing():
+    """A number on which Meta fails (a 5xx) and SMS delivers (test/sim/README.md)."""
+    return "+1999020%07d" % next(_numbers)
+
+
 def new_tenant_id(gw, sim):
     return assert_ok(admin(gw, "POST", "/admin/tenants", {"name": "t%d" % next(_numbers), "unifiedApiEnabled": True}),
                      201)["data"]["id"]
@@ -147,6 +174,15 @@ SCENARIOS = [
                                                              "fallbackAfterSeconds": 600}, key=True)),
     Scenario("sms_send", lambda gw, t, _: post(gw, t, "/api/sms/send", {"to": number(), "text": "hi"}, key=True)),
     Scenario("otp_send", lambda gw, t, _: post(gw, t, "/api/sms/otp/send", {"to": number()}, key=True)),
+    # Meta delivers; Meta fails and the SMS delivers: the template lookup, the not-on-WhatsApp
+    # check, and the outcome of two attempts.
+    Scenario("otp_send_whatsapp",
+             lambda gw, t, _: post(gw, t, "/api/sms/otp/send", {"to": number(), "channels": ["whatsapp_meta", "sms"]},
+                                   key=True), prepare=otp_over_whatsapp),
+    Scenario("otp_send_whatsapp_fallback",
+             lambda gw, t, _: post(gw, t, "/api/sms/otp/send", {"to": meta_failing(),
+                                                                "channels": ["whatsapp_meta", "sms"]}, key=True),
+             prepare=otp_over_whatsapp),
     Scenario("otp_verify_right",
              lambda gw, t, otp: post(gw, t, "/api/sms/otp/verify", {"reference": otp[0], "code": otp[1]}),
              prepare=prepared_otp),

@@ -218,6 +218,24 @@ static void test_otp_hash(void **state)
     assert_string_not_equal(a, b);
 }
 
+/* Every occurrence of the code is masked; a cut text's tail that begins the code is masked too,
+ * an uncut one's is not (it is other digits); an empty code masks nothing. */
+static void test_otp_mask(void **state)
+{
+    char s[64] = "Parameter 123456 is invalid (123456)";
+    og_otp_mask(s, sizeof(s), "123456");
+    assert_string_equal(s, "Parameter ****** is invalid (******)");
+    char cut[16] = "code is 0012345"; /* 15 characters: fills its buffer */
+    og_otp_mask(cut, sizeof(cut), "001234567");
+    assert_string_equal(cut, "code is *******");
+    char uncut[64] = "error 20500 at 12";
+    og_otp_mask(uncut, sizeof(uncut), "1234");
+    assert_string_equal(uncut, "error 20500 at 12");
+    char none[16] = "1234";
+    og_otp_mask(none, sizeof(none), "");
+    assert_string_equal(none, "1234");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +250,7 @@ int main(void)
         cmocka_unit_test(test_otp_length_and_digits),
         cmocka_unit_test(test_otp_uniform),
         cmocka_unit_test(test_otp_hash),
+        cmocka_unit_test(test_otp_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

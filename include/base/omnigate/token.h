@@ -55,4 +55,10 @@ bool og_otp_generate(char *out, int length);
 bool og_otp_hash(const char *secret, const char *tenant_id, const char *otp_reference, const char *code,
                  char out_hex[OG_HASH_HEX_SIZE]);
 
+/* Masks, in place, every occurrence of `code` in `s` (a NUL-terminated string in a buffer of
+ * `size` bytes) with '*': a text that may quote what a provider was sent (its error message).
+ * When `s` fills its buffer to within 4 bytes (it may have been cut to fit, on a UTF-8
+ * boundary), a tail that is the code's beginning is masked too. An empty code masks nothing. */
+void og_otp_mask(char *s, size_t size, const char *code);
+
 #endif

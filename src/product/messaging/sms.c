@@ -84,7 +84,12 @@ static bool sms_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
 }
 
 static const char *const sms_fields[] = {"to", "text", "sender", NULL};
-static const og_smsreq_kind_t sms_kind = {"sms", sms_fields, OG_SCOPE_SEND, true, sms_validate, sms_claimed};
+static const og_smsreq_kind_t sms_kind = {.route = "sms",
+                                          .fields = sms_fields,
+                                          .scope = OG_SCOPE_SEND,
+                                          .calls_provider = true,
+                                          .validate = sms_validate,
+                                          .claimed = sms_claimed};
 
 void og_sms_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {

@@ -18,6 +18,8 @@
 
 void og_smsreq_free(og_smsreq_t *c)
 {
+    if (c->kind != NULL && c->kind->release != NULL)
+        c->kind->release(c);
     og_db_op_free(c->op);
     og_tenant_release(c->auth.tenant);
     if (c->text != NULL)
@@ -25,27 +27,38 @@ void og_smsreq_free(og_smsreq_t *c)
     free(c->text);
     free(c->logged_text);
     free(c->error_text);
+    for (int i = 0; i < OG_OTP_CHANNELS; i++)
+        free(c->att_error[i]);
+    free(c->events_text);
     free(c->response_text);
     OPENSSL_cleanse(c->code, sizeof(c->code));
     og_idem_clear(&c->idem);
     free(c);
 }
 
-/* The SMS went to the provider but its outcome could not be recorded (API.md §15): 502
- * outcome_unknown now, as a repeat with the key would get once the claim's lease is over. */
+/* The message went to a provider but its outcome could not be recorded (API.md §15): 502
+ * outcome_unknown now, as a repeat with the key would get once the claim's lease is over. The
+ * attempts are an OTP's earlier ones (each failed, or it would have been the last) and the last. */
 static void outcome_unknown(og_smsreq_t *c, og_db_status_t st)
 {
     og_log(&c->gw->w->log, OG_LOG_ERROR, "recording an SMS failed; its outcome is unknown",
            "\"requestId\":\"%s\",\"reference\":\"%s\",\"status\":%d,\"sqlstate\":\"%s\",\"error\":\"%s\"",
            c->req->request_id, c->reference, (int)st, c->op->sqlstate, c->op->error);
+    json_t *attempts = json_array();
+    for (int i = 0; i + 1 < c->engine.started; i++)
+        json_array_append_new(
+            attempts, json_pack("{s:s,s:s,s:o*}", "channel", og_channel_name(c->ch[i]), "status", "failed",
+                                "error", c->att_error[i] ? json_loads(c->att_error[i], 0, NULL) : NULL));
     const og_attempt_result_t *r = &c->att.result;
-    json_t *a = json_pack("{s:s,s:s}", "channel", "sms", "status", r->sent ? "sent" : "failed");
+    json_t *a =
+        json_pack("{s:s,s:s}", "channel", og_channel_name(c->att_ch), "status", r->sent ? "sent" : "failed");
     if (r->sent)
         json_object_set_new(a, "providerMessageId", json_string(r->provider_message_id));
     else
         json_object_set_new(a, "error", og_attempt_error_json(r));
-    og_idem_answer_unknown(c->req, c->reference, json_pack("[o]", a),
-                           "the SMS provider was called but the outcome could not be recorded; do not send "
+    json_array_append_new(attempts, a);
+    og_idem_answer_unknown(c->req, c->reference, attempts,
+                           "the provider was called but the outcome could not be recorded; do not send "
                            "again before checking the logs for the reference");
     og_smsreq_free(c);
 }
@@ -149,15 +162,21 @@ bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err)
     return true;
 }
 
-void og_smsreq_start_sms(og_smsreq_t *c, void (*done)(og_attempt_t *))
+void og_smsreq_start_attempt(og_smsreq_t *c, og_channel_t ch, void (*done)(og_attempt_t *))
 {
-    c->params = (og_send_params_t){.to = c->to, .text = c->text, .from = c->sender};
     c->att.done = done;
     c->att.arg = c;
+    c->att_ch = ch;
     c->provider_called = true;
     og_db_op_free(c->op); /* its step is over; the attempt's ending takes a new one */
     c->op = NULL;
-    og_attempt_start(&c->gw->prov, OG_CH_SMS, &c->params, &c->att);
+    og_attempt_start(&c->gw->prov, ch, &c->params, &c->att);
+}
+
+void og_smsreq_start_sms(og_smsreq_t *c, void (*done)(og_attempt_t *))
+{
+    c->params = (og_send_params_t){.to = c->to, .text = c->text, .from = c->sender};
+    og_smsreq_start_attempt(c, OG_CH_SMS, done);
 }
 
 /* ---- the steps every kind runs ------------------------------------------------------------- */
@@ -170,6 +189,13 @@ static void claimed(og_idem_t *i)
         return;
     }
     c->kind->claimed(c);
+}
+
+void og_smsreq_claim(og_smsreq_t *c)
+{
+    /* The longest the request can take: its provider attempts (none for a verify) and its writes. */
+    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, c->auth.tenant->id, c->kind->route,
+                  og_send_budget_ms(c->gw->w->cfg, c->attempts), claimed, c);
 }
 
 static void authed(og_auth_req_t *a)
@@ -190,9 +216,10 @@ static void authed(og_auth_req_t *a)
         return;
     }
     og_http_req_drop_input(c->req); /* all read: not kept through the provider's wait */
-    /* The longest the request can take: one provider attempt (none for a verify) and its writes. */
-    og_idem_claim(&c->idem, c->gw->db, c->op, &c->gw->w->log, a->tenant->id, c->kind->route,
-                  og_send_budget_ms(c->gw->w->cfg, c->kind->calls_provider ? 1 : 0), claimed, c);
+    if (c->kind->checked != NULL)
+        c->kind->checked(c);
+    else
+        og_smsreq_claim(c);
 }
 
 void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind)
@@ -206,6 +233,7 @@ void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind
     c->gw = og_gw(ctx);
     c->req = req;
     c->kind = kind;
+    c->attempts = kind->calls_provider ? 1 : 0;
     c->auth.req = req;
     c->auth.scope = kind->scope;
     c->auth.unified = false;

@@ -1,9 +1,11 @@
 /*
  * What the SMS routes share (API.md §3): POST /api/sms/send (messaging/sms.c) and the OTP routes
  * (messaging/otp.c) are one kind of request each, run by the same steps: authenticate, read
- * the body, claim the Idempotency-Key, then the kind's own statements and at most one SMS
- * attempt, and an answer sent after its rows are committed. Responsible for those shared steps
- * and the request's state; not for any route's statements or answer. Private to messaging/.
+ * the body, an optional check of the kind's own (the OTP's WhatsApp template), claim the
+ * Idempotency-Key, then the kind's own statements and provider attempts (one SMS; an OTP's
+ * channels one after another), and an answer sent after its rows are committed. Responsible
+ * for those shared steps and the request's state; not for any route's statements or answer.
+ * Private to messaging/.
  */
 #ifndef OMNIGATE_MESSAGING_SMS_REQ_H
 #define OMNIGATE_MESSAGING_SMS_REQ_H
@@ -14,6 +16,7 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/error.h"
+#include "omnigate/messaging/engine.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/router.h"
@@ -21,6 +24,7 @@
 #include "omnigate/tenants/auth.h"
 
 #define OG_SMS_MAX_SEGMENTS 10
+#define OG_OTP_CHANNELS     2 /* the channels an OTP may be sent on: whatsapp_meta, sms */
 
 typedef struct og_smsreq og_smsreq_t;
 
@@ -29,12 +33,22 @@ typedef struct og_smsreq_kind {
     const char *route;         /* the Idempotency-Key's route name */
     const char *const *fields; /* the body's known fields, NULL-terminated */
     unsigned scope;            /* OG_SCOPE_* */
-    bool calls_provider;       /* the claim's lease covers one SMS attempt */
+    bool calls_provider;       /* the claim's lease covers one attempt (validate may raise c->attempts) */
     /* Reads the body into c; false with `err` on the first bad field. */
     bool (*validate)(og_smsreq_t *c, json_t *body, og_err_t *err);
+    /* Optional (NULL: none): the body is valid and the key read; a check that needs the
+     * database, before the key is claimed. It goes on with og_smsreq_claim(c), or answers and
+     * frees c. It may use c->op, which is free. */
+    void (*checked)(og_smsreq_t *c);
     /* The key is claimed (or there is none): the route's first statement. */
     void (*claimed)(og_smsreq_t *c);
+    /* Optional: frees what the kind's steps keep in c beyond these fields (c->wa). */
+    void (*release)(og_smsreq_t *c);
 } og_smsreq_kind_t;
+
+/* OTP over WhatsApp (API.md §18): the Meta number and template of an OTP whose channels include
+ * whatsapp_meta. otp.c's own; NULL for every other request. */
+struct og_otp_wa;
 
 typedef struct og_smsreq {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
@@ -42,10 +56,12 @@ typedef struct og_smsreq {
     og_http_req_t *req;
     const og_smsreq_kind_t *kind;
     og_idem_t idem;
-    og_db_op_t *op; /* the current database step's; none while the SMS provider is called */
+    og_db_op_t *op; /* the current database step's; none while a provider is called */
     og_attempt_t att;
+    og_channel_t att_ch; /* the channel of att's attempt (the last one started) */
     og_send_params_t params;
     og_sms_info_t sms;
+    int attempts; /* provider attempts the request may make: the claim's lease covers them */
 
     char reference[32];
     char to[20];
@@ -63,8 +79,18 @@ typedef struct og_smsreq {
     char code_hash[65];
     char expires_at[40];
     bool retried;         /* verify: a lost race is re-read once */
-    bool provider_called; /* the SMS went out: a failed write now leaves the outcome unknown */
+    bool provider_called; /* a provider was called: a failed write now leaves the outcome unknown */
     char retry_after[8];  /* Retry-After of the answer, "" for none */
+    /* OTP send: the channels to try, in fallback order, run by the engine one after another
+     * (API.md §18: exactly one code, whichever delivers it); what each attempt gave. */
+    og_channel_t ch[OG_OTP_CHANNELS];
+    int nch;
+    og_engine_t engine;
+    /* A failed attempt's error object (JSON, the code masked). A sent attempt is the last one:
+     * its provider message id is still in att.result when the engine is done. */
+    char *att_error[OG_OTP_CHANNELS];
+    char *events_text; /* the history events of the attempts (otp_sent) */
+    struct og_otp_wa *wa;
 
     char *response_text;
     size_t response_len;
@@ -107,6 +133,15 @@ bool og_smsreq_sender(og_smsreq_t *c, const char *sender, og_err_t *err);
 
 /* c->text must be a valid text of at most OG_SMS_MAX_SEGMENTS segments (`field` names it). */
 bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err);
+
+/* Claims the Idempotency-Key (if any) for the longest c's attempts can take, then runs the kind's
+ * claimed step: what a kind's `checked` step calls when it is content. */
+void og_smsreq_claim(og_smsreq_t *c);
+
+/* Calls channel ch's provider with c->params, which the caller has filled (they must stay valid
+ * until done); done(attempt) gets c as its arg. The step's op is let go (og_smsreq_new_op makes
+ * the next). */
+void og_smsreq_start_attempt(og_smsreq_t *c, og_channel_t ch, void (*done)(og_attempt_t *));
 
 /* Calls the SMS provider with c's to, text and sender; done(attempt) gets c as its arg. */
 void og_smsreq_start_sms(og_smsreq_t *c, void (*done)(og_attempt_t *));
