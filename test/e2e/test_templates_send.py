@@ -3,6 +3,8 @@ the simulator standing in for Meta (its catalogue, its template checks, its sign
 status webhook) and for SMS. The catalogue is filled the way production fills it: the admin
 sync route reads the simulator's message_templates listing."""
 
+import hashlib
+import hmac
 import json
 import time
 import urllib.parse
@@ -10,7 +12,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, have_test_routes, wait_for
-from gwlib import META_TOKEN, WA_FROM, admin, call, linked_gateway, new_tenant, new_token, query_url
+from gwlib import META_SECRET, META_TOKEN, WA_FROM, admin, call, linked_gateway, new_tenant, new_token, query_url
 
 WABA = "102290129340398"
 PNID = "109876543210"
@@ -283,3 +285,30 @@ def test_catalogue_read_failing_answers(gw, mode, status, code):
     assert db(gw, "SELECT count(*) FROM messages") == [("0",)]
     assert meta_bodies(gw) == [] and gw.sim.requests("sms", to=TO) == []
     assert_ok(send(gw, {"to": TO, "template": tpl}))
+
+
+def test_a_status_change_reaches_another_instance_within_2s(gw, make_server, tmp_path):
+    """Two instances on one database: the second has the template in its worker's cache (it just
+    sent it); Meta's PAUSED webhook reaches the first (Meta itself still sends the template: the
+    simulator's catalogue is unchanged, so nothing but the gateway's own catalogue can refuse);
+    within 2 s the second refuses it before any provider call (API.md §18: the catalogue is
+    cached per worker and invalidated across instances within 2 s)."""
+    other = linked_gateway(make_server, gw.db_url, tmp_path, workers=1, sim=gw.sim)
+    other.tenant, other.token = gw.tenant, gw.token
+    assert_ok(send(other, {"to": TO, "channels": ["whatsapp_meta"], "template": order_template()}))
+    body = json.dumps({"object": "whatsapp_business_account", "entry": [{"id": WABA, "time": int(time.time()),
+                       "changes": [{"field": "message_template_status_update", "value": {
+                           "event": "PAUSED", "message_template_id": 1, "message_template_name": "order_update",
+                           "message_template_language": "en_US", "reason": "NONE"}}]}]}).encode()
+    sig = "sha256=" + hmac.new(META_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    r = gw.request("POST", "/webhooks/meta", headers=[("Content-Type", "application/json"),
+                                                      ("X-Hub-Signature-256", sig)], body=body)
+    assert r.status == 200, r
+    t0 = time.monotonic()
+    assert wait_for(lambda: send(other, {"to": TO, "channels": ["whatsapp_meta"],
+                                         "template": order_template()}).status == 422, 3)
+    assert time.monotonic() - t0 <= 2.0
+    before = len(meta_bodies(gw))
+    assert_error(send(other, {"to": TO, "template": order_template()}), 422, "template_not_approved",
+                 "template.name")
+    assert len(meta_bodies(gw)) == before
