@@ -2,8 +2,9 @@
  * The three provider endpoints of omnigate-sim, in each provider's own wire format (API.md §8,
  * README.md). Each endpoint finds the recipient, records the request, asks for the plan and
  * prepares the answer in order: transport failures first (they ignore the request), then the
- * provider's credential check, then its body validation, then the planned behaviour. An
- * accepted message's answer carries the status callbacks its plan scripts (callbacks.c).
+ * provider's credential check, then its body validation, then the sender's rate limit (limits.c),
+ * then the planned behaviour. An accepted message's answer carries the status callbacks its plan
+ * scripts (callbacks.c).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -185,6 +186,14 @@ static void meta_error(sim_t *s, sim_answer_t *a, int status, int code, int subc
     if (status == 401)
         sim_answer_header(a, "WWW-Authenticate",
                           "OAuth \"Facebook Platform\" \"invalid_token\" \"" META_EXPIRED "\"");
+}
+
+/* Meta's answer to a number over its throughput: the throttle behaviour's and the rate limit's.
+ * Graph sends no Retry-After with it (README.md: Rate limits per sender). */
+static void meta_throttled(sim_t *s, sim_answer_t *a)
+{
+    meta_error(s, a, 429, 130429, 0, "(#130429) Rate limit hit",
+               "Cloud API message throughput has been reached.");
 }
 
 static bool meta_token_ok(const og_http_req_t *req)
@@ -617,6 +626,13 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
         meta_error(s, a, refusal.status, refusal.code, 0, refusal.message, refusal.details);
         return SIM_STAT_INVALID;
     }
+    /* The number's throughput is checked once the request is known to be valid, and before
+     * anything looks at the recipient. */
+    uint64_t wait;
+    if (!sim_limit_take(s, SIM_CH_META, phone_id, strlen(phone_id), 1, &wait)) {
+        meta_throttled(s, a);
+        return SIM_STAT_RATE_LIMITED;
+    }
     switch (plan->behaviour) {
     case SIM_REJECT:
         meta_error(s, a, 400, 131026, 0, "(#131026) Message undeliverable",
@@ -627,8 +643,7 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
                    "Something went wrong. Please retry later.");
         break;
     case SIM_THROTTLE:
-        meta_error(s, a, 429, 130429, 0, "(#130429) Rate limit hit",
-                   "Cloud API message throughput has been reached.");
+        meta_throttled(s, a);
         break;
     case SIM_AUTH:
         meta_error(s, a, 401, 190, 463, META_EXPIRED, NULL);
@@ -872,6 +887,13 @@ static void waha_error(sim_answer_t *a, int status, json_t *message, const char 
     answer_json(a, status, CTYPE_UTF8, v);
 }
 
+/* NestJS's ThrottlerGuard's 429; the rate limit adds its Retry-After (README.md: Rate limits per
+ * sender). */
+static void waha_throttled(sim_answer_t *a)
+{
+    waha_error(a, 429, json_string("ThrottlerException: Too Many Requests"), NULL);
+}
+
 static void waha_unauthorized(sim_answer_t *a)
 {
     answer_json(a, 401, CTYPE_UTF8, json_pack("{s:s, s:i}", "message", "Unauthorized", "statusCode", 401));
@@ -923,6 +945,15 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
         return SIM_STAT_INVALID;
     }
     json_decref(problems);
+    /* A session without a name is WAHA's "default" one. */
+    const char *name = json_string_value(session);
+    uint64_t wait;
+    if (!sim_limit_take(s, SIM_CH_QR, name != NULL ? name : "default",
+                        name != NULL ? json_string_length(session) : strlen("default"), 1, &wait)) {
+        waha_throttled(a);
+        a->retry_after_s = wait;
+        return SIM_STAT_RATE_LIMITED;
+    }
     switch (plan->behaviour) {
     case SIM_REJECT: {
         char msg[96];
@@ -937,7 +968,7 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
                               "Evaluation failed: Error: WhatsApp Web did not answer", "name", "Error"));
         break;
     case SIM_THROTTLE:
-        waha_error(a, 429, json_string("ThrottlerException: Too Many Requests"), NULL);
+        waha_throttled(a);
         break;
     case SIM_AUTH:
         waha_unauthorized(a);
@@ -950,7 +981,6 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
                     json_pack("{s:s, s:I, s:s, s:O, s:O, s:b, s:i, s:b}", "id", id, "timestamp",
                               (json_int_t)time(NULL), "from", WAHA_SESSION_NUMBER "@c.us", "to", chat, "body",
                               text, "fromMe", 1, "ack", 1, "hasMedia", 0));
-        const char *name = json_string_value(session);
         a->cb = sim_cb_prepare(s, SIM_CH_QR, plan,
                                &(sim_msg_t){.id = id,
                                             .to = json_string_value(chat),
@@ -995,6 +1025,13 @@ static void twilio_error(sim_answer_t *a, int status, int code, const char *mess
                           "status", status));
     if (status == 401)
         sim_answer_header(a, "WWW-Authenticate", "Basic realm=\"Twilio API\"");
+}
+
+/* Twilio's answer to a request over the rate: the throttle behaviour's and the rate limit's.
+ * Twilio documents no Retry-After with it (README.md: Rate limits per sender). */
+static void twilio_throttled(sim_answer_t *a)
+{
+    twilio_error(a, 429, 20429, "Too Many Requests");
 }
 
 /* Basic auth as (path sid, configured token); the path sid must be the configured one. Unset
@@ -1064,6 +1101,16 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
         twilio_error(a, 400, 21617, "The concatenated message body exceeds the 1600 character limit.");
         return SIM_STAT_INVALID;
     }
+    /* Twilio paces a sender in segments: a 3-segment message takes 3 tokens. */
+    og_sms_info_t info;
+    size_t segments = og_sms_encode_info(text, (size_t)text_n, &info) ? info.segments : 1;
+    uint64_t wait;
+    if (!sim_limit_take(s, SIM_CH_SMS, from_n > 0 ? from : service, (size_t)(from_n > 0 ? from_n : service_n),
+                        (unsigned)segments, &wait)) {
+        free(text);
+        twilio_throttled(a);
+        return SIM_STAT_RATE_LIMITED;
+    }
     switch (plan->behaviour) {
     case SIM_REJECT:
         twilio_error(a, 400, 21610, "Attempt to send to unsubscribed recipient");
@@ -1072,13 +1119,13 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
         twilio_error(a, 500, 20500, "An internal server error has occurred");
         break;
     case SIM_THROTTLE:
-        twilio_error(a, 429, 20429, "Too Many Requests");
+        twilio_throttled(a);
         break;
     case SIM_AUTH:
         twilio_error(a, 401, 20003, "Authenticate");
         break;
     default: {
-        char msid[35], uri[160], media[160], date[40], segments[16];
+        char msid[35], uri[160], media[160], date[40], nsegments[16];
         msid[0] = 'S';
         msid[1] = 'M';
         sim_rand_chars(s, msid + 2, 32, "0123456789abcdef");
@@ -1088,9 +1135,7 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
         struct tm tm;
         gmtime_r(&now, &tm);
         strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S +0000", &tm);
-        og_sms_info_t info;
-        snprintf(segments, sizeof(segments), "%zu",
-                 og_sms_encode_info(text, (size_t)text_n, &info) ? info.segments : (size_t)1);
+        snprintf(nsegments, sizeof(nsegments), "%zu", segments);
         json_t *v =
             json_pack("{s:s, s:s, s:s, s:s, s:n, s:s, s:s, s:n, s:n, s:o, s:o, s:s, s:s, s:s, s:n, "
                       "s:s, s:s, s:{s:s}, s:s, s:s}",
@@ -1098,7 +1143,7 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
                       "date_sent", "date_updated", date, "direction", "outbound-api", "error_code",
                       "error_message", "from", from_n > 0 ? json_string(from) : json_null(),
                       "messaging_service_sid", service_n > 0 ? json_string(service) : json_null(),
-                      "num_media", "0", "num_segments", segments, "status", "queued", "price", "price_unit",
+                      "num_media", "0", "num_segments", nsegments, "status", "queued", "price", "price_unit",
                       "USD", "sid", msid, "subresource_uris", "media", media, "to", to, "uri", uri);
         answer_json(a, 201, JSON_CTYPE, v);
         free(text);

@@ -85,9 +85,13 @@ SIM_ERRCODES(OG_ERRCODE_DEFINE)
 
 static const char *const channel_names[SIM_CH__COUNT] = {"whatsapp_qr", "whatsapp_meta", "sms"};
 
+// clang-format off
+/* The behaviours in sim_behaviour_t's order, then the SIM_STAT_* outcomes. */
 static const char *const stat_names[SIM_STAT__COUNT] = {
-    "ok", "reject", "error", "hang", "reset", "garbage", "throttle", "auth", "unauthorized", "invalid",
+    "ok", "reject", "error", "hang", "reset", "garbage", "throttle", "auth",
+    "unauthorized", "invalid", "rate_limited"
 };
+// clang-format on
 
 const char *sim_channel_name(sim_channel_t ch)
 {
@@ -177,7 +181,17 @@ void sim_answer_header(sim_answer_t *a, const char *name, const char *value)
 
 void sim_answer_send(og_http_req_t *req, sim_answer_t *a)
 {
-    og_http_respond(req, a->status, a->headers, a->nheaders, a->ctype, a->body, a->body_len);
+    /* Retry-After is formatted here, not kept as a header: an answer is copied when it waits on
+     * a timer, and a header value pointing into it would not follow. */
+    og_http_header_t headers[SIM_ANSWER_MAX_HEADERS + 1];
+    char retry[24];
+    size_t n = a->nheaders;
+    memcpy(headers, a->headers, n * sizeof(*headers));
+    if (a->retry_after_s > 0) {
+        int len = snprintf(retry, sizeof(retry), "%llu", (unsigned long long)a->retry_after_s);
+        headers[n++] = (og_http_header_t){"Retry-After", sizeof("Retry-After") - 1, retry, (size_t)len};
+    }
+    og_http_respond(req, a->status, headers, n, a->ctype, a->body, a->body_len);
     free(a->body);
     a->body = NULL;
 }
@@ -1295,6 +1309,9 @@ static const og_route_t sim_routes[] = {
     {"GET", "/__sim/callbacks", sim_cb_list},
     {"DELETE", "/__sim/callbacks", sim_cb_clear},
     {"POST", "/__sim/hooks/{mode}", hooks_post},
+    {"PUT", "/__sim/limits", sim_limits_put},
+    {"GET", "/__sim/limits", sim_limits_get},
+    {"DELETE", "/__sim/limits", sim_limits_clear},
     {"PUT", "/__sim/meta/wabas/{wabaId}/templates", wabas_put, SIM_TEMPLATES_BODY_MAX},
     {"GET", "/__sim/meta/wabas/{wabaId}/templates", wabas_get},
     {"POST", "/__sim/meta/wabas/{wabaId}/templates/status", templates_status},
@@ -1328,7 +1345,10 @@ static int sim_start(og_worker_t *w)
     if (s == NULL)
         return -1;
     s->ring = calloc(SIM_RECORDS_MAX, sizeof(*s->ring));
-    if (s->ring == NULL) {
+    s->limits = sim_limits_new();
+    if (s->ring == NULL || s->limits == NULL) {
+        sim_limits_free(s->limits);
+        free(s->ring);
         free(s);
         return -1;
     }
@@ -1338,6 +1358,7 @@ static int sim_start(og_worker_t *w)
         s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     /* main put --callback-url there: an og_app_t carries no argument of its own. */
     if (sim_cb_start(s, getenv(SIM_CALLBACK_URL_ENV)) != 0) {
+        sim_limits_free(s->limits);
         free(s->ring);
         free(s);
         return -1;
@@ -1385,6 +1406,8 @@ static void sim_stop(og_worker_t *w)
     records_clear(s);
     free(s->ring);
     free(s->rules);
+    sim_limits_free(s->limits);
+    s->limits = NULL;
     wabas_free(s);
     s->closing = 2;
     sim_cb_stop(s, sim_piece_closed);

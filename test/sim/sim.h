@@ -9,7 +9,8 @@
  *
  * sim.c holds the state, the behaviour engine (rules, magic numbers, delayed and dropped
  * answers), the recording and the control API; providers.c the three provider endpoints;
- * callbacks.c the status webhooks the providers send back after accepting a message.
+ * callbacks.c the status webhooks the providers send back after accepting a message; limits.c
+ * the rate limits per sender and their control routes.
  */
 #ifndef OMNIGATE_SIM_H
 #define OMNIGATE_SIM_H
@@ -28,8 +29,9 @@
 /* The simulator's own error codes, beside the HTTP core's it answers too (api.h); X(symbol,
  * name, status) as in OG_API_ERRCODES. */
 #define SIM_ERRCODES(X)                                                                                      \
-    X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422) /* the rule table is full */                              \
-    X(SIM_E_TOO_MANY_WABAS, "too_many_wabas", 422) /* every template catalogue slot is taken */
+    X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422)   /* the rule table is full */                            \
+    X(SIM_E_TOO_MANY_WABAS, "too_many_wabas", 422)   /* every template catalogue slot is taken */            \
+    X(SIM_E_TOO_MANY_LIMITS, "too_many_limits", 422) /* the rate limit table is full */
 SIM_ERRCODES(OG_ERRCODE_EXTERN)
 
 typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
@@ -93,15 +95,23 @@ typedef struct sim_answer {
     size_t body_len;
     og_http_header_t headers[SIM_ANSWER_MAX_HEADERS];
     size_t nheaders;
+    uint64_t retry_after_s; /* > 0: sim_answer_send adds Retry-After with these seconds */
     sim_cb_run_t *cb;
 } sim_answer_t;
 
-/* Outcomes counted by GET /__sim/stats besides the behaviours. */
-enum { SIM_STAT_UNAUTHORIZED = SIM_BEHAVIOUR__COUNT, SIM_STAT_INVALID, SIM_STAT__COUNT };
+/* Outcomes counted by GET /__sim/stats besides the behaviours: refused credentials, a refused
+ * body, and a sender over its rate limit (limits.c; not the throttle behaviour). */
+enum {
+    SIM_STAT_UNAUTHORIZED = SIM_BEHAVIOUR__COUNT,
+    SIM_STAT_INVALID,
+    SIM_STAT_RATE_LIMITED,
+    SIM_STAT__COUNT
+};
 
 typedef struct sim_record sim_record_t;
 typedef struct sim_rule sim_rule_t;
 typedef struct sim_pending sim_pending_t;
+typedef struct sim_limits sim_limits_t;
 
 /* ---- WhatsApp message templates -------------------------------------------------------------
  * sim.c keeps one catalogue per WhatsApp Business Account (WABA), set whole by PUT
@@ -158,6 +168,8 @@ typedef struct sim {
     sim_waba_t wabas[SIM_WABAS_MAX];
     size_t nwabas;
     uint64_t next_template_id; /* the id given to the next template PUT without one */
+
+    sim_limits_t *limits; /* rate limits per sender (limits.c) */
 
     sim_cbs_t *cbs; /* callbacks.c; NULL without --callback-url */
     int closing;    /* pieces still closing in sim_stop (the check, the callbacks) */
@@ -232,6 +244,29 @@ json_t *sim_template_find(const sim_waba_t *w, const char *name, size_t name_len
  * braces ("Hi {{1}}, {{2}} {{1}}" gives ["1", "2"]; "{{first_name}}" gives ["first_name"]): a new
  * array, or NULL when out of memory. A placeholder is "{{" 1 to 64 letters, digits or '_' "}}". */
 json_t *sim_template_placeholders(const char *text);
+
+/* ---- rate limits per sender (limits.c) ------------------------------------------------------ */
+
+/* A sender is Meta's phone number id, WAHA's session, Twilio's From (or MessagingServiceSid):
+ * at most this many bytes. A longer one is never limited (no limit can name it). */
+#define SIM_SENDER_MAX 64
+
+/* The limits and their buckets, empty; NULL when out of memory. sim_limits_free(NULL) is fine. */
+sim_limits_t *sim_limits_new(void);
+void sim_limits_free(sim_limits_t *l);
+
+/* Takes `cost` tokens (1 a message; an SMS's segments) from the bucket of `sender` on `ch`. True
+ * when the request may go on: no limit covers the sender, or its bucket had the tokens. False,
+ * with the seconds until it will have them in *retry_after_s, when the provider must answer its
+ * 429; such a request takes nothing. O(1): one hash lookup, and a new bucket on a sender's first
+ * request under a channel-wide limit. */
+bool sim_limit_take(sim_t *s, sim_channel_t ch, const char *sender, size_t sender_len, unsigned cost,
+                    uint64_t *retry_after_s);
+
+/* PUT, GET and DELETE /__sim/limits (README.md). */
+void sim_limits_put(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_limits_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_limits_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 /* ---- status callbacks (callbacks.c) --------------------------------------------------------- */
 
