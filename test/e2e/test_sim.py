@@ -3,7 +3,7 @@ credential check, every magic behaviour digit, the /__sim control API (rules, re
 requests, stats), latency, a clean SIGTERM with answers still waiting, the status callbacks
 (signed webhooks) it sends after accepting a message, checked by a small receiver, and Meta's
 WhatsApp message templates (catalogues, the paged listing, template sends, the template status
-webhook).
+webhook), and the rate limits per sender (token buckets answering the providers' 429).
 
 The binary comes from OMNIGATE_SIM_BIN (test/e2e/meson.build sets it). Standard library only.
 """
@@ -128,17 +128,19 @@ def sim(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def clean(request):
-    """Every test starts without rules or recorded requests; with the callback simulator, also
+    """Every test starts without rules, recorded requests, catalogues or limits; with the callback simulator, also
     without callbacks under way, recorded or received, and with its counters at zero."""
     if "sim" in request.fixturenames:
         s = request.getfixturevalue("sim")
         s.control("DELETE", "/__sim/rules")
         s.control("DELETE", "/__sim/requests")
         s.control("DELETE", "/__sim/meta/wabas")
+        s.control("DELETE", "/__sim/limits")
     if "cbsim" in request.fixturenames:
         s = request.getfixturevalue("cbsim")
         assert wait_for(lambda: s.stats()["callbacks"]["pending"] == 0, CB_WAIT), s.stats()
-        for path in ("/__sim/rules", "/__sim/requests", "/__sim/callbacks", "/__sim/stats", "/__sim/meta/wabas"):
+        for path in ("/__sim/rules", "/__sim/requests", "/__sim/callbacks", "/__sim/stats", "/__sim/meta/wabas",
+                     "/__sim/limits"):
             s.control("DELETE", path)
         request.getfixturevalue("rx").reset()
 
@@ -1706,3 +1708,260 @@ def test_templates_put_takes_10000_templates(sim):
     assert status == 200 and j["data"]["templates"] == 10000, j
     pages = all_pages(sim, "?limit=1000")
     assert len(pages) == 10 and pages[-1]["data"][-1]["name"] == "big_09999"
+
+
+# ---- rate limits per sender ---------------------------------------------------------------------
+
+LIMITS_PATH = "/__sim/limits"
+OTHER_PHONE_ID = "109876543299"
+THREE_SEGMENTS = "x" * 400  # GSM-7: 153 characters a part once there are several, so 3 parts
+
+
+def put_limit(sim, **body):
+    return sim.control("PUT", LIMITS_PATH, body)
+
+
+def limit(sim, **body):
+    status, j = put_limit(sim, **body)
+    assert status in (200, 201), j
+    return j["data"]
+
+
+def limits(sim):
+    status, j = sim.control("GET", LIMITS_PATH)
+    assert status == 200, j
+    return j["data"]
+
+
+def meta_req(phone_id=META_PHONE_ID, to=OK_TO, token=META_TOKEN, body=None):
+    headers = [("Content-Type", "application/json"), ("Authorization", "Bearer " + token)]
+    raw = body if isinstance(body, str) else json.dumps(body if body is not None else meta_body(to))
+    return ("POST", "/v21.0/%s/messages" % phone_id, headers, raw)
+
+
+def waha_req(session="default", to=OK_TO):
+    body = {"chatId": to.lstrip("+") + "@c.us", "text": "hello"}
+    if session is not None:
+        body["session"] = session
+    return ("POST", WAHA_PATH, [("X-Api-Key", QR_KEY), ("Content-Type", "application/json")], json.dumps(body))
+
+
+def sms_req(sender="ACME", to=OK_TO, text="hello", field="From"):
+    fields = {"To": to, field: sender, "Body": text}
+    headers = [("Authorization", basic(SMS_SID, SMS_TOKEN)), ("Content-Type", "application/x-www-form-urlencoded")]
+    return ("POST", SMS_PATH, headers, urllib.parse.urlencode(fields))
+
+
+def together(sim, reqs, timeout=10.0):
+    """Sends `reqs` pipelined in one write, so that they arrive within the same instant (no
+    token can refill between them, however loaded the machine), and returns the answers."""
+    with Conn(sim.port, timeout=timeout) as c:
+        c.send(b"".join(request_bytes(*r) for r in reqs))
+        return [c.read_response(timeout=timeout) for _ in reqs]
+
+
+def one(sim, req):
+    return together(sim, [req])[0]
+
+
+def bucket(sim, channel, sender):
+    """The bucket of `sender` on `channel` in GET /__sim/limits, whichever limit it is under."""
+    for item in limits(sim)["items"]:
+        for b in item["buckets"]:
+            if item["channel"] == channel and b["sender"] == sender:
+                return b
+    raise AssertionError("no bucket for %s %s in %r" % (channel, sender, limits(sim)))
+
+
+def test_limit_meta_per_phone_number_id(sim):
+    """A limit of 5/s burst 5 on a Meta phone number id: 5 requests at once are accepted, the 6th
+    is 429 code 130429 (the throttle behaviour's body, no Retry-After); the bucket refills and
+    accepts again; another phone number id is not limited by it."""
+    status, j = put_limit(sim, channel="whatsapp_meta", sender=META_PHONE_ID, perSecond=5, burst=5)
+    assert status == 201, j
+    answers = together(sim, [meta_req() for _ in range(6)] + [meta_req(OTHER_PHONE_ID)])
+    assert [r.status for r in answers] == [200] * 5 + [429, 200], answers
+    err = meta_err(answers[5], 429, 130429)
+    assert err["message"] == "(#130429) Rate limit hit", err
+    assert err["error_data"]["details"] == "Cloud API message throughput has been reached.", err
+    assert answers[5].header("Retry-After") is None
+    assert wait_for(lambda: one(sim, meta_req()).status == 200, 5), "the bucket never refilled"
+    b = bucket(sim, "whatsapp_meta", META_PHONE_ID)
+    assert b["accepted"] == 6 and b["acceptedTokens"] == 6 and b["throttled"] >= 1, b
+
+
+def test_limit_twilio_from_counts_segments(sim):
+    """Twilio paces a From in segments: under 5/s burst 5, a 3-segment SMS takes 3 tokens, so a
+    second one is 429 code 20429 (no Retry-After) while two 1-segment ones still pass; another
+    From is not limited, and MessagingServiceSid is the sender when there is no From."""
+    limit(sim, channel="sms", sender="ACME", perSecond=5, burst=5)
+    limit(sim, channel="sms", sender="MG" + "0" * 32, perSecond=0.01, burst=1)
+    answers = together(sim, [sms_req(text=THREE_SEGMENTS), sms_req(text=THREE_SEGMENTS), sms_req(), sms_req(),
+                             sms_req(), sms_req("OTHER", text=THREE_SEGMENTS),
+                             sms_req("MG" + "0" * 32, field="MessagingServiceSid"),
+                             sms_req("MG" + "0" * 32, field="MessagingServiceSid")])
+    assert [r.status for r in answers] == [201, 429, 201, 201, 429, 201, 201, 429], answers
+    assert answers[0].json()["num_segments"] == "3"
+    for r in (answers[1], answers[4], answers[7]):
+        assert r.json() == {"code": 20429, "message": "Too Many Requests",
+                            "more_info": "https://www.twilio.com/docs/errors/20429", "status": 429}, r
+        assert r.header("Retry-After") is None
+    b = bucket(sim, "sms", "ACME")
+    assert (b["accepted"], b["acceptedTokens"], b["throttled"]) == (3, 5, 2), b
+    assert wait_for(lambda: one(sim, sms_req()).status == 201, 5), "the bucket never refilled"
+
+
+def test_limit_waha_per_session(sim):
+    """A limit on a WAHA session: 5 at once pass, the 6th is NestJS's ThrottlerException 429 with
+    its Retry-After (whole seconds until a token is back); other sessions are not limited, a send
+    without a session is the "default" session's, and the bucket refills."""
+    limit(sim, channel="whatsapp_qr", sender="s1", perSecond=5, burst=5)
+    limit(sim, channel="whatsapp_qr", sender="default", perSecond=0.1, burst=1)
+    answers = together(sim, [waha_req("s1") for _ in range(6)] + [waha_req("s2"), waha_req(None),
+                                                                    waha_req("default")])
+    assert [r.status for r in answers] == [201] * 5 + [429, 201, 201, 429], answers
+    assert answers[5].json() == {"statusCode": 429, "message": "ThrottlerException: Too Many Requests"}
+    assert answers[5].header("Retry-After") == "1"  # 1/5 s to the next token, rounded up
+    assert answers[8].header("Retry-After") == "10"  # 1/0.1 s
+    assert wait_for(lambda: one(sim, waha_req("s1")).status == 201, 5), "the bucket never refilled"
+
+
+def test_limit_for_every_sender_gives_each_its_own_bucket(sim):
+    """A limit without a sender covers every sender of its channel, each with its own bucket; a
+    sender's own limit set later takes that sender out of it."""
+    status, j = put_limit(sim, channel="whatsapp_meta", perSecond=0.01, burst=2)
+    assert status == 201 and j["data"]["sender"] is None and j["data"]["buckets"] == [], j
+    answers = together(sim, [meta_req()] * 3 + [meta_req(OTHER_PHONE_ID)] * 3)
+    assert [r.status for r in answers] == [200, 200, 429] * 2, answers
+    data = limits(sim)
+    assert data["buckets"] == 2 and data["bucketsMax"] == 100000, data
+    [item] = data["items"]
+    assert (item["accepted"], item["throttled"], item["overflow"]) == (4, 2, 0), item
+    assert [(b["sender"], b["accepted"], b["throttled"]) for b in item["buckets"]] == [
+        (META_PHONE_ID, 2, 1), (OTHER_PHONE_ID, 2, 1)], item
+    limit(sim, channel="whatsapp_meta", sender=META_PHONE_ID, perSecond=100, burst=100)
+    answers = together(sim, [meta_req()] * 3 + [meta_req(OTHER_PHONE_ID)])
+    assert [r.status for r in answers] == [200, 200, 200, 429], answers
+    assert limits(sim)["buckets"] == 1  # the number's bucket is its own limit's now
+
+
+def test_limit_refused_requests_take_no_token_behaviours_do(sim):
+    """The limit comes after credentials, validation and the template checks (a refused request
+    takes no token) and after the transport behaviours (garbage takes none), but before the
+    planned behaviour: a `reject` recipient takes a token, and past the limit it is 429 too."""
+    limit(sim, channel="whatsapp_meta", sender=META_PHONE_ID, perSecond=0.01, burst=1)
+    tpl = {"messaging_product": "whatsapp", "to": OK_TO[1:], "type": "template",
+           "template": {"name": "nope", "language": {"code": "en_US"}}}
+    answers = together(sim, [meta_req(token="bad"), meta_req(body="not json"), meta_req(body=tpl),
+                             meta_req(to=magic(meta=5)), meta_req(to=magic(meta=1)), meta_req(),
+                             meta_req(to=magic(meta=1))])
+    assert [r.status for r in answers] == [401, 400, 400, 200, 400, 429, 429], answers
+    assert [r.json()["error"]["code"] for i, r in enumerate(answers) if i != 3] == [
+        190, 100, 132001, 131026, 130429, 130429]
+    b = bucket(sim, "whatsapp_meta", META_PHONE_ID)
+    assert (b["accepted"], b["throttled"]) == (1, 2), b
+
+
+def test_limit_sustained_rate_throttles_the_excess(sim):
+    """Requests paced at twice a sender's rate for about 2 s: about rate x duration + burst are
+    accepted and the rest throttled; the first and last accepted times give the rate back."""
+    rate, burst, interval, n = 10, 2, 0.05, 40
+    limit(sim, channel="whatsapp_qr", sender="pace", perSecond=rate, burst=burst)
+    statuses = []
+    with Conn(sim.port, timeout=10) as c:
+        t0 = time.monotonic()
+        for i in range(n):
+            delay = t0 + i * interval - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if i == 0:
+                first = time.monotonic()
+            c.send(request_bytes(*waha_req("pace")))
+            statuses.append(c.read_response(timeout=10).status)
+        last = time.monotonic()
+    assert set(statuses) <= {201, 429}, statuses
+    accepted = statuses.count(201)
+    expected = min(n, rate * (last - first) + burst)
+    assert abs(accepted - expected) <= 0.25 * expected, (accepted, expected, statuses)
+    assert statuses.count(429) >= n // 4, statuses
+    b = bucket(sim, "whatsapp_qr", "pace")
+    assert (b["accepted"], b["throttled"]) == (accepted, n - accepted), b
+    span = (b["lastAcceptedAt"] - b["firstAcceptedAt"]) / 1000.0
+    assert span > 0 and abs((b["accepted"] - burst) / span - rate) <= 0.25 * rate, (b, span)
+
+
+def test_limit_stats_count_rate_limited_apart_from_throttle(sim):
+    """GET /__sim/stats counts a request over its limit as rate_limited, apart from the throttle
+    behaviour (which took a token); both are recorded like any request."""
+    sim.control("DELETE", "/__sim/stats")
+    limit(sim, channel="sms", sender="ACME", perSecond=0.01, burst=2)
+    answers = together(sim, [sms_req(to=magic(sms=6)), sms_req(), sms_req()])
+    assert [r.status for r in answers] == [429, 201, 429], answers
+    assert answers[0].json()["code"] == 20429 and answers[2].json()["code"] == 20429, answers
+    st = sim.stats()["channels"]["sms"]
+    assert (st["requests"], st["throttle"], st["ok"], st["rate_limited"]) == (3, 1, 1, 1), st
+    assert sim.stats()["channels"]["whatsapp_meta"]["rate_limited"] == 0
+    assert len(sim.requests("?channel=sms")) == 3
+
+
+def test_limit_put_replaces_get_lists_delete_clears(sim):
+    """PUT sets a limit (201) with burst defaulting to max(1, perSecond), a PUT for the same
+    channel and sender replaces it (200, its bucket full again, counts zero), GET lists them in
+    the order set, and DELETE removes them all, after which nothing is limited."""
+    a = limit(sim, channel="sms", sender="ACME", perSecond=2.5)
+    assert (a["channel"], a["sender"], a["perSecond"], a["burst"]) == ("sms", "ACME", 2.5, 2.5), a
+    assert a["buckets"] == [{"sender": "ACME", "accepted": 0, "acceptedTokens": 0, "throttled": 0, "tokens": 2.5,
+                             "firstAcceptedAt": None, "lastAcceptedAt": None}], a
+    b = limit(sim, channel="whatsapp_qr", perSecond=0.5)
+    assert b["sender"] is None and b["burst"] == 1, b
+    t0 = time.time() * 1000
+    assert [r.status for r in together(sim, [sms_req()] * 3)] == [201, 201, 429]
+    used = bucket(sim, "sms", "ACME")
+    assert t0 - 1000 <= used["firstAcceptedAt"] <= used["lastAcceptedAt"] <= time.time() * 1000 + 1000, used
+    status, j = put_limit(sim, channel="sms", sender="ACME", perSecond=1, burst=3)
+    assert status == 200 and j["data"]["burst"] == 3, j
+    assert j["data"]["buckets"][0]["accepted"] == 0 and j["data"]["buckets"][0]["tokens"] == 3, j
+    items = limits(sim)["items"]
+    assert [(i["channel"], i["sender"], i["perSecond"]) for i in items] == [("sms", "ACME", 1),
+                                                                           ("whatsapp_qr", None, 0.5)]
+    status, j = sim.control("DELETE", LIMITS_PATH)
+    assert status == 200 and j["data"]["cleared"] == 2, j
+    assert limits(sim)["items"] == []
+    assert [r.status for r in together(sim, [sms_req()] * 5)] == [201] * 5
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"perSecond": 5}, "channel"),
+    ({"channel": "fax", "perSecond": 5}, "channel"),
+    ({"channel": "sms"}, "perSecond"),
+    ({"channel": "sms", "perSecond": 0}, "perSecond"),
+    ({"channel": "sms", "perSecond": 0.001}, "perSecond"),
+    ({"channel": "sms", "perSecond": 100001}, "perSecond"),
+    ({"channel": "sms", "perSecond": "5"}, "perSecond"),
+    ({"channel": "sms", "perSecond": True}, "perSecond"),
+    ({"channel": "sms", "perSecond": 5, "burst": 0.5}, "burst"),
+    ({"channel": "sms", "perSecond": 5, "burst": 100001}, "burst"),
+    ({"channel": "sms", "perSecond": 5, "sender": ""}, "sender"),
+    ({"channel": "sms", "perSecond": 5, "sender": 5}, "sender"),
+    ({"channel": "sms", "perSecond": 5, "sender": "x" * 65}, "sender"),
+    ({"channel": "sms", "perSecond": 5, "rate": 5}, "rate"),
+])
+def test_limit_validation(sim, body, field):
+    """An invalid limit is 422 naming the field, and nothing is set."""
+    status, j = put_limit(sim, **body)
+    assert status == 422 and j["error"]["field"] == field, j
+    assert limits(sim)["items"] == []
+
+
+def test_limit_at_most_1000(sim):
+    """1,000 limits can be set; the 1,001st is 422 too_many_limits, while replacing one of them
+    still works."""
+    reqs = [("PUT", LIMITS_PATH, [("Content-Type", "application/json")],
+             json.dumps({"channel": "sms", "sender": "S%04d" % i, "perSecond": 1})) for i in range(1000)]
+    for k in range(0, 1000, 250):
+        assert {r.status for r in together(sim, reqs[k:k + 250])} == {201}
+    status, j = put_limit(sim, channel="sms", sender="one-more", perSecond=1)
+    assert status == 422 and j["error"]["code"] == "too_many_limits", j
+    status, j = put_limit(sim, channel="sms", sender="S0999", perSecond=2)
+    assert status == 200 and j["data"]["perSecond"] == 2, j
+    assert len(limits(sim)["items"]) == 1000
