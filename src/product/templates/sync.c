@@ -24,6 +24,7 @@
 
 #include <openssl/crypto.h>
 
+#include "omnigate/messaging/budget.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/render.h"
@@ -95,16 +96,6 @@ bool og_tpl_waba_find(const json_t *settings, const char *waba_id, og_tpl_waba_t
     return found;
 }
 
-/* True when the text[] literal lit[0..len) ("{a,b" so far) has the element w[0..wl). */
-static bool listed(const char *lit, size_t len, const char *w, size_t wl)
-{
-    for (size_t i = 1; i + wl <= len; i++)
-        if ((lit[i - 1] == '{' || lit[i - 1] == ',') && memcmp(lit + i, w, wl) == 0 &&
-            (i + wl == len || lit[i + wl] == ','))
-            return true;
-    return false;
-}
-
 int og_tpl_sync_schedule_stmt(og_db_op_t *op, int n, const char *tenant_id, const json_t *settings, char *lit,
                               size_t litlen)
 {
@@ -118,8 +109,9 @@ int og_tpl_sync_schedule_stmt(og_db_op_t *op, int n, const char *tenant_id, cons
     {
         const char *waba = json_string_value(json_object_get(num, "wabaId"));
         size_t wl = waba != NULL ? strlen(waba) : 0;
-        /* Validated settings hold digits only: nothing a literal would need to quote. */
-        if (wl == 0 || strspn(waba, "0123456789") != wl || listed(lit, len, waba, wl))
+        /* Validated settings hold digits only: nothing a literal would need to quote. A WABA of
+         * several numbers is listed again: tpl_sync_schedule takes each once. */
+        if (wl == 0 || strspn(waba, "0123456789") != wl)
             continue;
         if (len + 1 + wl + 2 > litlen)
             return 0;
@@ -210,7 +202,7 @@ static bool request_page(og_tpl_fetch_t *f, char *why, size_t whylen)
     free(waba);
     free(after);
     req->method = "GET";
-    req->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
+    req->timeout_ms = cfg->attempt_timeout_ms; /* as an attempt's (0: the client's default) */
     req->max_response = OG_TPL_SYNC_PAGE_BYTES;
     req->done = page_done;
     req->arg = f;
@@ -224,25 +216,6 @@ static bool request_page(og_tpl_fetch_t *f, char *why, size_t whylen)
         return false;
     }
     return true;
-}
-
-/* Keeps Meta's error of a non-2xx answer: its code and its message. */
-static void meta_error(og_tpl_fetch_t *f, const json_t *root, char *text, size_t textlen)
-{
-    json_t *err = json_object_get(root, "error");
-    json_t *code = json_object_get(err, "code");
-    if (json_is_integer(code))
-        snprintf(f->provider_code, sizeof(f->provider_code), "%lld", (long long)json_integer_value(code));
-    else if (json_is_string(code))
-        og_provider_copy_utf8(f->provider_code, sizeof(f->provider_code), json_string_value(code));
-    const char *msg = json_string_value(json_object_get(err, "message"));
-    const char *details = json_string_value(json_object_get(json_object_get(err, "error_data"), "details"));
-    if (msg == NULL)
-        snprintf(text, textlen, "%s", root == NULL ? "an unreadable error body" : "no details");
-    else if (details != NULL && strcmp(details, msg) != 0)
-        snprintf(text, textlen, "%s: %s", msg, details);
-    else
-        snprintf(text, textlen, "%s", msg);
 }
 
 /* Adds the templates of one page's `data` to f->items; false when `data` is no array. */
@@ -290,16 +263,17 @@ static void page_done(og_hc_req_t *req)
         fetch_end(f, false, "%s", req->errbuf);
         return;
     }
-    json_t *root = req->resp_len > 0 ? json_loadb(req->resp, req->resp_len, 0, NULL) : NULL;
     long status = req->http_status;
     if (status < 200 || status >= 300) {
-        char text[256];
-        meta_error(f, root, text, sizeof(text));
-        json_decref(root);
-        fetch_end(f, false, LABEL " answered HTTP %ld%s%s: %s", status, f->provider_code[0] ? ", code " : "",
-                  f->provider_code, text);
+        /* Meta's error as a send's attempt reads it (providers/meta.c): its code, its words, and
+         * a throttle or a refused token called so. */
+        og_attempt_result_t r = {0};
+        og_provider_meta.classify(status, req->resp, req->resp_len, &r);
+        snprintf(f->provider_code, sizeof(f->provider_code), "%s", r.provider_code);
+        fetch_end(f, false, "%s", r.error_message);
         return;
     }
+    json_t *root = req->resp_len > 0 ? json_loadb(req->resp, req->resp_len, 0, NULL) : NULL;
     f->pages++;
     if (!json_is_object(root) || !keep_templates(f, json_object_get(root, "data"))) {
         json_decref(root);
@@ -511,15 +485,10 @@ static void run(og_step_t *step, void *arg)
 
 int og_tpl_sync_register(og_gw_t *gw)
 {
-    const og_config_t *cfg = gw->w->cfg;
-    uint64_t attempt =
-        cfg->attempt_timeout_ms > 0 ? (uint64_t)cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
-    uint64_t db = cfg->db_timeout_ms > 0 ? (uint64_t)cfg->db_timeout_ms : OG_DB_TIMEOUT_DEFAULT_MS;
-    /* The longest run: every page at the attempt timeout, and the read and the write, each done
-     * within twice the pool's timeout (db.h). */
-    uint64_t lease = OG_TPL_SYNC_MAX_PAGES * attempt + 2 * 2 * db;
+    /* The longest run: a page per attempt (each within OMNIGATE_ATTEMPT_TIMEOUT_MS) and the read
+     * and the write around them: the send budget of that many attempts (messaging/budget.h). */
     int kind = og_jobs_register(gw->jobs, OG_TPL_SYNC_STEP_KIND,
-                                lease > UINT32_MAX ? UINT32_MAX : (uint32_t)lease, run, gw);
+                                og_send_budget_ms(gw->w->cfg, OG_TPL_SYNC_MAX_PAGES), run, gw);
     if (kind < 0)
         return -1;
     og_jobs_limit(gw->jobs, kind, OG_TPL_SYNC_CONCURRENCY);
