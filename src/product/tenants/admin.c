@@ -245,7 +245,9 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
 }
 
 /* Adds at op->stmts[n] the statement that makes the template sync of a->sync_settings' WABAs
- * due now, if any (templates/sync.h); returns how many statements it added. */
+ * due now, if any (templates/sync.h); returns how many statements it added, or -1 when out of
+ * memory: the save must not commit without it, since a WABA's periodic sync is the step this
+ * statement makes. */
 static int sync_stmt(admin_op_t *a, og_db_op_t *op, int n)
 {
     a->syncing = false;
@@ -255,9 +257,22 @@ static int sync_stmt(admin_op_t *a, og_db_op_t *op, int n)
     size_t cap = strlen(a->settings_text) + 3;
     free(a->wabas);
     if ((a->wabas = malloc(cap)) == NULL)
-        return 0; /* the periodic sync comes anyway; not worth failing the save */
+        return -1;
     a->syncing = og_tpl_sync_schedule_stmt(op, n, a->id, a->sync_settings, a->wabas, cap) == 1;
     return a->syncing ? 1 : 0;
+}
+
+/* sync_stmt after the write's first statement; false after answering 503 (out of memory). */
+static bool add_sync_stmt(admin_op_t *a, og_db_op_t *op)
+{
+    int k = sync_stmt(a, op, 1);
+    if (k < 0) {
+        og_api_error(a->req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        admin_op_free(a);
+        return false;
+    }
+    op->nstmts += k;
+    return true;
 }
 
 static void submit(admin_op_t *a)
@@ -280,7 +295,8 @@ static void submit(admin_op_t *a)
                                                                   .unified = a->unified,
                                                                   .settings = a->settings_text,
                                                                   .id = a->id});
-        op->nstmts += sync_stmt(a, op, 1);
+        if (!add_sync_stmt(a, op))
+            return;
         op->write = true;
         break;
     case A_TENANT_GET:
@@ -295,7 +311,8 @@ static void submit(admin_op_t *a)
                                                                   .unified = a->unified,
                                                                   .settings = a->settings_text,
                                                                   .xmin = a->xmin[0] ? a->xmin : NULL});
-        op->nstmts += sync_stmt(a, op, 1);
+        if (!add_sync_stmt(a, op))
+            return;
         op->write = true;
         break;
     case A_TOKEN_CREATE:
