@@ -52,17 +52,14 @@ SELECT count(*) AS synced FROM x;
 -- Sets the status of templates at once: Meta's message_template_status_update webhook, or a
 -- send Meta refused for its template (132001, 132015, 132016). Templates not in the catalogue
 -- are left to the next sync.
--- $1 waba_ids = WABA ids, a text[]
--- $2 names = template names, a text[] in the same order
--- $3 languages = their languages, a text[]
--- $4 statuses = their new statuses, a text[]
+-- $1 changes = a JSON array of {waba, name, language, status}, one per template
 -- Returns how many templates changed.
 -- columns: changed
 WITH u AS (
     UPDATE wa_templates w
     SET status = x.status, updated_at = now()
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS x(waba_id, name, language, status)
-    WHERE w.waba_id = x.waba_id AND w.name = x.name AND w.language = x.language
+    FROM jsonb_to_recordset($1::jsonb) AS x(waba text, name text, language text, status text)
+    WHERE w.waba_id = x.waba AND w.name = x.name AND w.language = x.language
         AND w.status IS DISTINCT FROM x.status
     RETURNING 1)
 SELECT count(*) AS changed FROM u;

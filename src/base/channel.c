@@ -55,3 +55,11 @@ bool og_channel_parse(const char *name, og_channel_t *out)
     }
     return false;
 }
+
+int og_channel_index(const og_channel_t *list, int n, og_channel_t ch)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == ch)
+            return i;
+    return -1;
+}

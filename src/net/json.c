@@ -7,6 +7,7 @@
  */
 #include "omnigate/json.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -62,6 +63,23 @@ static bool key_allowed(const char *const *allowed, const char *key)
     return false;
 }
 
+bool og_json_known_keys(const json_t *obj, const char *const *allowed, const char *path, og_err_t *err)
+{
+    /* jansson keeps object keys in insertion order, which for a parsed body is the order of the
+     * body: the first unknown key the client wrote is the one reported. */
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value)
+    {
+        if (key_allowed(allowed, key))
+            continue;
+        char field[sizeof(err->field)];
+        snprintf(field, sizeof(field), "%s%s%s", path != NULL ? path : "", path != NULL ? "." : "", key);
+        return og_err_fail(err, OG_E_UNKNOWN_FIELD, field, "unknown field \"%s\"", field);
+    }
+    return true;
+}
+
 json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, size_t body_len,
                        const char *const *allowed, og_err_t *err)
 {
@@ -90,19 +108,8 @@ json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, si
         og_err_fail(err, OG_E_INVALID_JSON, NULL, "JSON nesting is deeper than %d levels", OG_JSON_MAX_DEPTH);
         goto fail;
     }
-    if (allowed != NULL) {
-        /* jansson keeps object keys in insertion order, which for a parsed body is the order
-         * of the body: the first unknown key the client wrote is the one reported. */
-        const char *key;
-        json_t *value;
-        json_object_foreach(root, key, value)
-        {
-            if (!key_allowed(allowed, key)) {
-                og_err_fail(err, OG_E_UNKNOWN_FIELD, key, "unknown field \"%s\"", key);
-                goto fail;
-            }
-        }
-    }
+    if (allowed != NULL && !og_json_known_keys(root, allowed, NULL, err))
+        goto fail;
     return root;
 fail:
     json_decref(root);

@@ -148,12 +148,20 @@ static void test_wrap(void **state)
     json_t *two = entry("APPROVED", "positional", "[\"1\",\"2\"]", "{{1}} {{2}}", "[]");
     og_tpl_out_t out;
     og_err_t err = {0};
-    assert_true(og_tpl_wrap(one, "relay", "en", "Your parcel is here", &out, &err));
+    assert_true(og_tpl_wrap(one, "relay", "en", "Your parcel is here", false, &out, &err));
     assert_string_equal(out.rendered, "Message: Your parcel is here");
     assert_non_null(strstr(out.meta, "\"text\":\"Your parcel is here\""));
     og_tpl_out_clear(&out);
-    assert_false(og_tpl_wrap(two, "relay", "en", "x", &out, &err));
+    assert_false(og_tpl_wrap(two, "relay", "en", "x", false, &out, &err));
     assert_ptr_equal(err.code, OG_E_TEMPLATE_PARAMETERS_MISMATCH);
+    /* An OTP's code: the body's one parameter and its copy-code button's. */
+    json_t *otp = entry("APPROVED", "positional", "[\"1\"]", "*{{1}}* is your code",
+                        "[{\"index\":0,\"type\":\"OTP\",\"text\":\"Copy\",\"parameter\":true}]");
+    assert_true(og_tpl_wrap(otp, "auth", "en", "123456", true, &out, &err));
+    assert_non_null(strstr(out.meta, "{\"type\":\"button\",\"sub_type\":\"url\",\"index\":\"0\","
+                                     "\"parameters\":[{\"type\":\"text\",\"text\":\"123456\"}]}"));
+    og_tpl_out_clear(&out);
+    json_decref(otp);
     json_decref(one);
     json_decref(two);
 }

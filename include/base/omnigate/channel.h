@@ -17,6 +17,8 @@ const char *og_channel_name(og_channel_t ch);
 const char *og_channel_provider(og_channel_t ch);
 /* The inverse; false for an unknown name. */
 bool og_channel_parse(const char *name, og_channel_t *out);
+/* The index of `ch` in the plan list[0..n) (a send's or an OTP's channels), or -1. */
+int og_channel_index(const og_channel_t *list, int n, og_channel_t ch);
 
 /* Attempt error codes (API.md §2); static strings, compare by value or pointer. */
 extern const char OG_ERR_PROVIDER_TIMEOUT[];      /* "provider_timeout" */

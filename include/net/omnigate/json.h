@@ -25,6 +25,11 @@ json_t *og_json_decode_body(const og_http_req_t *req, const char *const *allowed
 json_t *og_json_decode(const char *ctype, size_t ctype_len, const char *body, size_t body_len,
                        const char *const *allowed, og_err_t *err);
 
+/* False with unknown_field in `err` when the object `obj` has a key not in `allowed` (a
+ * NULL-terminated list): the first one, named "<path>.<key>" (just the key when `path` is NULL,
+ * as for a body), cut to fit err->field. */
+bool og_json_known_keys(const json_t *obj, const char *const *allowed, const char *path, og_err_t *err);
+
 /* Depth of a JSON value: scalars 0, [] / {} 1, [[1]] 2, ... */
 int og_json_depth(const json_t *v);
 

@@ -27,6 +27,7 @@
 #include "omnigate/providers/provider.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/catalogue.h"
+#include "omnigate/templates/render.h"
 #include "omnigate/tenants/settings.h"
 #include "omnigate/token.h"
 
@@ -208,8 +209,8 @@ static bool meta_status(json_t *out, json_t *st, og_err_t *err)
  * each gives the template in the catalogue; events not listed say nothing we record (the next
  * sync brings what Meta lists). docs/providers.md has the reasons. */
 static const char *const template_events[][2] = {
-    {"APPROVED", "APPROVED"},
-    {"REINSTATED", "APPROVED"}, /* a paused or flagged template is approved again */
+    {OG_TPL_APPROVED, OG_TPL_APPROVED},
+    {"REINSTATED", OG_TPL_APPROVED}, /* a paused or flagged template is approved again */
     {"REJECTED", "REJECTED"},
     {"PENDING", "PENDING"},
     {"PAUSED", "PAUSED"},
@@ -499,7 +500,7 @@ typedef struct wh_op {
     char *json;
     int status_stmt;   /* index of status_apply in op, -1 when the POST had no status */
     json_t *templates; /* Meta's template status changes recorded with them, or NULL */
-    char *tpl_lits[4]; /* tpl_set_status's text[] literals (templates/catalogue.h) */
+    char *tpl_json;    /* `templates` as tpl_set_status takes them */
 } wh_op_t;
 
 static double now_s(void)
@@ -565,7 +566,7 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
                              "database unavailable: nothing was recorded");
     }
     og_db_op_clear(op);
-    og_tpl_marks_free(o->tpl_lits);
+    free(o->tpl_json);
     json_decref(o->templates);
     free(o->json);
     free(o);
@@ -596,28 +597,22 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, json_t *sta
         }
         /* And the templates' statuses: one statement for the whole POST. */
         if (json_array_size(templates) > 0) {
-            int added = og_tpl_marks_stmt(&o->op, n, templates, o->tpl_lits);
-            ok = added >= 0;
-            n += added > 0 ? added : 0;
-            o->templates = added > 0 ? json_incref(templates) : NULL;
+            ok = (o->tpl_json = json_dumps(templates, JSON_COMPACT)) != NULL;
+            if (ok)
+                og_q_tpl_set_status(&o->op.stmts[n++], &(og_q_tpl_set_status_t){.changes = o->tpl_json});
+            o->templates = json_incref(templates);
         }
     }
     json_decref(statuses);
     json_decref(templates);
     if (!ok) {
         if (o != NULL) {
-            og_tpl_marks_free(o->tpl_lits);
+            free(o->tpl_json);
             json_decref(o->templates);
             free(o->json);
         }
         free(o);
         og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
-        return;
-    }
-    if (n == 0) { /* nothing the catalogue could hold */
-        free(o->json);
-        free(o);
-        answer_counts(req, 0, 0, 0);
         return;
     }
     o->gw = gw;

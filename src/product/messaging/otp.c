@@ -56,8 +56,8 @@ struct og_otp_wa {
     json_t *item;         /* its catalogue entry (our reference), once looked up and checked */
     og_tpl_out_t tpl;     /* Meta's template object and its body: both hold the code */
     bool not_on_whatsapp; /* Meta said the number has no WhatsApp (API.md §13) */
-    bool mark_set;        /* Meta refused the template itself: `mark` records its new status */
-    og_tpl_mark_t mark;
+    /* Meta refused the template itself: its new status, as tpl_set_status takes it */
+    char *tpl_change;
 };
 
 static void wipe(char *s)
@@ -80,6 +80,7 @@ static void otp_release(og_smsreq_t *c)
         return;
     wa_forget_code(c->wa);
     json_decref(c->wa->item);
+    free(c->wa->tpl_change);
     free(c->wa);
     c->wa = NULL;
 }
@@ -87,10 +88,7 @@ static void otp_release(og_smsreq_t *c)
 /* True when channel ch is among those the OTP tries. */
 static bool tries(const og_smsreq_t *c, og_channel_t ch)
 {
-    for (int i = 0; i < c->nch; i++)
-        if (c->ch[i] == ch)
-            return true;
-    return false;
+    return og_channel_index(c->ch, c->nch, ch) >= 0;
 }
 
 /* Drops whatsapp_meta from the channels to try (and what it needed). */
@@ -141,56 +139,21 @@ static bool wa_plan(og_smsreq_t *c, og_err_t *err)
     return true;
 }
 
-/* True when the catalogue entry's button 0 takes a parameter: Meta's copy-code (OTP) button,
- * or a URL button with a placeholder. */
-static bool button0_takes_code(const json_t *item)
-{
-    size_t i;
-    json_t *b;
-    json_array_foreach(json_object_get(item, "buttons"), i, b)
-    {
-        if (json_integer_value(json_object_get(b, "index")) == 0)
-            return json_is_true(json_object_get(b, "parameter"));
-    }
-    return false;
-}
-
 /* Meta's template message of the OTP with `code` into wa->tpl: otp.whatsappTemplate (its entry
- * wa->item) with the code as its one body parameter and, when the entry's button 0 takes a
- * parameter, as that button's too (a copy-code button is sent as a url button). The checks of a
- * template send (og_tpl_apply: in the catalogue, APPROVED, exactly its parameters and buttons),
- * their errors naming `channels` and the setting. */
+ * wa->item) with the code as its one body parameter and as the parameter of its copy-code
+ * button (og_tpl_wrap: in the catalogue, APPROVED, one parameter), the errors naming `channels`
+ * and the setting. */
 static bool wa_template(og_smsreq_t *c, const char *code, og_err_t *err)
 {
     struct og_otp_wa *wa = c->wa;
-    const json_t *item = wa->item;
-    const char *status = json_string_value(json_object_get(item, "status"));
-    json_t *params = json_object_get(item, "parameters");
-    if (item != NULL && status != NULL && strcmp(status, "APPROVED") == 0 && json_array_size(params) != 1)
-        return og_err_fail(err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "channels",
-                           "settings.otp.whatsappTemplate %s (%s) must take exactly one body parameter, the "
-                           "code; it takes %zu",
-                           wa->name, wa->language, json_array_size(params));
-    /* A named template's one parameter goes by its name (a template of another count is refused
-     * by og_tpl_apply, after what it says of the entry's existence and status). */
-    const char *format = json_string_value(json_object_get(item, "parameterFormat"));
-    const char *key =
-        format != NULL && strcmp(format, "named") == 0 ? json_string_value(json_array_get(params, 0)) : NULL;
-    json_t *tpl = json_pack("{s:s,s:s,s:o,s:o}", "name", wa->name, "language", wa->language, "parameters",
-                            key != NULL ? json_pack("{s:s}", key, code) : json_pack("[s]", code), "buttons",
-                            button0_takes_code(item) ? json_pack("[{s:i,s:s,s:s}]", "index", 0, "subType",
-                                                                 "url", "parameter", code)
-                                                     : json_array());
-    if (tpl == NULL)
-        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
-    bool ok = og_tpl_apply(tpl, item, wa->num.waba_id, &wa->tpl, err);
-    json_decref(tpl);
-    if (!ok && err->code != OG_E_UNAVAILABLE) {
+    if (og_tpl_wrap(wa->item, wa->name, wa->language, code, true, &wa->tpl, err))
+        return true;
+    if (err->code != OG_E_UNAVAILABLE) {
         char message[sizeof(err->message)];
         snprintf(message, sizeof(message), "%s", err->message);
         og_err_fail(err, err->code, "channels", "settings.otp.whatsappTemplate: %s", message);
     }
-    return ok;
+    return false;
 }
 
 /* ---- POST /api/sms/otp/send ---------------------------------------------------------------- */
@@ -224,9 +187,21 @@ static char *events_json(const og_smsreq_t *c, const og_engine_t *e)
     return og_jw_finish(&w, NULL);
 }
 
+/* The OTP's outcome is committed: a template status it changed is read again here at its next
+ * use, then the answer goes out. */
+static void otp_recorded(og_db_op_t *op, og_db_status_t st)
+{
+    og_smsreq_t *c = og_smsreq_step(op, st);
+    if (c == NULL)
+        return;
+    if (c->wa != NULL && c->wa->tpl_change != NULL && c->gw->tpl != NULL)
+        og_tpl_cache_forget(c->gw->tpl, c->wa->num.waba_id, c->wa->name, c->wa->language);
+    og_smsreq_answer(c);
+}
+
 /* Every channel was tried or one delivered the code: record the OTP's outcome with its events,
  * the SMS record when the sms channel was tried, what Meta told of the template and the number,
- * and the answer for idempotent repeats, then answer (og_smsreq_committed). */
+ * and the answer for idempotent repeats, then answer (otp_recorded). */
 static void otp_finished(og_engine_t *e)
 {
     og_smsreq_t *c = e->arg;
@@ -274,12 +249,12 @@ static void otp_finished(og_engine_t *e)
                                  .provider_id = sms_sent ? c->att.result.provider_message_id : NULL,
                                  .error = c->att_error[k]});
     }
-    if (c->wa != NULL && c->wa->mark_set && c->gw->tpl != NULL)
-        n += og_tpl_mark_stmt(c->gw->tpl, op, n, &c->wa->mark);
+    if (c->wa != NULL && c->wa->tpl_change != NULL)
+        og_q_tpl_set_status(&op->stmts[n++], &(og_q_tpl_set_status_t){.changes = c->wa->tpl_change});
     if (c->wa != NULL && c->wa->not_on_whatsapp && c->gw->nowa != NULL)
         n += og_nowa_mark_stmt(c->gw->nowa, op, n, c->to);
     n += og_idem_complete_stmt(&c->idem, op, n, c->status_s, c->response_text);
-    og_smsreq_submit(c, n, true, og_smsreq_committed);
+    og_smsreq_submit(c, n, true, otp_recorded);
 }
 
 /* Attempt `engine.started - 1` is over (attempts run one at a time): keep what the record needs
@@ -297,8 +272,8 @@ static void otp_attempted(og_attempt_t *a)
         /* Meta refused the template itself (132001, 132015, 132016): the catalogue says so until
          * the next sync or status event, as after a template send. */
         const char *status = r->sent ? NULL : og_tpl_status_of_meta_code(r->provider_code);
-        wa->mark_set =
-            status != NULL && og_tpl_mark_init(&wa->mark, wa->num.waba_id, wa->name, wa->language, status);
+        if (status != NULL)
+            wa->tpl_change = og_tpl_change_json(wa->num.waba_id, wa->name, wa->language, status);
         wa->not_on_whatsapp = r->not_on_whatsapp;
         wa_forget_code(wa);
     }

@@ -75,9 +75,10 @@ typedef struct send_ctx {
     og_tpl_out_t tpl; /* tpl.meta: Meta's template object; tpl.rendered: its body */
     char *tpl_name;   /* the template sent on Meta (the request's or windowTemplate) */
     char tpl_language[16];
-    const char *meta_why;             /* why the Meta attempt cannot be made (windowTemplate unusable) */
-    og_err_t meta_err;                /* its words */
-    og_tpl_mark_t mark;               /* the template's new status after Meta refused it for the template */
+    /* Set (code not NULL) when the Meta attempt cannot be made (windowTemplate unusable): its
+     * message is the attempt's not_configured reason. */
+    og_err_t meta_err;
+    char *tpl_change; /* the template's new status after Meta refused it for the template (tpl_set_status) */
     char *template_text;              /* messages.template (sql/016): what later steps and the logs read */
     bool token_sealed[OG_ENGINE_MAX]; /* the channel's access token did not open (settings.h) */
     /* Allocated as each attempt starts (most sends make one): NULL when never started, or
@@ -133,6 +134,7 @@ static void ctx_free(send_ctx_t *c)
     og_tpl_out_clear(&c->tpl);
     free(c->tpl_name);
     free(c->template_text);
+    free(c->tpl_change);
     og_idem_clear(&c->idem);
     free(c);
 }
@@ -304,10 +306,7 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
 /* The index of channel ch among those to try, or -1. */
 static int tried(const send_ctx_t *c, og_channel_t ch)
 {
-    for (int i = 0; i < c->nch; i++)
-        if (c->ch[i] == ch)
-            return i;
-    return -1;
+    return og_channel_index(c->ch, c->nch, ch);
 }
 
 /* Drops channel ch from the plan, reporting it skipped for `reason`. */
@@ -383,12 +382,12 @@ static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
         }
         if (!og_settings_window_template(settings, &name, &language))
             return true; /* settings validation requires it: not reached */
-        c->wrap = true;
         if (c->meta_waba_id == NULL) {
-            c->meta_why = "the whatsapp_meta number has no wabaId, so its windowTemplate is unknown";
-            c->wrap = false;
+            og_err_fail(&c->meta_err, OG_E_TEMPLATE_NOT_FOUND, "text",
+                        "the whatsapp_meta number has no wabaId, so its windowTemplate is unknown");
             return true;
         }
+        c->wrap = true;
     }
     c->tpl_name = strdup(name);
     snprintf(c->tpl_language, sizeof(c->tpl_language), "%s", language);
@@ -507,6 +506,9 @@ static void complete_done(og_db_op_t *op, og_db_status_t st)
                                "the providers were called but the outcome could not be recorded; do not "
                                "send again before checking the logs for the reference");
     } else {
+        /* The template's new status is committed: this worker reads it at its next use. */
+        if (c->tpl_change != NULL && c->gw->tpl != NULL)
+            og_tpl_cache_forget(c->gw->tpl, c->meta_waba_id, c->tpl_name, c->tpl_language);
         /* A status that beat this commit may have made the next step due at once: run it. */
         const PGresult *sched = c->chain_goes_on ? op->res[c->schedule_stmt] : NULL;
         if (sched != NULL && PQntuples(sched) == 1 &&
@@ -625,9 +627,9 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
     const char *tpl_status = meta >= 0 && meta < e->started && c->tpl.meta != NULL
                                  ? og_tpl_status_of_meta_code(result_of(c, meta)->provider_code)
                                  : NULL;
-    if (tpl_status != NULL && c->gw->tpl != NULL &&
-        og_tpl_mark_init(&c->mark, c->meta_waba_id, c->tpl_name, c->tpl_language, tpl_status))
-        n += og_tpl_mark_stmt(c->gw->tpl, op, n, &c->mark);
+    if (tpl_status != NULL && (c->tpl_change = og_tpl_change_json(c->meta_waba_id, c->tpl_name,
+                                                                  c->tpl_language, tpl_status)) != NULL)
+        og_q_tpl_set_status(&op->stmts[n++], &(og_q_tpl_set_status_t){.changes = c->tpl_change});
     /* A provider said the number has no WhatsApp: remember it for every tenant (API.md §13). */
     for (int k = 0; k < e->started; k++) {
         if (result_of(c, k)->not_on_whatsapp && c->gw->nowa != NULL) {
@@ -665,8 +667,8 @@ static void attempt_done(og_attempt_t *a)
     /* The adapter saw no token; the reason it had none is ours to give. */
     if (c->token_sealed[i] && a->result.error_code == OG_ERR_NOT_CONFIGURED)
         og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
-    else if (c->ch[i] == OG_CH_WHATSAPP_META && c->meta_why != NULL)
-        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", c->meta_why);
+    else if (c->ch[i] == OG_CH_WHATSAPP_META && c->meta_err.code != NULL)
+        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", c->meta_err.message);
     og_engine_attempt_done(&c->engine, i, a->result.sent);
 }
 
@@ -689,7 +691,7 @@ static void engine_start(og_engine_t *e, int i)
         p.phone_number_id = c->meta_phone_number_id;
         p.access_token = c->meta_access_token;
         p.template_json = c->tpl.meta;
-        if (c->meta_why != NULL) /* not made: the adapter finds no text and fails not_configured */
+        if (c->meta_err.code != NULL) /* not made: the adapter finds no text and fails not_configured */
             p.text = p.template_json = NULL;
     }
     og_attempt_start(&c->gw->prov, ch, &p, a);
@@ -878,11 +880,10 @@ static void tpl_found(void *arg, og_db_status_t st, const json_t *item)
             ctx_free(c);
             return;
         }
-    } else if (!og_tpl_wrap(item, c->tpl_name, c->tpl_language, c->text, &c->tpl, &err)) {
+    } else if (!og_tpl_wrap(item, c->tpl_name, c->tpl_language, c->text, false, &c->tpl, &err)) {
         /* The tenant's windowTemplate cannot carry the text: the Meta attempt fails
          * not_configured (no provider call) and the other channels go on. */
-        c->meta_err = err;
-        c->meta_why = c->meta_err.message;
+        og_err_fail(&c->meta_err, err.code, "text", "windowTemplate: %s", err.message);
     }
     prepared(c);
 }

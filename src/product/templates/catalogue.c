@@ -194,104 +194,13 @@ void og_tpl_cache_forget(og_tpl_cache_t *c, const char *waba_id, const char *nam
     free(key);
 }
 
-/* True when s is non-empty and every byte is a letter, digit or _ (nothing to quote). */
-static bool plain(const char *s)
+char *og_tpl_change_json(const char *waba_id, const char *name, const char *language, const char *status)
 {
-    if (s == NULL || *s == '\0')
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_'))
-            return false;
-    return true;
-}
-
-bool og_tpl_mark_init(og_tpl_mark_t *m, const char *waba_id, const char *name, const char *language,
-                      const char *status)
-{
-    if (!plain(waba_id) || !plain(name) || !plain(language) || !plain(status))
-        return false;
-    return snprintf(m->waba, sizeof(m->waba), "{%s}", waba_id) < (int)sizeof(m->waba) &&
-           snprintf(m->name, sizeof(m->name), "{%s}", name) < (int)sizeof(m->name) &&
-           snprintf(m->language, sizeof(m->language), "{%s}", language) < (int)sizeof(m->language) &&
-           snprintf(m->status, sizeof(m->status), "{%s}", status) < (int)sizeof(m->status);
-}
-
-int og_tpl_mark_stmt(og_tpl_cache_t *c, og_db_op_t *op, int slot, const og_tpl_mark_t *m)
-{
-    /* The literals are "{value}": the cache's key is the values themselves. */
-    char waba[48], name[528], language[32];
-    snprintf(waba, sizeof(waba), "%.*s", (int)strlen(m->waba) - 2, m->waba + 1);
-    snprintf(name, sizeof(name), "%.*s", (int)strlen(m->name) - 2, m->name + 1);
-    snprintf(language, sizeof(language), "%.*s", (int)strlen(m->language) - 2, m->language + 1);
-    og_tpl_cache_forget(c, waba, name, language);
-    og_q_tpl_set_status(&op->stmts[slot], &(og_q_tpl_set_status_t){.waba_ids = m->waba,
-                                                                   .names = m->name,
-                                                                   .languages = m->language,
-                                                                   .statuses = m->status});
-    return 1;
-}
-
-void og_tpl_marks_free(char *lits[4])
-{
-    for (int i = 0; i < 4; i++) {
-        free(lits[i]);
-        lits[i] = NULL;
-    }
-}
-
-int og_tpl_marks_stmt(og_db_op_t *op, int slot, const json_t *marks, char *lits[4])
-{
-    static const char *const keys[4] = {"waba", "name", "language", "status"};
-    size_t cap[4] = {3, 3, 3, 3}, len[4] = {0, 0, 0, 0};
-    size_t i;
-    json_t *m;
-    for (int k = 0; k < 4; k++)
-        lits[k] = NULL;
-    json_array_foreach(marks, i, m)
-    {
-        for (int k = 0; k < 4; k++) {
-            const char *v = json_string_value(json_object_get(m, keys[k]));
-            cap[k] += (v != NULL ? strlen(v) : 0) + 1;
-        }
-    }
-    for (int k = 0; k < 4; k++) {
-        if ((lits[k] = malloc(cap[k])) == NULL) {
-            og_tpl_marks_free(lits);
-            return -1;
-        }
-        lits[k][len[k]++] = '{';
-    }
-    int n = 0;
-    json_array_foreach(marks, i, m)
-    {
-        const char *v[4];
-        for (int k = 0; k < 4; k++)
-            v[k] = json_string_value(json_object_get(m, keys[k]));
-        og_tpl_mark_t check; /* the same rules as one mark's: nothing to quote, sizes that fit */
-        if (!og_tpl_mark_init(&check, v[0], v[1], v[2], v[3]))
-            continue;
-        for (int k = 0; k < 4; k++) {
-            if (n > 0)
-                lits[k][len[k]++] = ',';
-            size_t l = strlen(v[k]);
-            memcpy(lits[k] + len[k], v[k], l);
-            len[k] += l;
-        }
-        n++;
-    }
-    if (n == 0) {
-        og_tpl_marks_free(lits);
-        return 0;
-    }
-    for (int k = 0; k < 4; k++) {
-        lits[k][len[k]++] = '}';
-        lits[k][len[k]] = '\0';
-    }
-    og_q_tpl_set_status(&op->stmts[slot], &(og_q_tpl_set_status_t){.waba_ids = lits[0],
-                                                                   .names = lits[1],
-                                                                   .languages = lits[2],
-                                                                   .statuses = lits[3]});
-    return 1;
+    json_t *changes = json_pack("[{s:s,s:s,s:s,s:s}]", "waba", waba_id, "name", name, "language", language,
+                                "status", status);
+    char *text = changes != NULL ? json_dumps(changes, JSON_COMPACT) : NULL;
+    json_decref(changes);
+    return text;
 }
 
 const char *og_tpl_status_of_meta_code(const char *code)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "omnigate/app/errors.h"
+#include "omnigate/json.h"
 #include "omnigate/jw.h"
 #include "omnigate/smsenc.h"
 #include "omnigate/tenants/settings.h"
@@ -28,25 +29,6 @@ static bool param_value_ok(const json_t *v)
            chars <= OG_TPL_PARAM_MAX;
 }
 
-static bool unknown_key(const json_t *obj, const char *const *known, const char *path, og_err_t *err)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; known[i] != NULL && !ok; i++)
-            ok = strcmp(key, known[i]) == 0;
-        if (!ok) {
-            char field[128];
-            snprintf(field, sizeof(field), "%s.%.60s", path, key);
-            og_err_fail(err, OG_E_UNKNOWN_FIELD, field, "%s is not a known field", field);
-            return true;
-        }
-    }
-    return false;
-}
-
 static bool buttons_valid(const json_t *buttons, og_err_t *err)
 {
     static const char *const keys[] = {"index", "subType", "parameter", NULL};
@@ -61,7 +43,7 @@ static bool buttons_valid(const json_t *buttons, og_err_t *err)
         snprintf(path, sizeof(path), "template.buttons[%zu]", i);
         if (!json_is_object(b))
             return og_err_fail(err, OG_E_VALIDATION_FAILED, path, "%s must be an object", path);
-        if (unknown_key(b, keys, path, err))
+        if (!og_json_known_keys(b, keys, path, err))
             return false;
         json_t *idx = json_object_get(b, "index");
         const char *st = json_string_value(json_object_get(b, "subType"));
@@ -90,7 +72,7 @@ bool og_tpl_request_valid(const json_t *tpl, og_err_t *err)
     if (!json_is_object(tpl))
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "template",
                            "template must be an object with name, language and parameters");
-    if (unknown_key(tpl, keys, "template", err))
+    if (!og_json_known_keys(tpl, keys, "template", err))
         return false;
     if (!og_settings_template_name_valid(json_string_value(json_object_get(tpl, "name"))))
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "template.name",
@@ -122,10 +104,10 @@ bool og_tpl_request_valid(const json_t *tpl, og_err_t *err)
 
 /* ---- placeholders and rendering -------------------------------------------------------------- */
 
-/* The next placeholder of `s` from `*at`: its key in [*ks, *ke) and the whole {{...}} in
+/* The next placeholder from `*at`: its key in [*ks, *ke) and the whole {{...}} in
  * [*ps, *pe). False when there is none. Keys are trimmed of spaces. */
-static bool next_placeholder(const char *s, const char **at, const char **ks, const char **ke,
-                             const char **ps, const char **pe)
+static bool next_placeholder(const char **at, const char **ks, const char **ke, const char **ps,
+                             const char **pe)
 {
     for (const char *p = strstr(*at, "{{"); p != NULL; p = strstr(p + 2, "{{")) {
         const char *end = strstr(p + 2, "}}");
@@ -144,7 +126,6 @@ static bool next_placeholder(const char *s, const char **at, const char **ks, co
             continue;
         *ks = a, *ke = b, *ps = p, *pe = end + 2;
         *at = end + 2;
-        (void)s;
         return true;
     }
     return false;
@@ -166,7 +147,7 @@ json_t *og_tpl_placeholders(const char *body, bool named)
     const char *at = body, *ks, *ke, *ps, *pe;
     long max = 0;
     bool seen[OG_TPL_PARAMS_MAX + 1] = {false};
-    while (next_placeholder(body, &at, &ks, &ke, &ps, &pe)) {
+    while (next_placeholder(&at, &ks, &ke, &ps, &pe)) {
         if (named) {
             json_t *k = json_stringn(ks, (size_t)(ke - ks));
             bool dup = false;
@@ -227,7 +208,7 @@ static char *render(const char *body, const json_t *values)
 {
     buf_t b = {0};
     const char *at = body, *done = body, *ks, *ke, *ps, *pe;
-    while (next_placeholder(body, &at, &ks, &ke, &ps, &pe)) {
+    while (next_placeholder(&at, &ks, &ke, &ps, &pe)) {
         char key[64];
         snprintf(key, sizeof(key), "%.*s", (int)(ke - ks < 63 ? ke - ks : 63), ks);
         json_t *v = json_object_get(values, key);
@@ -237,7 +218,7 @@ static char *render(const char *body, const json_t *values)
         buf_put(&b, json_string_value(v), json_string_length(v));
         done = pe;
     }
-    buf_put(&b, done, strlen(done) + 0);
+    buf_put(&b, done, strlen(done));
     if (b.failed) {
         free(b.p);
         return NULL;
@@ -427,9 +408,10 @@ static bool usable(const json_t *item, const char *name, const char *language, c
                            "template %s (%s) is not in the catalogue of WhatsApp Business Account %s", name,
                            language, waba_id != NULL ? waba_id : "(none)");
     const char *status = json_string_value(json_object_get(item, "status"));
-    if (status == NULL || strcmp(status, "APPROVED") != 0)
-        return og_err_fail(err, OG_E_TEMPLATE_NOT_APPROVED, field, "template %s (%s) is %s, not APPROVED",
-                           name, language, status != NULL ? status : "of unknown status");
+    if (status == NULL || strcmp(status, OG_TPL_APPROVED) != 0)
+        return og_err_fail(err, OG_E_TEMPLATE_NOT_APPROVED, field,
+                           "template %s (%s) is %s, not " OG_TPL_APPROVED, name, language,
+                           status != NULL ? status : "of unknown status");
     return true;
 }
 
@@ -466,24 +448,37 @@ bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og
 }
 
 bool og_tpl_wrap(const json_t *item, const char *name, const char *language, const char *text,
-                 og_tpl_out_t *out, og_err_t *err)
+                 bool in_buttons, og_tpl_out_t *out, og_err_t *err)
 {
     memset(out, 0, sizeof(*out));
     if (!usable(item, name, language, NULL, "text", err))
         return false;
     json_t *params = json_object_get(item, "parameters");
     if (json_array_size(params) != 1)
-        return og_err_fail(
-            err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "text",
-            "windowTemplate %s (%s) must take exactly one body parameter, the text; it takes %zu", name,
-            language, json_array_size(params));
-    json_t *values = json_object();
-    if (values == NULL ||
-        json_object_set_new(values, json_string_value(json_array_get(params, 0)), json_string(text)) != 0) {
+        return og_err_fail(err, OG_E_TEMPLATE_PARAMETERS_MISMATCH, "text",
+                           "template %s (%s) must take exactly one body parameter; it takes %zu", name,
+                           language, json_array_size(params));
+    json_t *values = json_object(), *buttons = json_array();
+    bool ok =
+        values != NULL && buttons != NULL &&
+        json_object_set_new(values, json_string_value(json_array_get(params, 0)), json_string(text)) == 0;
+    size_t i;
+    json_t *b;
+    json_array_foreach(json_object_get(item, "buttons"), i, b)
+    {
+        if (ok && in_buttons && json_is_true(json_object_get(b, "parameter")) && wire_sub_type(b) != NULL)
+            ok = json_array_append_new(buttons,
+                                       json_pack("{s:O,s:s,s:s}", "index", json_object_get(b, "index"),
+                                                 "subType", wire_sub_type(b), "parameter", text)) == 0;
+    }
+    if (!ok) {
         json_decref(values);
+        json_decref(buttons);
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     }
-    return finish(out, name, language, item, values, NULL, err);
+    ok = finish(out, name, language, item, values, buttons, err);
+    json_decref(buttons);
+    return ok;
 }
 
 /* ---- Meta's listing ---------------------------------------------------------------------------- */

@@ -10,7 +10,7 @@
  * reaches every worker of every instance within that time plus one read. To keep that read off
  * the sends, an entry used in the second half of its life is read again in the background
  * (once): under steady traffic a template send never waits for the catalogue. A worker that
- * changes a status itself forgets its own entry at once (og_tpl_cache_forget).
+ * changes a status itself forgets its own entry once that change committed (og_tpl_cache_forget).
  */
 #ifndef OMNIGATE_TEMPLATES_CATALOGUE_H
 #define OMNIGATE_TEMPLATES_CATALOGUE_H
@@ -46,31 +46,13 @@ void og_tpl_lookup(og_tpl_cache_t *c, og_db_op_t *op, const char *waba_id, const
 /* Forgets this worker's entry for the template (its status was just changed here). */
 void og_tpl_cache_forget(og_tpl_cache_t *c, const char *waba_id, const char *name, const char *language);
 
-/* One status change of one template, as tpl_set_status takes it (text[] literals of one
- * element). Names and languages are checked ([a-z0-9_], letters and _) before they get here:
- * no element needs quoting. */
-typedef struct og_tpl_mark {
-    char waba[48], name[528], language[32], status[40];
-} og_tpl_mark_t;
-
-/* Fills `m`; false when a value does not fit or has characters a literal would need to quote. */
-bool og_tpl_mark_init(og_tpl_mark_t *m, const char *waba_id, const char *name, const char *language,
-                      const char *status);
-
-/* Adds to `op` at `slot` the statement that records `m` (which must outlive the op) and forgets
- * the template here; returns 1. */
-int og_tpl_mark_stmt(og_tpl_cache_t *c, og_db_op_t *op, int slot, const og_tpl_mark_t *m);
-
-/* Several status changes in one tpl_set_status (Meta's message_template_status_update
- * webhook: every change of one POST). `marks` is a JSON array of {"waba", "name", "language",
- * "status"}, one per template; a change that og_tpl_mark_init would refuse is left out. Binds
- * the statement at op->stmts[slot] with its four text[] literals, malloc'd into lits[0..3]
- * (zeroed first; og_tpl_marks_free frees them once the op is done). Returns 1, 0 when no
- * change is left, -1 when out of memory. The cache is not touched: forget the entries
- * (og_tpl_cache_forget) once the write committed, so no read between binding and COMMIT can
- * bring the old status back. */
-int og_tpl_marks_stmt(og_db_op_t *op, int slot, const json_t *marks, char *lits[4]);
-void og_tpl_marks_free(char *lits[4]);
+/* The change of one template's status as tpl_set_status takes it (sql/queries/templates.sql:
+ * a JSON array of {"waba", "name", "language", "status"}): malloc'd, NULL when out of memory.
+ * For a send Meta refused for its template; Meta's webhook gives its changes in that form
+ * already (callbacks/webhooks_in.h). Once the write that records it has committed, forget the
+ * entry here (og_tpl_cache_forget): forgotten before, a read between could bring the old
+ * status back for OG_TPL_CACHE_MS. */
+char *og_tpl_change_json(const char *waba_id, const char *name, const char *language, const char *status);
 
 /* The status a Meta error code gives a template (above), or NULL when the code says nothing
  * about the template. */

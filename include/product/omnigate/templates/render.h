@@ -20,6 +20,9 @@
 #define OG_TPL_PARAMS_MAX  100  /* parameters of one template body */
 #define OG_TPL_BUTTONS_MAX 10   /* buttons of one template (Meta's limit) */
 
+/* The one status a template is sent in (Meta's spelling); every other one refuses the send. */
+#define OG_TPL_APPROVED "APPROVED"
+
 /* The request's `template` object, checked for form only (names, types, sizes): false with
  * validation_failed or unknown_field naming "template.<field>". */
 bool og_tpl_request_valid(const json_t *tpl, og_err_t *err);
@@ -40,11 +43,14 @@ void og_tpl_out_clear(og_tpl_out_t *o);
 bool og_tpl_apply(const json_t *tpl, const json_t *item, const char *waba_id, og_tpl_out_t *out,
                   og_err_t *err);
 
-/* Meta's `template` object that wraps a free text in a one-parameter template (API.md §18
- * outsideWindow: template): `item` must be APPROVED with exactly one body parameter (else
- * false with the error, field "text"). out->rendered is the body with the text in it. */
+/* Meta's `template` object that carries one text in a one-parameter template: `item` must be
+ * APPROVED with exactly one body parameter (else false with the error, field "text"), and the
+ * text is that parameter: a free text wrapped for API.md §18's outsideWindow: template, or an
+ * OTP's code in the authentication template. With `in_buttons` the text is also the parameter
+ * of each of its buttons that takes one (the code in Meta's copy-code button). out->rendered is
+ * the body with the text in it. */
 bool og_tpl_wrap(const json_t *item, const char *name, const char *language, const char *text,
-                 og_tpl_out_t *out, og_err_t *err);
+                 bool in_buttons, og_tpl_out_t *out, og_err_t *err);
 
 /* One template of Meta's listing (GET /{wabaId}/message_templates: name, language, status,
  * category, parameter_format, components) as the catalogue keeps it: {name, language, status,
