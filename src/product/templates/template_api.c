@@ -2,7 +2,8 @@
  * The template routes. See include/product/omnigate/templates/template_api.h; the SQL is
  * tpl_list and tpl_replace in sql/queries/templates.sql, Meta's listing templates/sync.c.
  *
- * The lists page like the logs (logs/page.h: limit, unknown parameters, the answer), ordered
+ * The lists page like the logs (logs/tenant_page.h: limit, unknown parameters, the admin
+ * mirror, the answer), ordered
  * by name, language and WABA; the cursor is the last item's "name/language/wabaId", checked
  * strictly before it reaches the statement (three parts of the catalogue's characters, no
  * more). The sync reads the tenant, then each of its WABAs from Meta in turn on the worker's
@@ -20,7 +21,7 @@
 #include "omnigate/app/ctx.h"
 #include "omnigate/app/errors.h"
 #include "omnigate/json.h"
-#include "omnigate/logs/page.h"
+#include "omnigate/logs/tenant_page.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/sync.h"
 #include "omnigate/tenants/auth.h"
@@ -31,13 +32,7 @@
 /* ---- the lists ------------------------------------------------------------------------------- */
 
 typedef struct tpl_list {
-    og_auth_req_t auth; /* first: the auth callback finds us from it */
-    og_db_op_t op;
-    og_gw_t *gw;
-    og_http_req_t *req;
-    char tenant_id[37]; /* admin mirror: the tenant of the path */
-    int limit;
-    char limit_s[12];
+    og_tenant_page_t page; /* first: the shared steps of a tenant's list (logs/tenant_page.h) */
     char name[OG_SETTINGS_TEMPLATE_NAME_MAX + 1];
     char status[STATUS_MAX + 1];
     char language[OG_SETTINGS_LANGUAGE_MAX + 1];
@@ -93,13 +88,11 @@ static bool filter(const og_http_req_t *req, const char *name, char *buf, size_t
     return true;
 }
 
-static bool parse_list_query(const og_http_req_t *req, tpl_list_t *l, og_err_t *err)
+/* The list's own parameters: the filters and the cursor. */
+static bool parse_list(og_tenant_page_t *p, og_err_t *err)
 {
-    static const char *const known[] = {"limit", "cursor", "name", "status", "language", NULL};
-    size_t len = req->query ? req->query_len : 0;
-    if (!og_page_check_params(req->query, len, known, err) || !og_page_limit(req->query, len, &l->limit, err))
-        return false;
-    snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
+    tpl_list_t *l = (tpl_list_t *)p;
+    const og_http_req_t *req = p->req;
     if (!filter(req, "name", l->name, sizeof(l->name), og_settings_template_name_valid,
                 "a template name: 1-512 of a-z, 0-9 and _", err) ||
         !filter(req, "status", l->status, sizeof(l->status), status_valid,
@@ -120,115 +113,34 @@ static const char *opt(const char *s)
     return s[0] ? s : NULL;
 }
 
-static void list_done(og_db_op_t *op, og_db_status_t st)
+static void bind_list(og_tenant_page_t *p, og_db_call_t *call, const char *tenant_id)
 {
-    tpl_list_t *l = op->arg;
-    og_http_req_t *req = l->req;
-    if (st != OG_DB_OK) {
-        og_answer_db_failure(req, &l->gw->w->log, op, st, "templates query failed", "database unavailable");
-        goto out;
-    }
-    /* The admin mirror reads the tenant after the page: none is a 404, not an empty page. */
-    if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
-        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
-        goto out;
-    }
-    /* The items are JSON already (og_template_item); the cursor needs no escaping. */
-    og_page_answer(req, op->res[0], l->limit, "templates");
-out:
-    og_db_op_clear(op);
-    og_tenant_release(l->auth.tenant);
-    free(l);
+    tpl_list_t *l = (tpl_list_t *)p;
+    og_q_tpl_list(call, &(og_q_tpl_list_t){.tenant_id = tenant_id,
+                                           .name = opt(l->name),
+                                           .status = opt(l->status),
+                                           .language = opt(l->language),
+                                           .after = opt(l->cursor),
+                                           .limit = p->limit_s});
 }
 
-/* Sends the page for `tenant_id` (living as long as l), with the tenant's existence when
- * `check_tenant`. */
-static void list_submit(tpl_list_t *l, const char *tenant_id, bool check_tenant)
-{
-    og_db_op_t *op = &l->op;
-    op->nstmts = 1;
-    og_q_tpl_list(&op->stmts[0], &(og_q_tpl_list_t){.tenant_id = tenant_id,
-                                                    .name = opt(l->name),
-                                                    .status = opt(l->status),
-                                                    .language = opt(l->language),
-                                                    .after = opt(l->cursor),
-                                                    .limit = l->limit_s});
-    if (check_tenant) {
-        op->nstmts = 2;
-        og_q_tenant_unified(&op->stmts[1], &(og_q_tenant_unified_t){.tenant_id = tenant_id});
-    }
-    op->write = false;
-    op->done = list_done;
-    op->arg = l;
-    og_db_submit(l->gw->db, op);
-}
-
-static void list_authed(og_auth_req_t *a)
-{
-    tpl_list_t *l = (tpl_list_t *)a;
-    if (a->tenant == NULL) {
-        free(l);
-        return;
-    }
-    list_submit(l, a->tenant->id, false);
-}
-
-/* A page request with its parameters checked; NULL when answered already (422, 503). */
-static tpl_list_t *list_new(og_http_req_t *req, og_gw_t *gw)
-{
-    tpl_list_t *l = calloc(1, sizeof(*l));
-    if (l == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return NULL;
-    }
-    og_err_t err = {0};
-    if (!parse_list_query(req, l, &err)) {
-        free(l);
-        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return NULL;
-    }
-    l->gw = gw;
-    l->req = req;
-    return l;
-}
+static const char *const list_params[] = {"limit", "cursor", "name", "status", "language", NULL};
+/* Scope send, not locked by the plan: not a route of the unified API (API.md §1). */
+static const og_tenant_page_kind_t list_kind = {.what = "templates",
+                                                .size = sizeof(tpl_list_t),
+                                                .params = list_params,
+                                                .scope = OG_SCOPE_SEND,
+                                                .parse = parse_list,
+                                                .bind = bind_list};
 
 void og_tpl_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    og_gw_t *gw = og_gw(ctx);
-    tpl_list_t *l = list_new(req, gw);
-    if (l == NULL)
-        return;
-    l->auth.req = req;
-    l->auth.scope = OG_SCOPE_SEND;
-    l->auth.unified = false; /* not a route of the unified API (API.md §1) */
-    l->auth.done = list_authed;
-    l->auth.op = &l->op;
-    og_auth_tenant(gw->auth, &l->auth);
-}
-
-/* The tenant id of an admin route's path into `id`; false after answering (401, 404, 503). */
-static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37])
-{
-    if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
-        return false;
-    if (gw->db == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
-        return false;
-    }
-    return true;
+    og_tenant_page_serve(req, ctx, &list_kind);
 }
 
 void og_tpl_admin_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    og_gw_t *gw = og_gw(ctx);
-    char id[37];
-    if (!admin_tenant(req, m, gw, id))
-        return;
-    tpl_list_t *l = list_new(req, gw);
-    if (l == NULL)
-        return;
-    memcpy(l->tenant_id, id, sizeof(id));
-    list_submit(l, l->tenant_id, true);
+    og_tenant_page_admin(req, m, ctx, &list_kind);
 }
 
 /* ---- the sync -------------------------------------------------------------------------------- */
@@ -395,7 +307,7 @@ void og_tpl_admin_sync(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     static const char *const none[] = {NULL};
     og_gw_t *gw = og_gw(ctx);
     char id[37];
-    if (!admin_tenant(req, m, gw, id))
+    if (!og_tenant_page_admin_tenant(req, m, gw, id))
         return;
     if (req->body_len > 0) { /* nothing to say but an empty object */
         og_err_t err = {0};

@@ -23,7 +23,7 @@
 #include "omnigate/tenants/auth.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/json.h"
-#include "omnigate/logs/page.h"
+#include "omnigate/logs/tenant_page.h"
 #include "omnigate/store.h"
 #include "omnigate/tenant_webhooks/webhooks.h"
 
@@ -219,25 +219,16 @@ void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx
 static const char *const statuses[] = {"pending", "failed", "delivered", "exhausted", NULL};
 
 typedef struct wh_list {
-    og_auth_req_t auth; /* first: the auth callback finds us from it */
-    og_db_op_t op;
-    og_gw_t *gw;
-    og_http_req_t *req;
-    char tenant_id[37]; /* admin mirror: the tenant of the path */
-    int limit;
-    char limit_s[12];
+    og_tenant_page_t page; /* first: the shared steps of a tenant's list (logs/tenant_page.h) */
     char status[16];
     char cursor[24];
 } wh_list_t;
 
-static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *err)
+/* The list's own parameters: status and the cursor. */
+static bool parse_list(og_tenant_page_t *p, og_err_t *err)
 {
-    /* Paged like the logs (logs_api.h): the same limit and unknown-parameter rules. */
-    static const char *const known[] = {"limit", "cursor", "status", NULL};
-    size_t len = req->query ? req->query_len : 0;
-    if (!og_page_check_params(req->query, len, known, err) || !og_page_limit(req->query, len, &l->limit, err))
-        return false;
-    snprintf(l->limit_s, sizeof(l->limit_s), "%d", l->limit + 1); /* one more: is there a next page? */
+    wh_list_t *l = (wh_list_t *)p;
+    const og_http_req_t *req = p->req;
     int n = og_query_param(req->query, req->query_len, "status", l->status, sizeof(l->status));
     if (n == 0 || n < -1)
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "status", "status is empty or malformed");
@@ -260,112 +251,32 @@ static bool parse_list_query(const og_http_req_t *req, wh_list_t *l, og_err_t *e
     return true;
 }
 
-static void list_done(og_db_op_t *op, og_db_status_t st)
+/* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
+static void bind_list(og_tenant_page_t *p, og_db_call_t *call, const char *tenant_id)
 {
-    wh_list_t *l = op->arg;
-    og_http_req_t *req = l->req;
-    if (st != OG_DB_OK) {
-        og_answer_db_failure(req, &l->gw->w->log, op, st, "webhook deliveries query failed",
-                             "database unavailable");
-        goto out;
-    }
-    /* The admin mirror reads the tenant after the page: none is a 404, not an empty page. */
-    if (op->nstmts == 2 && (op->res[1] == NULL || PQntuples(op->res[1]) == 0)) {
-        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
-        goto out;
-    }
-    /* The items are JSON already (og_webhook_item); the cursor is a decimal id. */
-    og_page_answer(req, op->res[0], l->limit, "webhook deliveries");
-out:
-    og_db_op_clear(op);
-    og_tenant_release(l->auth.tenant);
-    free(l);
+    wh_list_t *l = (wh_list_t *)p;
+    og_q_wh_deliveries(call, &(og_q_wh_deliveries_t){.tenant_id = tenant_id,
+                                                     .status = l->status[0] ? l->status : NULL,
+                                                     .cursor = l->cursor[0] ? l->cursor : NULL,
+                                                     .limit = p->limit_s});
 }
 
-/* Sends the page for `tenant_id` (living as long as l), with the tenant's existence when
- * `check_tenant`. */
-static void list_submit(wh_list_t *l, const char *tenant_id, bool check_tenant)
-{
-    og_db_op_t *op = &l->op;
-    op->nstmts = 1;
-    og_q_wh_deliveries(&op->stmts[0], &(og_q_wh_deliveries_t){.tenant_id = tenant_id,
-                                                              .status = l->status[0] ? l->status : NULL,
-                                                              .cursor = l->cursor[0] ? l->cursor : NULL,
-                                                              .limit = l->limit_s});
-    if (check_tenant) {
-        op->nstmts = 2;
-        og_q_tenant_unified(&op->stmts[1], &(og_q_tenant_unified_t){.tenant_id = tenant_id});
-    }
-    op->done = list_done;
-    op->arg = l;
-    og_db_submit(l->gw->db, op);
-}
-
-static void list_authed(og_auth_req_t *a)
-{
-    wh_list_t *l = (wh_list_t *)a;
-    if (a->tenant == NULL) {
-        free(l);
-        return;
-    }
-    list_submit(l, a->tenant->id, false);
-}
-
-/* A page request with its parameters checked; NULL when answered already (422, 503). */
-static wh_list_t *list_new(og_http_req_t *req, og_gw_t *gw)
-{
-    wh_list_t *l = calloc(1, sizeof(*l));
-    if (l == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return NULL;
-    }
-    og_err_t err = {0};
-    if (!parse_list_query(req, l, &err)) {
-        free(l);
-        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return NULL;
-    }
-    l->gw = gw;
-    l->req = req;
-    return l;
-}
+static const char *const list_params[] = {"limit", "cursor", "status", NULL};
+static const og_tenant_page_kind_t list_kind = {.what = "webhook deliveries",
+                                                .size = sizeof(wh_list_t),
+                                                .params = list_params,
+                                                .scope = OG_SCOPE_LOGS,
+                                                .parse = parse_list,
+                                                .bind = bind_list};
 
 void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    og_gw_t *gw = og_gw(ctx);
-    wh_list_t *l = list_new(req, gw);
-    if (l == NULL)
-        return;
-    l->auth.req = req;
-    l->auth.scope = OG_SCOPE_LOGS;
-    l->auth.done = list_authed;
-    l->auth.op = &l->op;
-    og_auth_tenant(gw->auth, &l->auth);
-}
-
-/* The tenant id of an admin mirror's path into `id`; false after answering (401, 404, 503). */
-static bool admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37])
-{
-    if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
-        return false;
-    if (gw->db == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
-        return false;
-    }
-    return true;
+    og_tenant_page_serve(req, ctx, &list_kind);
 }
 
 void og_wh_admin_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    og_gw_t *gw = og_gw(ctx);
-    char id[37];
-    if (!admin_tenant(req, m, gw, id))
-        return;
-    wh_list_t *l = list_new(req, gw);
-    if (l == NULL)
-        return;
-    memcpy(l->tenant_id, id, sizeof(id));
-    list_submit(l, l->tenant_id, true);
+    og_tenant_page_admin(req, m, ctx, &list_kind);
 }
 
 typedef struct wh_retry_op {
@@ -462,7 +373,7 @@ void og_wh_admin_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_gw_t *gw = og_gw(ctx);
     char id[37];
-    if (!admin_tenant(req, m, gw, id))
+    if (!og_tenant_page_admin_tenant(req, m, gw, id))
         return;
     wh_retry_op_t *t = retry_new(req, m, gw, "deliveryId");
     if (t == NULL)
