@@ -116,6 +116,22 @@ static const cfg_entry_t settings[] = {
     {"template_sync_s", "OMNIGATE_TEMPLATE_SYNC_S", "--template-sync-s", CFG_INT, "3600", 10, 604800, NULL, 0,
      OFF(template_sync_s),
      "how often each WABA's WhatsApp template catalogue is read again from Meta, in seconds (API.md §18)"},
+    {"queue_validity_s", "OMNIGATE_QUEUE_VALIDITY_S", "--queue-validity-s", CFG_INT, "36000", 10, 172800,
+     NULL, 0, OFF(queue_validity_s),
+     "default validitySeconds of a queued send: how long after its due time it may still be handed to a "
+     "provider, in seconds (API.md §19)"},
+    {"meta_default_mps", "OMNIGATE_META_DEFAULT_MPS", "--meta-default-mps", CFG_INT, "80", 1, 100000, NULL, 0,
+     OFF(meta_default_mps),
+     "pacing rate of a whatsapp_meta number without numbers.{n}.messagesPerSecond, in messages per second "
+     "(API.md §19)"},
+    {"sms_default_mps", "OMNIGATE_SMS_DEFAULT_MPS", "--sms-default-mps", CFG_INT, "10", 1, 100000, NULL, 0,
+     OFF(sms_default_mps),
+     "pacing rate of an SMS sender id without channels.sms.messagesPerSecond, in segments per second "
+     "(API.md §19)"},
+    {"qr_default_per_minute", "OMNIGATE_QR_DEFAULT_PER_MINUTE", "--qr-default-per-minute", CFG_INT, "20", 1,
+     6000000, NULL, 0, OFF(qr_default_per_minute),
+     "pacing rate of a whatsapp_qr session without numbers.{n}.messagesPerMinute, in messages per minute "
+     "(API.md §19)"},
     {"circuit_breaker", "OMNIGATE_CIRCUIT_BREAKER", "--circuit-breaker", CFG_BOOL, "true", 0, 0, NULL, 0,
      OFF(circuit_breaker),
      "stop calling a provider channel that keeps failing, per worker (API.md §13; false only to measure "

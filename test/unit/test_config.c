@@ -74,6 +74,10 @@ static void test_defaults(void **state)
     assert_string_equal(l.cfg.sms_base_url, "https://api.twilio.com");
     assert_null(l.cfg.sms_account_sid);
     assert_null(l.cfg.sms_auth_token);
+    assert_int_equal(l.cfg.queue_validity_s, 36000);
+    assert_int_equal(l.cfg.meta_default_mps, 80);
+    assert_int_equal(l.cfg.sms_default_mps, 10);
+    assert_int_equal(l.cfg.qr_default_per_minute, 20);
     assert_int_equal(l.nrest, 0);
     og_config_free(&l.cfg);
 }
@@ -218,6 +222,47 @@ static void test_flag_missing_value(void **state)
     assert_false(l.ok);
     assert_string_equal(l.err, "--listen: missing value");
     og_config_free(&l.cfg);
+}
+
+/* The queue and pacing settings of API.md §24 take their bounds (10..172800 s, 1..100000 per
+ * second, 1..6000000 per minute) and refuse one past them, naming the variable. */
+static void test_queue_and_pacing_bounds(void **state)
+{
+    loaded_t l;
+    load(&l, ENV("OMNIGATE_QUEUE_VALIDITY_S=10", "OMNIGATE_META_DEFAULT_MPS=100000"),
+         ARGS("--sms-default-mps", "1", "--qr-default-per-minute=6000000"));
+    assert_true(l.ok);
+    assert_int_equal(l.cfg.queue_validity_s, 10);
+    assert_int_equal(l.cfg.meta_default_mps, 100000);
+    assert_int_equal(l.cfg.sms_default_mps, 1);
+    assert_int_equal(l.cfg.qr_default_per_minute, 6000000);
+    og_config_free(&l.cfg);
+    static const struct {
+        const char *env, *err;
+    } bad[] = {
+        {"OMNIGATE_QUEUE_VALIDITY_S=9",
+         "OMNIGATE_QUEUE_VALIDITY_S: must be an integer between 10 and 172800, "
+         "got \"9\""},
+        {"OMNIGATE_QUEUE_VALIDITY_S=172801", "OMNIGATE_QUEUE_VALIDITY_S: must be an integer between 10 and "
+                                             "172800, got \"172801\""},
+        {"OMNIGATE_META_DEFAULT_MPS=0", "OMNIGATE_META_DEFAULT_MPS: must be an integer between 1 and 100000, "
+                                        "got \"0\""},
+        {"OMNIGATE_SMS_DEFAULT_MPS=100001",
+         "OMNIGATE_SMS_DEFAULT_MPS: must be an integer between 1 and 100000, "
+         "got \"100001\""},
+        {"OMNIGATE_SMS_DEFAULT_MPS=2.5", "OMNIGATE_SMS_DEFAULT_MPS: must be an integer between 1 and 100000, "
+                                         "got \"2.5\""},
+        {"OMNIGATE_QR_DEFAULT_PER_MINUTE=6000001",
+         "OMNIGATE_QR_DEFAULT_PER_MINUTE: must be an integer between "
+         "1 and 6000000, got \"6000001\""},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *env[] = {(char *)bad[i].env, NULL};
+        load(&l, env, NULL);
+        assert_false(l.ok);
+        assert_string_equal(l.err, bad[i].err);
+        og_config_free(&l.cfg);
+    }
 }
 
 /* Unknown OMNIGATE_* variables and foreign variables are ignored. */
@@ -478,7 +523,7 @@ static void test_markdown_table(void **state)
     int rows = 0;
     for (const char *p = buf; (p = strchr(p, '\n')) != NULL; p++)
         rows++;
-    assert_int_equal(rows, 2 + 43);
+    assert_int_equal(rows, 2 + 47);
     free(buf);
 }
 
@@ -498,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_unknown_flag),
         cmocka_unit_test(test_unknown_flag_equals_form),
         cmocka_unit_test(test_flag_missing_value),
+        cmocka_unit_test(test_queue_and_pacing_bounds),
         cmocka_unit_test(test_unknown_env_ignored),
         cmocka_unit_test(test_listen_ipv6),
         cmocka_unit_test(test_listen_port_only),
