@@ -69,6 +69,9 @@ SCHEMAS = {
                "description": "SMS sender id: 1-11 letters, digits or spaces with at least one letter, a "
                               "number of up to 15 digits, or an E.164 number.", "examples": ["ACME"]},
     "Channel": {"type": "string", "enum": CHANNELS},
+    "PacingRate": {"type": "number", "minimum": 0.01, "maximum": 100000,
+                   "description": "A sender's pacing rate (API.md §19): queued messages are released so that "
+                                  "its provider calls stay within it."},
     "Uuid": {"type": "string", "format": "uuid",
              "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"},
     "Error": obj({
@@ -228,7 +231,13 @@ SCHEMAS = {
     "WhatsappQrChannel": obj({
         "enabled": {"type": "boolean"},
         "numbers": {"type": "object", "propertyNames": ref("WhatsappNumber"),
-                    "additionalProperties": obj({"session": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}})},
+                    "additionalProperties": obj({
+                        "session": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                        "messagesPerMinute": {**ref("PacingRate"),
+                                              "description": "The session's pacing rate in messages per minute "
+                                                             "(API.md §19); default "
+                                                             "OMNIGATE_QR_DEFAULT_PER_MINUTE (20)."}},
+                        required=["session"])},
     }, required=[]),
     "WhatsappMetaChannel": obj({
         "enabled": {"type": "boolean"},
@@ -241,7 +250,11 @@ SCHEMAS = {
                         "wabaId": {"type": "string", "pattern": "^[0-9]{1,32}$",
                                    "description": "The WhatsApp Business Account that owns the number: its "
                                                   "template catalogue is synced from Meta when the number is "
-                                                  "saved, then every OMNIGATE_TEMPLATE_SYNC_S (API.md §18)."}},
+                                                  "saved, then every OMNIGATE_TEMPLATE_SYNC_S (API.md §18)."},
+                        "messagesPerSecond": {**ref("PacingRate"),
+                                              "description": "The phone number id's pacing rate in messages per "
+                                                             "second (API.md §19); default "
+                                                             "OMNIGATE_META_DEFAULT_MPS (80)."}},
                         required=["phoneNumberId", "accessToken"])},
         "outsideWindow": {"type": "string", "enum": ["send", "skip", "template"], "default": "send",
                           "description": "A free text to a recipient whose 24 h window is not known to be open: "
@@ -255,6 +268,11 @@ SCHEMAS = {
         "enabled": {"type": "boolean"},
         "senders": {"type": "array", "uniqueItems": True, "items": ref("Sender")},
         "defaultSender": {"type": "string", "description": "One of senders."},
+        "messagesPerSecond": {"type": "object", "propertyNames": ref("Sender"),
+                              "additionalProperties": ref("PacingRate"),
+                              "description": "Pacing rate per sender id in segments per second (API.md §19); a "
+                                             "sender not listed has OMNIGATE_SMS_DEFAULT_MPS (10).",
+                              "examples": [{"ACME": 10}]},
     }, required=[]),
     "Settings": obj({
         "defaultChannels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,

@@ -155,6 +155,30 @@ def test_tenant_validation(gw):
                  "not_found")
 
 
+def test_pacing_rates_validated(gw):
+    """The pacing rates of API.md §19 are stored and answered as sent; a rate out of 0.01-100000
+    is 422 validation_failed naming it, and nothing is stored."""
+    rates = {"channels": {
+        "whatsapp_qr": {"numbers": {"6281234567890": {"session": "default", "messagesPerMinute": 30}}},
+        "whatsapp_meta": {"numbers": {"6281234567890": {
+            "phoneNumberId": "109876543210", "accessToken": "EAAGsecretsecretsecret1234", "messagesPerSecond": 12.5}}},
+        "sms": {"senders": ["ACME"], "messagesPerSecond": {"ACME": 0.5}}}}
+    t = assert_ok(admin(gw, "POST", "/admin/tenants", {"name": "Paced", "settings": rates}), 201)["data"]
+    chs = t["settings"]["channels"]
+    assert chs["whatsapp_qr"]["numbers"]["6281234567890"]["messagesPerMinute"] == 30
+    assert chs["whatsapp_meta"]["numbers"]["6281234567890"]["messagesPerSecond"] == 12.5
+    assert chs["sms"]["messagesPerSecond"] == {"ACME": 0.5}
+
+    bad = {"settings": {"channels": {"whatsapp_meta": {"numbers": {"6281234567890": {"messagesPerSecond": 0}}}}}}
+    assert_error(admin(gw, "PATCH", "/admin/tenants/" + t["id"], bad), 422, "validation_failed",
+                 "settings.channels.whatsapp_meta.numbers.6281234567890.messagesPerSecond")
+    bad = {"settings": {"channels": {"sms": {"messagesPerSecond": {"ACME": 100001}}}}}
+    assert_error(admin(gw, "PATCH", "/admin/tenants/" + t["id"], bad), 422, "validation_failed",
+                 "settings.channels.sms.messagesPerSecond.ACME")
+    g = assert_ok(admin(gw, "GET", "/admin/tenants/" + t["id"]))["data"]
+    assert g["settings"] == t["settings"]
+
+
 def test_token_creation_refused_while_locked(gw):
     """No token can be generated while the plan locks the unified API (403), until an admin
     enables it; the token is shown once and never listed."""

@@ -111,7 +111,20 @@ static void read_back(const json_t *s)
             if (og_settings_wa_number(s, channels[c], from, &out))
                 FUZZ_CHECK(c == 0 ? out.session != NULL
                                   : out.phone_number_id != NULL && out.access_token != NULL);
+            /* A pacing rate reads back as validated, 0 when unset. */
+            json_t *rate = json_object_get(num, c == 0 ? "messagesPerMinute" : "messagesPerSecond");
+            FUZZ_CHECK(og_settings_sender_rate(s, channels[c], from) ==
+                       (rate != NULL ? json_number_value(rate) : 0));
         }
+    }
+    const char *sender;
+    json_t *rate;
+    json_object_foreach(
+        json_object_get(json_object_get(json_object_get(s, "channels"), "sms"), "messagesPerSecond"), sender,
+        rate)
+    {
+        double r = og_settings_sender_rate(s, "sms", sender);
+        FUZZ_CHECK(r == json_number_value(rate) && r >= OG_SETTINGS_PACE_MIN && r <= OG_SETTINGS_PACE_MAX);
     }
     const char *def = og_settings_sms_default_sender(s);
     json_t *senders = json_object_get(json_object_get(json_object_get(s, "channels"), "sms"), "senders");

@@ -303,6 +303,122 @@ static void test_sms_default_sender(void **state)
                    "validation_failed", "settings.channels.sms.defaultSender");
 }
 
+/* The pacing rates of API.md §19: numbers from 0.01 to 100000, integers or not; anything else
+ * is refused naming the rate. */
+static const char *const good_paces[] = {"0.01", "1", "2.5", "80", "100000", "100000.0", "1e5"};
+static const char *const bad_paces[] = {"0",      "0.009", "-1",   "100000.01", "1e6",
+                                        "\"10\"", "true",  "null", "[10]",      "{}"};
+#define NPACES(a) (sizeof(a) / sizeof((a)[0]))
+
+/* whatsapp_meta numbers.{n}.messagesPerSecond. */
+static void test_meta_messages_per_second(void **state)
+{
+    char text[512];
+#define fmt                                                                                                  \
+    "{\"channels\": {\"whatsapp_meta\": {\"numbers\": {\"6281234567890\": "                                  \
+    "{\"phoneNumberId\": \"1\", \"accessToken\": \"t\", \"messagesPerSecond\": %s}}}}}"
+    for (size_t i = 0; i < NPACES(good_paces); i++) {
+        snprintf(text, sizeof(text), fmt, good_paces[i]);
+        assert_accepted(text);
+    }
+    for (size_t i = 0; i < NPACES(bad_paces); i++) {
+        snprintf(text, sizeof(text), fmt, bad_paces[i]);
+        assert_refused(text, "validation_failed",
+                       "settings.channels.whatsapp_meta.numbers.6281234567890.messagesPerSecond");
+    }
+#undef fmt
+    json_t *s = parse("{\"channels\": {\"whatsapp_meta\": {\"numbers\": {\"6281234567890\": "
+                      "{\"phoneNumberId\": \"1\", \"accessToken\": \"t\", \"messagesPerSecond\": 0}}}}}");
+    og_err_t err = {0};
+    assert_false(og_settings_validate(s, &err));
+    assert_string_equal(err.message,
+                        "settings.channels.whatsapp_meta.numbers.6281234567890.messagesPerSecond "
+                        "must be a number from 0.01 to 100000");
+    json_decref(s);
+    /* A per-minute rate is QR's: unknown on a Meta number. */
+    assert_refused("{\"channels\": {\"whatsapp_meta\": {\"numbers\": {\"6281234567890\": "
+                   "{\"phoneNumberId\": \"1\", \"accessToken\": \"t\", \"messagesPerMinute\": 10}}}}}",
+                   "unknown_field",
+                   "settings.channels.whatsapp_meta.numbers.6281234567890.messagesPerMinute");
+}
+
+/* whatsapp_qr numbers.{n}.messagesPerMinute. */
+static void test_qr_messages_per_minute(void **state)
+{
+    char text[512];
+#define fmt                                                                                                  \
+    "{\"channels\": {\"whatsapp_qr\": {\"numbers\": {\"6281234567890\": "                                    \
+    "{\"session\": \"default\", \"messagesPerMinute\": %s}}}}}"
+    for (size_t i = 0; i < NPACES(good_paces); i++) {
+        snprintf(text, sizeof(text), fmt, good_paces[i]);
+        assert_accepted(text);
+    }
+    for (size_t i = 0; i < NPACES(bad_paces); i++) {
+        snprintf(text, sizeof(text), fmt, bad_paces[i]);
+        assert_refused(text, "validation_failed",
+                       "settings.channels.whatsapp_qr.numbers.6281234567890.messagesPerMinute");
+    }
+#undef fmt
+    assert_refused("{\"channels\": {\"whatsapp_qr\": {\"numbers\": {\"6281234567890\": "
+                   "{\"session\": \"default\", \"messagesPerSecond\": 1}}}}}",
+                   "unknown_field", "settings.channels.whatsapp_qr.numbers.6281234567890.messagesPerSecond");
+}
+
+/* channels.sms.messagesPerSecond: an object from sender id (the rule of senders' entries) to a
+ * rate. A sender need not be on the approved list. */
+static void test_sms_messages_per_second(void **state)
+{
+    char text[512];
+    assert_accepted("{\"channels\": {\"sms\": {\"messagesPerSecond\": {}}}}");
+    assert_accepted("{\"channels\": {\"sms\": {\"senders\": [\"ACME\"], \"messagesPerSecond\": "
+                    "{\"ACME\": 10, \"Omni Test\": 0.5, \"12345\": 1, \"+6281234567890\": 100000}}}}");
+    for (size_t i = 0; i < NPACES(good_paces); i++) {
+        snprintf(text, sizeof(text), "{\"channels\": {\"sms\": {\"messagesPerSecond\": {\"ACME\": %s}}}}",
+                 good_paces[i]);
+        assert_accepted(text);
+    }
+    for (size_t i = 0; i < NPACES(bad_paces); i++) {
+        snprintf(text, sizeof(text), "{\"channels\": {\"sms\": {\"messagesPerSecond\": {\"ACME\": %s}}}}",
+                 bad_paces[i]);
+        assert_refused(text, "validation_failed", "settings.channels.sms.messagesPerSecond.ACME");
+    }
+    const char *const not_objects[] = {"10", "[]", "\"ACME\"", "null"};
+    for (size_t i = 0; i < NPACES(not_objects); i++) {
+        snprintf(text, sizeof(text), "{\"channels\": {\"sms\": {\"messagesPerSecond\": %s}}}",
+                 not_objects[i]);
+        assert_refused(text, "validation_failed", "settings.channels.sms.messagesPerSecond");
+    }
+    /* Keys follow the rule of a sender id; a bad one is named by its printable excerpt. */
+    assert_refused(
+        "{\"channels\": {\"sms\": {\"messagesPerSecond\": {\"ACME\": 1, \"THIS-IS-TOO-LONG\": 1}}}}",
+        "validation_failed", "settings.channels.sms.messagesPerSecond.THIS-IS-TOO-LONG");
+    assert_refused("{\"channels\": {\"sms\": {\"messagesPerSecond\": {\"\": 1}}}}", "validation_failed",
+                   "settings.channels.sms.messagesPerSecond.");
+    assert_refused("{\"channels\": {\"sms\": {\"messagesPerSecond\": {\"AC ME\": 1, \"A.B\": 1}}}}",
+                   "validation_failed", "settings.channels.sms.messagesPerSecond.A.B");
+}
+
+/* og_settings_sender_rate reads each channel's own key in its own unit, 0 when unset. */
+static void test_sender_rate_getter(void **state)
+{
+    json_t *s = parse("{\"channels\": {"
+                      " \"whatsapp_qr\": {\"numbers\": {\"6281234567890\": {\"session\": \"a\", "
+                      "\"messagesPerMinute\": 30}}},"
+                      " \"whatsapp_meta\": {\"numbers\": {\"6281234567890\": {\"phoneNumberId\": \"1\","
+                      " \"accessToken\": \"t\", \"messagesPerSecond\": 12.5}}},"
+                      " \"sms\": {\"messagesPerSecond\": {\"ACME\": 2}}}}");
+    assert_true(og_settings_sender_rate(s, "whatsapp_qr", "6281234567890") == 30);
+    assert_true(og_settings_sender_rate(s, "whatsapp_meta", "6281234567890") == 12.5);
+    assert_true(og_settings_sender_rate(s, "sms", "ACME") == 2);
+    assert_true(og_settings_sender_rate(s, "sms", "6281234567890") == 0);
+    assert_true(og_settings_sender_rate(s, "whatsapp_meta", "ACME") == 0);
+    assert_true(og_settings_sender_rate(s, "telegram", "ACME") == 0);
+    assert_true(og_settings_sender_rate(s, NULL, "ACME") == 0);
+    assert_true(og_settings_sender_rate(s, "sms", NULL) == 0);
+    assert_true(og_settings_sender_rate(NULL, "sms", "ACME") == 0);
+    json_decref(s);
+}
+
 /* ---- mask ---------------------------------------------------------------------------------- */
 
 /* Masking replaces accessToken by "****" + its last 4 characters and leaves everything else
@@ -559,6 +675,10 @@ int main(void)
         cmocka_unit_test(test_whatsapp_meta_numbers),
         cmocka_unit_test(test_sms_senders),
         cmocka_unit_test(test_sms_default_sender),
+        cmocka_unit_test(test_meta_messages_per_second),
+        cmocka_unit_test(test_qr_messages_per_minute),
+        cmocka_unit_test(test_sms_messages_per_second),
+        cmocka_unit_test(test_sender_rate_getter),
         cmocka_unit_test(test_mask),
         cmocka_unit_test(test_mask_lengths),
         cmocka_unit_test(test_merge_rfc7396_examples),

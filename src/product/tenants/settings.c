@@ -116,12 +116,22 @@ static bool digits_only(const char *s, size_t max)
     return n > 0;
 }
 
+/* A pacing rate (API.md §19), optional: `v` absent, or a number from OG_SETTINGS_PACE_MIN to
+ * OG_SETTINGS_PACE_MAX; `field` names it. */
+static bool optional_pace(const json_t *v, const char *field, og_err_t *err)
+{
+    if (v == NULL || (json_is_number(v) && json_number_value(v) >= OG_SETTINGS_PACE_MIN &&
+                      json_number_value(v) <= OG_SETTINGS_PACE_MAX))
+        return true;
+    return invalid(err, field, "must be a number from 0.01 to 100000");
+}
+
 /* The per-number object of a WhatsApp channel; `path` names it. */
 typedef bool (*number_check_fn)(const json_t *num, const char *path, og_err_t *err);
 
 static bool qr_number(const json_t *num, const char *path, og_err_t *err)
 {
-    static const char *const keys[] = {"session", NULL};
+    static const char *const keys[] = {"session", "messagesPerMinute", NULL};
     if (!object_with_keys(num, path, keys, err))
         return false;
     path_t field;
@@ -129,12 +139,13 @@ static bool qr_number(const json_t *num, const char *path, og_err_t *err)
     const char *s = json_string_value(json_object_get(num, "session"));
     if (s == NULL || !token_chars(s, OG_SETTINGS_SESSION_MAX, true))
         return invalid(err, field, "must be a string of 1-64 letters, digits, _ or -");
-    return true;
+    path_fmt(field, "%s.messagesPerMinute", path);
+    return optional_pace(json_object_get(num, "messagesPerMinute"), field, err);
 }
 
 static bool meta_number(const json_t *num, const char *path, og_err_t *err)
 {
-    static const char *const keys[] = {"phoneNumberId", "accessToken", "wabaId", NULL};
+    static const char *const keys[] = {"phoneNumberId", "accessToken", "wabaId", "messagesPerSecond", NULL};
     if (!object_with_keys(num, path, keys, err))
         return false;
     path_t field;
@@ -147,6 +158,9 @@ static bool meta_number(const json_t *num, const char *path, og_err_t *err)
     if (waba != NULL &&
         (!json_is_string(waba) || !digits_only(json_string_value(waba), OG_SETTINGS_PHONE_ID_MAX)))
         return invalid(err, field, "must be a string of 1-32 digits");
+    path_fmt(field, "%s.messagesPerSecond", path);
+    if (!optional_pace(json_object_get(num, "messagesPerSecond"), field, err))
+        return false;
     path_fmt(field, "%s.accessToken", path);
     json_t *tv = json_object_get(num, "accessToken");
     const char *tok = json_string_value(tv);
@@ -254,9 +268,37 @@ static bool wa_channel(const json_t *ch, const char *name, number_check_fn check
     return true;
 }
 
+/* channels.sms.messagesPerSecond (API.md §19): sender id -> rate, optional. A sender need not be
+ * in senders: removing one from the list must not make the rates refuse the whole document. */
+static bool sms_rates(const json_t *rates, og_err_t *err)
+{
+    static const char path[] = "settings.channels.sms.messagesPerSecond";
+    if (rates == NULL)
+        return true;
+    if (!json_is_object(rates))
+        return invalid(err, path, "must be an object keyed by sender id");
+    const char *key;
+    json_t *v;
+    path_t field;
+    json_object_foreach((json_t *)rates, key, v)
+    {
+        char ex[40];
+        key_excerpt(key, ex);
+        path_fmt(field, "%s.%s", path, ex);
+        if (!og_phone_sender_valid(key))
+            return invalid(
+                err, field,
+                "is not a sender id: 1-11 letters, digits or spaces with at least one letter, up to "
+                "15 digits, or + and 8-15 digits");
+        if (!optional_pace(v, field, err))
+            return false;
+    }
+    return true;
+}
+
 static bool sms_channel(const json_t *ch, og_err_t *err)
 {
-    static const char *const keys[] = {"enabled", "senders", "defaultSender", NULL};
+    static const char *const keys[] = {"enabled", "senders", "defaultSender", "messagesPerSecond", NULL};
     static const char path[] = "settings.channels.sms";
     path_t field;
     if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
@@ -291,7 +333,7 @@ static bool sms_channel(const json_t *ch, og_err_t *err)
             return invalid(err, "settings.channels.sms.defaultSender",
                            "must be one of settings.channels.sms.senders");
     }
-    return true;
+    return sms_rates(json_object_get(ch, "messagesPerSecond"), err);
 }
 
 static bool validate_channels(const json_t *chs, og_err_t *err)
@@ -656,6 +698,21 @@ uint32_t og_settings_rate_limit(const json_t *settings)
     json_t *v = json_object_get(settings, "rateLimitPerSecond");
     json_int_t r = json_is_integer(v) ? json_integer_value(v) : 0;
     return r >= 1 && r <= OG_SETTINGS_RATE_MAX ? (uint32_t)r : 0;
+}
+
+double og_settings_sender_rate(const json_t *settings, const char *name, const char *from)
+{
+    if (name == NULL || from == NULL)
+        return 0;
+    json_t *ch = channel(settings, name), *v = NULL;
+    if (strcmp(name, "whatsapp_meta") == 0)
+        v = json_object_get(json_object_get(json_object_get(ch, "numbers"), from), "messagesPerSecond");
+    else if (strcmp(name, "whatsapp_qr") == 0)
+        v = json_object_get(json_object_get(json_object_get(ch, "numbers"), from), "messagesPerMinute");
+    else if (strcmp(name, "sms") == 0)
+        v = json_object_get(json_object_get(ch, "messagesPerSecond"), from);
+    double r = json_is_number(v) ? json_number_value(v) : 0;
+    return r >= OG_SETTINGS_PACE_MIN && r <= OG_SETTINGS_PACE_MAX ? r : 0;
 }
 
 og_settings_outside_window_t og_settings_outside_window(const json_t *settings)

@@ -28,6 +28,8 @@
 #define OG_SETTINGS_ACCESS_TOKEN_MAX  1024    /* whatsapp_meta accessToken, bytes */
 #define OG_SETTINGS_TEMPLATE_NAME_MAX 512     /* a WhatsApp template's name, bytes (Meta's limit) */
 #define OG_SETTINGS_LANGUAGE_MAX      15      /* a template's language code: en, en_US, ... */
+#define OG_SETTINGS_PACE_MIN          0.01    /* a sender's pacing rate (API.md §19), lower bound */
+#define OG_SETTINGS_PACE_MAX          100000  /* and upper bound */
 
 /* A WhatsApp template name as Meta allows it: 1-512 of [a-z0-9_]. */
 bool og_settings_template_name_valid(const char *name);
@@ -136,6 +138,13 @@ bool og_settings_sms_sender(const json_t *settings, const char *requested, char 
 
 /* rateLimitPerSecond, or 0 (unlimited) when absent. */
 uint32_t og_settings_rate_limit(const json_t *settings);
+
+/* The pacing rate set for one sender (API.md §19) in its setting's own unit, or 0 when none is
+ * set: channels.whatsapp_meta.numbers.{from}.messagesPerSecond, channels.whatsapp_qr.numbers.
+ * {from}.messagesPerMinute (per minute), channels.sms.messagesPerSecond.{from} (SMS segments per
+ * second); `channel` names the channel. The default and the unit conversion belong to the caller
+ * (og_pacing_rate, queue/pacing.h). */
+double og_settings_sender_rate(const json_t *settings, const char *channel, const char *from);
 
 /* channels.whatsapp_meta.outsideWindow (API.md §18): what a free text on Meta does while the
  * recipient's customer service window is not known to be open. */
