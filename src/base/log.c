@@ -122,11 +122,17 @@ bool og_log_level_parse(const char *s, og_log_level_t *out)
 void og_time_rfc3339(char out[32])
 {
     struct timespec ts;
-    struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    og_time_rfc3339_ms((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, out);
+}
+
+void og_time_rfc3339_ms(int64_t ms, char out[32])
+{
+    struct tm tm;
+    time_t sec = (time_t)(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
+    gmtime_r(&sec, &tm);
     size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03dZ", (int)(ts.tv_nsec / 1000000));
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ms - (int64_t)sec * 1000));
 }
 
 /* Days from 1970-01-01 to the given date of the proleptic Gregorian calendar (negative

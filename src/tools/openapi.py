@@ -51,7 +51,9 @@ DELIVERY_ERRORS = ["not_on_whatsapp", "outside_window", "recipient_opted_out", "
                    "provider_error"]
 SCOPES = ["send", "otp", "logs"]
 WH_EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-             "otp.verified", "otp.locked"]
+             "otp.verified", "otp.locked", "message.canceled", "message.expired"]
+OMNI_STATUSES = ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered", "queued", "scheduled",
+                 "canceled", "expired"]
 SENDER_PATTERN = r"^(?=[A-Za-z0-9 ]*[A-Za-z])[A-Za-z0-9 ]{1,11}$|^[0-9]{1,15}$|^\+[1-9][0-9]{7,14}$"
 
 SCHEMAS = {
@@ -152,6 +154,7 @@ SCHEMAS = {
         "oneOf": [
             obj({"channel": ref("Channel"), "status": {"const": "sent"},
                  "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
+                 "throttles": ref("Throttles"),
                  "providerMessageId": nullable({"type": "string"}),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
@@ -162,10 +165,12 @@ SCHEMAS = {
                  "statusHistory": {"type": "array", "items": ref("StatusHistoryEntry")}}),
             obj({"channel": ref("Channel"), "status": {"type": "string", "enum": ["failed", "pending", "unknown"],
                                                        "description": "pending: a later attempt of a delivery-"
-                                                                      "based fallback, in flight; unknown: its "
-                                                                      "instance stopped before recording the "
-                                                                      "outcome (error outcome_unknown)."},
+                                                                      "based fallback, or a queued message's, in "
+                                                                      "flight; unknown: its instance stopped "
+                                                                      "before recording the outcome (error "
+                                                                      "outcome_unknown)."},
                  "latencyMs": {"type": "integer", "minimum": 0}, "content": ref("AttemptContent"),
+                 "throttles": ref("Throttles"),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
                  "error": nullable(ref("LogAttemptError")),
@@ -174,6 +179,11 @@ SCHEMAS = {
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
         ],
     },
+    "Throttles": {"type": "integer", "minimum": 0,
+                  "description": "The provider_rate_limited answers (429) this attempt's channel gave a queued "
+                                 "message before this outcome: a throttled attempt is retried on its channel in "
+                                 "the same attempt (API.md §19); 0 for a sync send."},
+    "Priority": {"type": "string", "enum": ["high", "normal", "low"]},
     "AttemptContent": {"type": "string", "enum": ["text", "template"],
                        "description": "What the attempt sent: a free text, or Meta's template message (a "
                                       "template send, or a free text wrapped by outsideWindow: template)."},
@@ -185,9 +195,13 @@ SCHEMAS = {
                                                   "template's body with its parameters filled in."},
         "template": nullable(ref("TemplateRef")),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
-        "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown", "delivered", "read",
-                                              "undelivered"]},
+        "status": {"type": "string", "enum": OMNI_STATUSES,
+                   "description": "queued (due), scheduled (due later), canceled and expired are a queued send's "
+                                  "(API.md §19); while a queued message's attempt is in flight it is pending."},
         "winningChannel": nullable(ref("Channel")),
+        "priority": nullable(ref("Priority")),
+        "dueAt": nullable(ref("Timestamp")),
+        "validUntil": nullable(ref("Timestamp")),
         "fallbackOn": nullable({"type": "string", "enum": ["delivered", "read"]}),
         "fallbackAfterSeconds": nullable({"type": "integer", "minimum": 10, "maximum": 86400}),
         "attempts": {"type": "array", "items": ref("LogAttempt")},
@@ -650,7 +664,33 @@ SCHEMAS["SendRequest"] = obj({
                    "description": "delivered/read only with deliveryMode fallback (API.md §11)."},
     "fallbackAfterSeconds": {"type": "integer", "minimum": 10, "maximum": 86400, "default": 60,
                              "description": "Only with fallbackOn delivered or read."},
+    "queue": {"type": "boolean", "default": False,
+              "description": "true: answer 202 once the message is committed and deliver it in the background, "
+                             "at its senders' rates (API.md §19)."},
+    "sendAt": {"type": "string", "format": "date-time",
+               "description": "RFC 3339; implies queue; at most 60 s in the past and 35 days ahead "
+                              "(send_at_out_of_range)."},
+    "validitySeconds": {"type": "integer", "minimum": 10, "maximum": 172800,
+                        "description": "Only queued: how long after its due time it may still be handed to a "
+                                       "provider; default OMNIGATE_QUEUE_VALIDITY_S (36000)."},
+    "priority": {"allOf": [ref("Priority")], "default": "normal",
+                 "description": "Only queued: per sender, high before normal before low, oldest due first."},
 }, required=["to"], description="text, template or both are required.")
+SCHEMAS["QueuedResult"] = obj({
+    "reference": ref("Reference"), "status": {"type": "string", "enum": ["queued", "scheduled"]},
+    "sendAt": ref("Timestamp"), "validUntil": ref("Timestamp")},
+    required=["reference", "status", "validUntil"],
+    description="scheduled when sendAt is in the future, else queued; validUntil = the due time + "
+                "validitySeconds.")
+SCHEMAS["QueueSender"] = obj({
+    "channel": ref("Channel"),
+    "sender": {"type": "string", "description": "Meta: the phone number id; QR: the session; SMS: the sender id."},
+    "queued": {"type": "integer", "minimum": 0, "description": "Due, not yet handed over."},
+    "scheduled": {"type": "integer", "minimum": 0, "description": "Due later."},
+    "oldestDueAt": nullable(ref("Timestamp")),
+    "messagesPerSecond": {"type": "number", "description": "The configured rate (QR: per minute / 60)."},
+    "throttledUntil": nullable(ref("Timestamp"))})
+SCHEMAS["QueueList"] = obj({"items": {"type": "array", "items": ref("QueueSender")}})
 SCHEMAS["SmsSendRequest"] = obj({"to": ref("E164"), "text": {"type": "string", "minLength": 1, "maxLength": 4096},
                                  "sender": ref("Sender")}, required=["to", "text"])
 SCHEMAS["OtpSendRequest"] = obj({
@@ -762,8 +802,9 @@ def template_params():
 OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hi Ana, your order A-17 ships today",
                 "template": {"name": "order_update", "language": "en_US"}, "deliveryMode": "fallback",
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
-                "fallbackAfterSeconds": None, "attempts": [
+                "fallbackAfterSeconds": None, "priority": None, "dueAt": None, "validUntil": None, "attempts": [
                     {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "template",
+                     "throttles": 0,
                      "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
                      "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
                      "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
@@ -789,7 +830,7 @@ def logs_params(fourth, statuses):
 
 
 LOGS = {
-    "omni": ("OmniLogPage", "channel", ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered"],
+    "omni": ("OmniLogPage", "channel", OMNI_STATUSES,
              "Unified log", {"items": [OMNI_ITEM_EX], "nextCursor": None}),
     "sms": ("SmsLogPage", "source", ["sent", "failed", "delivered", "read", "undelivered"], "SMS log",
             {"items": [{"reference": REF_EX, "source": "otp", "to": "+6281234567890", "sender": "ACME",
@@ -824,14 +865,24 @@ def build():
     add("/api/omni/send", "post", op(
         "Send a message over WhatsApp and/or SMS", ["messages"],
         {200: ok_response(200, ref("SendResult"), "At least one channel accepted the message.", SEND_EX,
+                          headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference")),
+         202: ok_response(202, ref("QueuedResult"), "A queued send (queue or sendAt) is committed; nothing is "
+                          "sent before this answer.",
+                          ok_ex("Message queued", {"reference": REF_EX, "status": "queued",
+                                                   "validUntil": "2026-11-23T00:05:25.123Z"}),
                           headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference"))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             403: ["unified_api_locked"],
             422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
-                  "template_not_found", "template_not_approved", "template_parameters_mismatch"],
+                  "template_not_found", "template_not_approved", "template_parameters_mismatch",
+                  "send_at_out_of_range"],
             502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
-        json_body("SendRequest", {"fallback": {"to": "+6281234567890", "text": "Your order has shipped",
+        json_body("SendRequest", {"queued": {"to": "+6281234567890", "text": "Your order has shipped",
+                                             "channels": ["whatsapp_meta", "sms"], "queue": True,
+                                             "priority": "low", "validitySeconds": 3600},
+                                  "scheduled": {"to": "+6281234567890", "text": "Your appointment is at 10:00",
+                                                "sendAt": "2026-11-23T08:00:00Z"},"fallback": {"to": "+6281234567890", "text": "Your order has shipped",
                                                "channels": ["whatsapp_qr", "whatsapp_meta", "sms"]},
                                   "template": {"to": "+6281234567890", "channels": ["whatsapp_meta", "sms"],
                                                "template": {"name": "order_update", "language": "en_US",
@@ -911,6 +962,32 @@ def build():
             errs, TENANT_SEC, logs_params(fourth, statuses),
             description="Unknown query parameters are refused (422 validation_failed names them).",
             error_headers=RL, op_id=kind + "Logs"))
+    omni_item_ex = OMNI_ITEM_EX
+    ref_param = pparam("reference", {"type": "string"}, "The message's reference.")
+    add("/api/omni/messages/{reference}", "get", op(
+        "One message as its unified log item, queued or not", ["messages"],
+        {200: ok_response(200, ref("OmniLogItem"), "The message.", ok_ex("message", omni_item_ex), headers=RL)},
+        merge(TENANT, DB, {403: ["unified_api_locked"], 404: ["not_found"]}), TENANT_SEC, [ref_param],
+        description="Scope logs. 404 for another tenant's reference (API.md §19).", error_headers=RL, op_id="omniMessage"))
+    add("/api/omni/messages/{reference}/cancel", "post", op(
+        "Cancel a queued or scheduled message", ["messages"],
+        {200: ok_response(200, ref("OmniLogItem"), "Canceled (also when it already was): the message, status "
+                          "canceled.", ok_ex("canceled", dict(omni_item_ex, status="canceled")), headers=RL)},
+        merge(TENANT, DB, {403: ["unified_api_locked"], 404: ["not_found"], 409: ["not_cancelable"]}),
+        TENANT_SEC, [ref_param],
+        description="Scope send. A message is canceled or handed to a provider, never both: 409 not_cancelable (the message "
+        "in data, with its status) once a provider is working on it, accepted it, or it ended.",
+        data={"not_cancelable": ref("OmniLogItem")}, error_headers=RL, op_id="omniCancel"))
+    add("/api/omni/queue", "get", op(
+        "What the tenant has queued, per sender", ["messages"],
+        {200: ok_response(200, ref("QueueList"), "One item per sender with anything queued or scheduled.",
+                          ok_ex("queue", {"items": [{"channel": "whatsapp_meta", "sender": "109876543210",
+                                                     "queued": 1200, "scheduled": 40,
+                                                     "oldestDueAt": "2026-11-22T14:05:25.123Z",
+                                                     "messagesPerSecond": 80, "throttledUntil": None}]}),
+                          headers=RL)},
+        merge(TENANT, DB, {403: ["unified_api_locked"]}), TENANT_SEC, [],
+        description="Scope logs. Not paged (API.md §19).", error_headers=RL, op_id="omniQueue"))
     add("/api/webhooks/deliveries", "get", op(
         "The tenant's webhook deliveries, newest first", ["webhooks"],
         {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",

@@ -168,6 +168,18 @@ class Sim:
     def callbacks(self):
         return self._call("GET", "/__sim/callbacks")["data"]["items"]
 
+    def limit(self, channel, per_second, sender=None, burst=None):
+        """A rate limit per sender at the simulator (test/sim/README.md): 429 past it."""
+        body = {"channel": channel, "perSecond": per_second}
+        if sender is not None:
+            body["sender"] = sender
+        if burst is not None:
+            body["burst"] = burst
+        return self._call("PUT", "/__sim/limits", body)
+
+    def limits(self):
+        return self._call("GET", "/__sim/limits")["data"]
+
     def clear(self):
         self._call("DELETE", "/__sim/rules")
         self._call("DELETE", "/__sim/requests")

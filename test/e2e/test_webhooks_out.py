@@ -22,7 +22,7 @@ from gwlib import add_tenant, admin, call, linked_gateway, new_token, query_url
 
 TO = "+6281234500001"
 EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-          "otp.verified", "otp.locked"]
+          "otp.verified", "otp.locked", "message.canceled", "message.expired"]
 # Tests call loopback receivers over http://; the retry schedule is cut 10,000 times (5 s becomes
 # 0.5 ms, 10 h becomes 3.6 s) and a receiver has 2 s to answer.
 WH_ENV = {"OMNIGATE_WEBHOOK_ALLOW_HTTP": "true", "OMNIGATE_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -297,7 +297,7 @@ def test_cli_webhook_verbs(gw, rx):
 # ---- events and signatures -----------------------------------------------------------------------------
 
 def test_every_event_type_is_signed(gw, rx):
-    """Each of the seven events reaches the receiver with webhook-id, webhook-timestamp and a v1
+    """Each of the nine events reaches the receiver with webhook-id, webhook-timestamp and a v1
     signature that Python's hmac verifies with the secret; the body is {type, timestamp, data}
     with the message's unified log item (the OTP log item for otp.*)."""
     secret = set_webhook(gw, rx.url())["secret"]
@@ -319,11 +319,21 @@ def test_every_event_type_is_signed(gw, rx):
     for _ in range(5):
         call(gw, "POST", "/api/sms/otp/verify", token=gw.token,
              body={"reference": otp_lock["data"]["reference"], "code": bad})
+    def at(offset):
+        t = time.time() + offset
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%03dZ" % int((t % 1) * 1000)
+    canceled = send(gw, {"to": "+6281234500014", "text": "hi", "channels": ["sms"], "sendAt": at(600)})
+    canceled = canceled.json()["data"]["reference"]
+    assert_ok(call(gw, "POST", "/api/omni/messages/%s/cancel" % canceled, token=gw.token))
+    # Due 50 s ago and valid for 10 s: its validity has passed when it is first claimed.
+    expired = send(gw, {"to": "+6281234500015", "text": "hi", "channels": ["sms"], "sendAt": at(-50),
+                        "validitySeconds": 10}).json()["data"]["reference"]
     until(lambda: {json.loads(q["body"])["type"] for q in rx.got()} >= set(EVENTS), 20,
           "every event type; got %r" % [json.loads(q["body"])["type"] for q in rx.got()])
     expect = {"message.sent": {sent, undeliv}, "message.delivered": {sent}, "message.read": {sent},
               "message.failed": {failed}, "message.undelivered": {undeliv},
-              "otp.verified": {otp_ok["data"]["reference"]}, "otp.locked": {otp_lock["data"]["reference"]}}
+              "otp.verified": {otp_ok["data"]["reference"]}, "otp.locked": {otp_lock["data"]["reference"]},
+              "message.canceled": {canceled}, "message.expired": {expired}}
     for q in rx.got():
         h = q["headers"]
         assert verify(secret, q), q
@@ -335,7 +345,7 @@ def test_every_event_type_is_signed(gw, rx):
         assert set(body) == {"type", "timestamp", "data"}
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", body["timestamp"])
         assert body["data"]["reference"] in expect[body["type"]], body
-    until(lambda: len(rx.got()) == 8, 10, "eight events (two message.sent)")
+    until(lambda: len(rx.got()) == 10, 10, "ten events (two message.sent)")
     assert sorted(json.loads(q["body"])["type"] for q in rx.got()) == sorted(EVENTS + ["message.sent"])
     by_type = {json.loads(q["body"])["type"]: json.loads(q["body"])["data"] for q in rx.got()}
     assert by_type["message.read"]["status"] == "read"

@@ -130,6 +130,9 @@ int og_log_wait_fd(const og_log_t *l);
 /* Formats the current UTC time as RFC 3339 with milliseconds ("2026-11-22T14:05:25.123Z"). */
 void og_time_rfc3339(char out[32]);
 
+/* The same for a time in milliseconds since the epoch. */
+void og_time_rfc3339_ms(int64_t ms, char out[32]);
+
 /* Reads an RFC 3339 date-time, strictly ("2026-11-22T14:05:25Z", an optional fraction of up to
  * 9 digits, then Z or an offset +hh:mm / -hh:mm; T and Z in either case) into milliseconds
  * since the epoch, negative before 1970, rounded up to the millisecond: a time in whole

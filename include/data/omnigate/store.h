@@ -118,6 +118,16 @@ enum og_store_stmt {
     OG_Q_TPL_SET_STATUS,
     OG_Q_TPL_LIST,
     OG_Q_TPL_SYNC_SCHEDULE,
+    /* queue.sql: queued, scheduled and paced delivery (API.md §19) */
+    OG_Q_QUEUE_INSERT,
+    OG_Q_QUEUE_ACCEPT,
+    OG_Q_QUEUE_CLAIM,
+    OG_Q_QUEUE_ATTEMPTED,
+    OG_Q_QUEUE_CANCEL,
+    OG_Q_QUEUE_MESSAGE,
+    OG_Q_QUEUE_LIST,
+    OG_Q_QUEUE_DEPTH,
+    OG_Q_QUEUE_DEBIT,
     OG_Q__COUNT
 };
 

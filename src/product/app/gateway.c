@@ -10,6 +10,8 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/callbacks/status_sweep.h"
+#include "omnigate/queue/message_api.h"
+#include "omnigate/queue/release.h"
 #include "omnigate/tenants/admin.h"
 #include "omnigate/steps/fallback.h"
 #include "omnigate/ids.h"
@@ -60,6 +62,9 @@ static const og_route_t routes[] = {
     {"POST", "/api/sms/otp/send", og_otp_send},
     {"POST", "/api/sms/otp/verify", og_otp_verify},
     {"GET", "/api/omni/logs", og_logs_omni},
+    {"GET", "/api/omni/messages/{reference}", og_queue_message_get},
+    {"POST", "/api/omni/messages/{reference}/cancel", og_queue_message_cancel},
+    {"GET", "/api/omni/queue", og_queue_list},
     {"GET", "/api/sms/logs", og_logs_sms},
     {"GET", "/api/sms/otp/logs", og_logs_otp},
     {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
@@ -92,6 +97,7 @@ static const og_m_reg_t metric_blocks[] = {
     {&og_whout_metrics_block, NULL},        /* tenant_webhooks/webhooks_out.h */
     {&og_logs_metrics_block, NULL},         /* logs/logs_api.h */
     {&og_auth_metrics_block, NULL},         /* tenants/auth.h: the rate limit */
+    {&og_queue_metrics_block, NULL},        /* queue/release.h */
 };
 // clang-format on
 
@@ -148,6 +154,8 @@ static int gw_start(og_worker_t *w)
             og_tpl_sync_register(gw) != 0 || (gw->whout = og_whout_start(gw)) == NULL)
             return -1;
         og_jobs_start(gw->jobs);
+        if ((gw->queue = og_queue_start(gw, w->index == 0)) == NULL)
+            return -1;
     }
     if (gw->db != NULL && w->index == 0 && (gw->status_sweep = og_status_sweep_start(gw)) == NULL)
         return -1;
@@ -197,18 +205,35 @@ static void jobs_closed(void *arg)
     close_rest(arg);
 }
 
+/* Steps next: a running step still needs the pool and the HTTP client to end. */
+static void close_jobs(og_gw_t *gw)
+{
+    if (gw->jobs != NULL) {
+        og_jobs_close(gw->jobs, jobs_closed, gw);
+        return;
+    }
+    close_rest(gw);
+}
+
+static void queue_closed(void *arg)
+{
+    og_gw_t *gw = arg;
+    gw->queue = NULL;
+    close_jobs(gw);
+}
+
 static void gw_stop(og_worker_t *w)
 {
     og_gw_t *gw = w->app_data;
     if (gw == NULL)
         return;
     gw->closing = 1;
-    /* Steps first: a running step still needs the pool and the HTTP client to end. */
-    if (gw->jobs != NULL) {
-        og_jobs_close(gw->jobs, jobs_closed, gw);
+    /* The queue's releases first: they record their outcomes with the pool and take no more. */
+    if (gw->queue != NULL) {
+        og_queue_close(gw->queue, queue_closed, gw);
         return;
     }
-    close_rest(gw);
+    close_jobs(gw);
 }
 
 static void close_rest(og_gw_t *gw)

@@ -56,8 +56,9 @@ typedef struct logs_kind logs_kind_t;
 
 static const char *const channels[] = {"whatsapp_qr", "whatsapp_meta", "sms", NULL};
 static const char *const sources[] = {"sms", "omni", "otp", NULL};
-static const char *const omni_status[] = {"pending",   "sent", "failed",      "unknown",
-                                          "delivered", "read", "undelivered", NULL};
+static const char *const omni_status[] = {"pending",   "sent",     "failed",      "unknown",
+                                          "delivered", "read",     "undelivered", "queued",
+                                          "scheduled", "canceled", "expired",     NULL};
 static const char *const sms_status[] = {"sent", "failed", "delivered", "read", "undelivered", NULL};
 static const char *const otp_status[] = {"pending", "verified",   "expired", "locked",
                                          "failed",  "superseded", NULL};

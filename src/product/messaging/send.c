@@ -23,6 +23,9 @@
 #include "omnigate/jw.h"
 #include "omnigate/phone.h"
 #include "omnigate/providers/provider.h"
+#include "omnigate/queue/pacing.h"
+#include "omnigate/queue/queue.h"
+#include "omnigate/queue/release.h"
 #include "omnigate/tenants/settings.h"
 #include "omnigate/smsenc.h"
 #include "omnigate/store.h"
@@ -87,6 +90,17 @@ typedef struct send_ctx {
     uint64_t att_at_ms[OG_ENGINE_MAX];
 
     og_idem_t idem;
+
+    /* A queued send (API.md §19): answered 202 once its row and entries are committed, delivered
+     * by the release (queue/release.h). */
+    bool queued;
+    bool scheduled;       /* sendAt in the future */
+    bool send_at_given;   /* the answer shows sendAt */
+    const char *priority; /* static: high, normal, low */
+    int64_t due_ms, valid_until_ms;
+    char due_s[24], valid_until_s[24], validity_s[12];
+    char senders_lit[400]; /* each channel's sender, a text[] literal */
+    char rates_lit[96];
 
     /* SQL parameters that must outlive the op */
     char channels_lit[64];
@@ -161,6 +175,55 @@ static bool read_fallback(send_ctx_t *c, const char *on, long long after, og_err
     return true;
 }
 
+/* queue, sendAt, validitySeconds and priority (API.md §19): a queued send's due time, validity
+ * and order. sendAt implies queue; the other two need it (else they would be silently ignored). */
+static bool read_queue(send_ctx_t *c, json_t *body, og_err_t *err)
+{
+    bool queue = false;
+    const char *send_at = NULL, *priority = "normal";
+    long long validity = -1;
+    json_t *q = json_object_get(body, "queue");
+    if (!og_json_get_bool(body, "queue", false, &queue, err) ||
+        !og_json_get_string(body, "sendAt", false, &send_at, err) ||
+        !og_json_get_int(body, "validitySeconds", false, OG_QUEUE_VALIDITY_MIN_S, OG_QUEUE_VALIDITY_MAX_S,
+                         &validity, err) ||
+        !og_json_get_string(body, "priority", false, &priority, err))
+        return false;
+    if (send_at != NULL && q != NULL && !queue)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "queue",
+                           "sendAt needs queue true (or no queue field)");
+    c->queued = queue || send_at != NULL;
+    if (!c->queued) {
+        if (validity >= 0)
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "validitySeconds",
+                               "validitySeconds needs queue true or sendAt");
+        if (json_object_get(body, "priority") != NULL)
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "priority",
+                               "priority needs queue true or sendAt");
+        return true;
+    }
+    if (strcmp(priority, "high") != 0 && strcmp(priority, "normal") != 0 && strcmp(priority, "low") != 0)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "priority", "priority must be high, normal or low");
+    c->priority = priority[0] == 'h' ? "high" : priority[0] == 'n' ? "normal" : "low";
+    int64_t now = (int64_t)og_ids_now_ms();
+    c->due_ms = now;
+    if (send_at != NULL) {
+        if (!og_time_parse_rfc3339(send_at, &c->due_ms))
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, "sendAt", "sendAt must be an RFC 3339 time");
+        if (c->due_ms < now - OG_QUEUE_SEND_AT_PAST_MS || c->due_ms > now + OG_QUEUE_SEND_AT_AHEAD_MS)
+            return og_err_fail(err, OG_E_SEND_AT_OUT_OF_RANGE, "sendAt",
+                               "sendAt must be at most 60 s in the past and at most 35 days ahead");
+        c->send_at_given = true;
+        c->scheduled = c->due_ms > now;
+    }
+    if (validity < 0)
+        validity = c->gw->w->cfg->queue_validity_s;
+    c->valid_until_ms = c->due_ms + validity * 1000;
+    snprintf(c->due_s, sizeof(c->due_s), "%lld", (long long)c->due_ms);
+    snprintf(c->valid_until_s, sizeof(c->valid_until_s), "%lld", (long long)c->valid_until_ms);
+    return true;
+}
+
 /* Reads the fields of the body and checks their form; keeps to and text in `c`, and hands back
  * the requested whatsappFrom and sender (borrowed from `body`, NULL when absent). */
 static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const char **sender, og_err_t *err)
@@ -195,7 +258,7 @@ static bool read_fields(send_ctx_t *c, json_t *body, const char **wa_from, const
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "sender",
                            "sender must be 1-11 letters, digits or spaces, or a number of up to 15 digits");
     c->all = strcmp(mode, "all") == 0;
-    if (!read_fallback(c, fallback_on, after, err))
+    if (!read_fallback(c, fallback_on, after, err) || !read_queue(c, body, err))
         return false;
     snprintf(c->to, sizeof(c->to), "%s", to);
     c->tpl_req = json_incref(tpl);
@@ -307,6 +370,15 @@ static bool resolve_senders(send_ctx_t *c, const char *wa_from, const char *send
 static int tried(const send_ctx_t *c, og_channel_t ch)
 {
     return og_channel_index(c->ch, c->nch, ch);
+}
+
+/* The sender of channel k, as pacing knows it (API.md §19): Meta's phone number id, the QR
+ * session, the SMS sender id. */
+static const char *pacing_sender(const send_ctx_t *c, int k)
+{
+    return c->ch[k] == OG_CH_SMS           ? c->sender
+           : c->ch[k] == OG_CH_WHATSAPP_QR ? (c->qr_session ? c->qr_session : "default")
+                                           : c->meta_phone_number_id;
 }
 
 /* Drops channel ch from the plan, reporting it skipped for `reason`. */
@@ -650,6 +722,11 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
 static void engine_done(og_engine_t *e)
 {
     send_ctx_t *c = e->arg;
+    /* Every provider call counts against its sender's rate, shared with queued sends (§19). */
+    for (int k = 0; k < e->started; k++)
+        if (result_of(c, k)->http_status != 0)
+            og_queue_debit(c->gw->queue, c->auth.tenant->id, c->ch[k], pacing_sender(c, k),
+                           c->ch[k] == OG_CH_SMS ? (int)c->sms.segments : 1);
     if (!build_answer(c, e) || !build_completion(c, e)) {
         og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
@@ -739,6 +816,147 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
     og_engine_run(&c->engine);
 }
 
+/* ---- a queued send (API.md §19) -------------------------------------------------------------- */
+
+/* The 202 answer of a queued send: reference, status, sendAt (when given), validUntil. */
+static bool queue_answer(send_ctx_t *c)
+{
+    char t[32];
+    c->response_status = 202;
+    snprintf(c->response_status_s, sizeof(c->response_status_s), "%d", c->response_status);
+    og_jw_t w;
+    og_jw_init(&w, 256);
+    og_api_envelope_open(&w, 202, c->scheduled ? "Message scheduled" : "Message queued");
+    og_jw_object(&w);
+    og_jw_kstring(&w, "reference", c->reference);
+    og_jw_kstring(&w, "status", c->scheduled ? "scheduled" : "queued");
+    if (c->send_at_given) {
+        og_time_rfc3339_ms(c->due_ms, t);
+        og_jw_kstring(&w, "sendAt", t);
+    }
+    og_time_rfc3339_ms(c->valid_until_ms, t);
+    og_jw_kstring(&w, "validUntil", t);
+    og_jw_object_end(&w);
+    og_api_envelope_close(&w, NULL);
+    c->response_text = og_jw_finish(&w, &c->response_len);
+    return c->response_text != NULL;
+}
+
+/* Appends `v` to the array literal being built in buf (used `*len` of `cap`) as a quoted element
+ * ("..." with " and \ escaped). False when it does not fit. */
+static bool lit_append(char *buf, size_t cap, size_t *len, const char *v)
+{
+    size_t n = *len;
+    if (n + 1 >= cap)
+        return false;
+    buf[n++] = '"';
+    for (const char *p = v; *p; p++) {
+        if (n + 3 >= cap)
+            return false;
+        if (*p == '"' || *p == '\\')
+            buf[n++] = '\\';
+        buf[n++] = *p;
+    }
+    buf[n++] = '"';
+    buf[n] = '\0';
+    *len = n;
+    return true;
+}
+
+/* c->senders_lit and c->rates_lit: each channel's sender and its rate, in the message's
+ * channel order. */
+static bool queue_senders(send_ctx_t *c)
+{
+    size_t len = 1, rlen = 1;
+    c->senders_lit[0] = '{';
+    c->rates_lit[0] = '{';
+    for (int k = 0; k < c->nch; k++) {
+        const char *from = c->ch[k] == OG_CH_SMS ? c->sender : c->wa_from;
+        const char *sender = c->ch[k] == OG_CH_SMS           ? c->sender
+                             : c->ch[k] == OG_CH_WHATSAPP_QR ? (c->qr_session ? c->qr_session : "default")
+                                                             : c->meta_phone_number_id;
+        if (k > 0)
+            c->senders_lit[len++] = ',';
+        if (!lit_append(c->senders_lit, sizeof(c->senders_lit) - 1, &len, sender ? sender : ""))
+            return false;
+        int n = snprintf(c->rates_lit + rlen, sizeof(c->rates_lit) - rlen, "%s%.6g", k ? "," : "",
+                         og_pacing_rate(c->gw->w->cfg, c->auth.tenant->settings, c->ch[k], from));
+        if (n < 0 || (size_t)n >= sizeof(c->rates_lit) - rlen - 1)
+            return false;
+        rlen += (size_t)n;
+    }
+    strcpy(c->senders_lit + len, "}");
+    strcpy(c->rates_lit + rlen, "}");
+    return true;
+}
+
+static void queued_done(og_db_op_t *op, og_db_status_t st)
+{
+    send_ctx_t *c = op->arg;
+    if (st != OG_DB_OK) {
+        if (!og_idem_answer_lost(c->req, op, st))
+            og_answer_db_failure(c->req, &c->gw->w->log, op, st, "queueing a message failed",
+                                 "database unavailable: nothing was queued");
+        ctx_free(c);
+        return;
+    }
+    const PGresult *r = op->res[1];
+    if (r != NULL && PQntuples(r) == 1 && PQgetvalue(r, 0, OG_C_QUEUE_ACCEPT_DUE_NOW)[0] == 't')
+        og_queue_wake(c->gw->queue);
+    og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
+    og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text, c->response_len);
+    ctx_free(c);
+}
+
+/* The key (if any) is ours: commit the queued message, its entries and the 202 answer (stored
+ * for repeats) in one transaction; the answer goes once it commits, and nothing is sent before. */
+static void enqueue(send_ctx_t *c)
+{
+    if (!queue_senders(c) || !queue_answer(c)) {
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory, or senders too long to queue");
+        ctx_free(c);
+        return;
+    }
+    snprintf(c->segments_s, sizeof(c->segments_s), "%d", tried(c, OG_CH_SMS) >= 0 ? (int)c->sms.segments : 1);
+    og_db_op_t *op = c->op;
+    og_q_queue_insert(
+        &op->stmts[0],
+        &(og_q_queue_insert_t){.tenant_id = c->auth.tenant->id,
+                               .reference = c->reference,
+                               .to = c->to,
+                               .text = c->text,
+                               .mode = c->all ? "all" : "fallback",
+                               .channels = c->channels_lit,
+                               .skipped = c->skipped_text,
+                               .fallback_on = c->fallback_on,
+                               .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
+                               .wa_from = c->wa_from[0] ? c->wa_from : NULL,
+                               .sms_sender = c->sender[0] ? c->sender : NULL,
+                               .template = c->template_text,
+                               .status = c->scheduled ? "scheduled" : "queued",
+                               .due_ms = c->due_s,
+                               .valid_until_ms = c->valid_until_s,
+                               .priority = c->priority});
+    og_q_queue_accept(&op->stmts[1], &(og_q_queue_accept_t){.tenant_id = c->auth.tenant->id,
+                                                            .reference = c->reference,
+                                                            .channels = c->channels_lit,
+                                                            .senders = c->senders_lit,
+                                                            .rates = c->rates_lit,
+                                                            .all = c->all ? "true" : "false",
+                                                            .priority = c->priority,
+                                                            .due_ms = c->due_s,
+                                                            .valid_until_ms = c->valid_until_s,
+                                                            .segments = c->segments_s});
+    int n = 2;
+    n += og_idem_reference_stmt(&c->idem, op, n, c->reference);
+    n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
+    op->nstmts = n;
+    op->write = true;
+    op->done = queued_done;
+    op->arg = c;
+    og_db_submit(c->gw->db, op);
+}
+
 /* The key (if any) is ours: commit the pending message row. */
 static void claimed(og_idem_t *i)
 {
@@ -760,6 +978,10 @@ static void claimed(og_idem_t *i)
     if (c->skipped_text == NULL) {
         og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
+        return;
+    }
+    if (c->queued) {
+        enqueue(c);
         return;
     }
     og_db_op_t *op = c->op;
@@ -847,9 +1069,10 @@ static void prepared(send_ctx_t *c)
         bool remembered;
         if (og_nowa_cached(c->gw->nowa, c->to, &remembered)) {
             nowa_checked(c, remembered);
-        } else if (!c->idem.has_key) {
+        } else if (!c->idem.has_key && !c->queued) {
             /* The lookup rides on the pending insert (inserted). With a key it cannot: the
-             * claim comes first, and a send refused for want of a channel must not hold it. */
+             * claim comes first, and a send refused for want of a channel must not hold it;
+             * nor on a queued send's, whose insert is another statement. */
             c->nowa_in_insert = true;
             claim(c);
         } else {
@@ -895,9 +1118,19 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    static const char *const allowed[] = {"to",       "text",         "template",
-                                          "channels", "deliveryMode", "whatsappFrom",
-                                          "sender",   "fallbackOn",   "fallbackAfterSeconds",
+    static const char *const allowed[] = {"to",
+                                          "text",
+                                          "template",
+                                          "channels",
+                                          "deliveryMode",
+                                          "whatsappFrom",
+                                          "sender",
+                                          "fallbackOn",
+                                          "fallbackAfterSeconds",
+                                          "queue",
+                                          "sendAt",
+                                          "validitySeconds",
+                                          "priority",
                                           NULL};
     og_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);

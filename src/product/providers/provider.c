@@ -340,6 +340,7 @@ static void attempt_req_done(og_hc_req_t *req)
         }
         res->http_status = (int)req->http_status;
         res->latency_us = req->latency_us;
+        res->retry_after_s = (uint32_t)req->retry_after_s;
     } else {
         og_provider_fail(res, a->fail_code, "%s", req->errbuf);
     }

@@ -23,9 +23,9 @@
 #include "omnigate/messaging/budget.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/ids.h"
+#include "omnigate/messaging/stored.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/tenants/settings.h"
-#include "omnigate/smsenc.h"
 #include "omnigate/store.h"
 
 typedef struct fb {
@@ -43,16 +43,13 @@ typedef struct fb {
     int next; /* index of the channel (= seq of the attempt) being tried */
     const char *reason;
 
-    og_send_params_t params;
-    char *template_json; /* Meta's template object of a template send (or wrapped text), or NULL */
-    bool token_sealed;   /* the channel's access token did not open (settings.h) */
+    char *template_json;    /* Meta's template object of a template send (or wrapped text), or NULL */
+    og_stored_attempt_t sa; /* the attempt on channel `next` (messaging/stored.h) */
     og_attempt_t att;
-    og_sms_info_t sms;
     int schedule_stmt; /* in the ending write, -1 when none */
 
     /* SQL parameters that must outlive the op */
-    char seq_s[12], next_seq_s[12], latency_s[24], http_s[12], segments_s[12];
-    char *sms_error_text;
+    char seq_s[12], next_seq_s[12];
 } fb_t;
 
 static void begin(fb_t *f);
@@ -63,7 +60,7 @@ static void fb_free(fb_t *f, bool ok)
     og_jobs_finish(f->step, ok);
     free(f->text);
     free(f->template_json);
-    free(f->sms_error_text);
+    og_stored_clear(&f->sa);
     json_decref(f->settings);
     free(f);
 }
@@ -92,11 +89,20 @@ static int message_stmt(og_db_op_t *op, int n,
     return 1;
 }
 
-/* What the attempt on channel f->next sends: 'template' for Meta's template message, NULL for
- * a free text (attempts.content). */
-static const char *content_of(const fb_t *f)
+/* Aims f->sa at the attempt on channel f->next. */
+static void aim(fb_t *f)
 {
-    return f->ch[f->next] == OG_CH_WHATSAPP_META && f->template_json != NULL ? "template" : NULL;
+    f->sa = (og_stored_attempt_t){.tenant_id = f->step->tenant_id,
+                                  .reference = f->step->reference,
+                                  .to = f->to,
+                                  .text = f->text,
+                                  .wa_from = f->wa_from,
+                                  .sender = f->sender,
+                                  .template_json = f->template_json,
+                                  .settings = f->settings,
+                                  .ch = f->ch[f->next],
+                                  .seq = f->next,
+                                  .sms_error_text = f->sa.sms_error_text};
 }
 
 /* fallback_begin of the attempt on channel f->next, whose seq is `seq`, at op->stmts[n]. */
@@ -107,7 +113,7 @@ static int begin_stmt(const fb_t *f, og_db_op_t *op, int n, const char *seq)
                                                                 .seq = seq,
                                                                 .channel = og_channel_name(f->ch[f->next]),
                                                                 .reason = f->reason,
-                                                                .content = content_of(f)});
+                                                                .content = og_stored_content(&f->sa)});
     return 1;
 }
 
@@ -149,63 +155,15 @@ static void finish_with(fb_t *f, int n, bool schedule, bool settle)
     og_db_submit(f->gw->db, op);
 }
 
-/* The attempt's outcome: fallback_end (and its SMS record) at op->stmts[0..); returns the
- * count. */
-static int end_stmts(fb_t *f)
-{
-    og_db_op_t *op = &f->op;
-    const og_attempt_result_t *r = &f->att.result;
-    snprintf(f->latency_s, sizeof(f->latency_s), "%llu", (unsigned long long)(r->latency_us / 1000));
-    snprintf(f->http_s, sizeof(f->http_s), "%d", r->http_status);
-    int n = 0;
-    og_q_fallback_end(
-        &op->stmts[n++],
-        &(og_q_fallback_end_t){.tenant_id = f->step->tenant_id,
-                               .reference = f->step->reference,
-                               .seq = f->seq_s,
-                               .status = r->sent ? "sent" : "failed",
-                               .provider_id = r->sent ? r->provider_message_id : NULL,
-                               .error_code = r->sent ? NULL : r->error_code,
-                               .error_message = r->sent ? NULL : r->error_message,
-                               .provider_code = !r->sent && r->provider_code[0] ? r->provider_code : NULL,
-                               .http_status = r->http_status ? f->http_s : NULL,
-                               .latency_ms = f->latency_s});
-    if (f->ch[f->next] == OG_CH_SMS) {
-        free(f->sms_error_text);
-        f->sms_error_text = NULL;
-        if (!r->sent) {
-            json_t *e = og_attempt_error_json(r);
-            f->sms_error_text = json_dumps(e, JSON_COMPACT);
-            json_decref(e);
-        }
-        snprintf(f->segments_s, sizeof(f->segments_s), "%d", (int)f->sms.segments);
-        og_q_sms_record(&op->stmts[n++],
-                        &(og_q_sms_record_t){.tenant_id = f->step->tenant_id,
-                                             .reference = f->step->reference,
-                                             .source = "omni",
-                                             .to = f->to,
-                                             .sender = f->sender,
-                                             .text = f->text,
-                                             .segments = f->segments_s,
-                                             .encoding = og_sms_encoding_name(f->sms.encoding),
-                                             .status = r->sent ? "sent" : "failed",
-                                             .provider_id = r->sent ? r->provider_message_id : NULL,
-                                             .error = f->sms_error_text});
-    }
-    return n;
-}
-
 /* A 'pending' attempt is committed: now its provider may be called. */
 static void begun(og_db_op_t *op, og_db_status_t st);
 
 static void attempted(og_attempt_t *a)
 {
     fb_t *f = a->arg;
-    /* The adapter saw no token; the reason it had none is ours to give. */
-    if (f->token_sealed && a->result.error_code == OG_ERR_NOT_CONFIGURED)
-        og_provider_fail(&a->result, OG_ERR_NOT_CONFIGURED, "%s", OG_SETTINGS_UNOPENED_MESSAGE);
+    og_stored_result_fix(&f->sa, &a->result);
     og_db_op_clear(&f->op);
-    int n = end_stmts(f);
+    int n = og_stored_end_stmts(&f->sa, &a->result, &f->op, 0);
     bool sent = a->result.sent;
     bool more = f->next + 1 < f->nch;
     if (sent || !more) {
@@ -214,9 +172,10 @@ static void attempted(og_attempt_t *a)
     }
     /* Failed at the provider's API: the next channel at once, within this step. */
     f->next++;
+    aim(f); /* keeps the SMS error text fallback_end's SMS record points to */
     snprintf(f->next_seq_s, sizeof(f->next_seq_s), "%d", f->next);
     og_db_op_t *op = &f->op;
-    n += begin_stmt(f, op, n, f->next_seq_s); /* seq_s still holds the failed attempt's, for fallback_end */
+    n += begin_stmt(f, op, n, f->next_seq_s);
     op->nstmts = n;
     op->write = true;
     op->done = begun;
@@ -226,35 +185,11 @@ static void attempted(og_attempt_t *a)
 
 /* ---- the provider call ---------------------------------------------------------------------- */
 
-/* Fills f->params for channel f->ch[f->next] from the senders the send resolved and the
- * tenant's settings now; what is missing makes the attempt fail not_configured. */
-static void params_for(fb_t *f)
-{
-    og_channel_t ch = f->ch[f->next];
-    f->params = (og_send_params_t){.to = f->to, .text = f->text};
-    f->token_sealed = false;
-    if (ch == OG_CH_SMS) {
-        f->params.from = f->sender[0] ? f->sender : NULL;
-        og_sms_encode_info(f->text, strlen(f->text), &f->sms);
-        return;
-    }
-    og_settings_wa_number_t num;
-    if (f->wa_from[0] && og_settings_wa_number(f->settings, og_channel_name(ch), f->wa_from, &num)) {
-        f->params.from = f->wa_from;
-        f->params.session = num.session;
-        f->params.phone_number_id = num.phone_number_id;
-        f->params.access_token = num.access_token;
-        f->params.template_json = f->template_json;
-        f->token_sealed = num.access_token_sealed;
-    }
-}
-
 static void call_provider(fb_t *f)
 {
-    snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
-    params_for(f);
+    og_stored_params(&f->sa);
     f->att = (og_attempt_t){.done = attempted, .arg = f};
-    og_attempt_start(&f->gw->prov, f->ch[f->next], &f->params, &f->att);
+    og_attempt_start(&f->gw->prov, f->ch[f->next], &f->sa.params, &f->att);
 }
 
 static void begun(og_db_op_t *op, og_db_status_t st)
@@ -271,6 +206,7 @@ static void begun(og_db_op_t *op, og_db_status_t st)
 
 static void begin(fb_t *f)
 {
+    aim(f);
     snprintf(f->seq_s, sizeof(f->seq_s), "%d", f->next);
     og_db_op_t *op = &f->op;
     og_db_op_clear(op);

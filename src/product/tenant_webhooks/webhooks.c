@@ -22,8 +22,8 @@
 #define PREFIX_LEN (sizeof(OG_WH_SECRET_PREFIX) - 1)
 
 const char *const og_wh_events[OG_WH_NEVENTS] = {
-    "message.sent",        "message.failed", "message.delivered", "message.read",
-    "message.undelivered", "otp.verified",   "otp.locked",
+    "message.sent", "message.failed", "message.delivered", "message.read",    "message.undelivered",
+    "otp.verified", "otp.locked",     "message.canceled",  "message.expired",
 };
 
 void og_wh_secret_new(char out[OG_WH_SECRET_LEN + 1])
@@ -130,7 +130,8 @@ bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
                 return og_err_fail(
                     err, OG_E_VALIDATION_FAILED, "events",
                     "events[%zu] must be one of message.sent, message.failed, message.delivered, "
-                    "message.read, message.undelivered, otp.verified, otp.locked",
+                    "message.read, message.undelivered, otp.verified, otp.locked, message.canceled, "
+                    "message.expired",
                     i);
             if (want[k])
                 return og_err_fail(err, OG_E_VALIDATION_FAILED, "events", "events must be distinct");

@@ -20,6 +20,7 @@ struct og_nowa;
 struct og_status_sweep;
 struct og_callbacks_metrics;
 struct og_tpl_cache;
+struct og_queue;
 
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
@@ -39,6 +40,8 @@ typedef struct og_gw {
     og_rl_t rl;           /* per-tenant rate limit buckets of this worker */
     /* WhatsApp template catalogue entries (templates/catalogue.h); NULL without a database. */
     struct og_tpl_cache *tpl;
+    /* The release of queued messages (queue/release.h); NULL without a database. */
+    struct og_queue *queue;
     /* Worker 0 with a database only: the status sweep (callbacks/status_sweep.h). */
     struct og_status_sweep *status_sweep;
     int closing; /* pieces still closing in the gateway's stop */

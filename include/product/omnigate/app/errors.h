@@ -25,6 +25,8 @@
     X(OG_E_CONFLICT, "conflict", 409)                                                                        \
     /* a delivery retried while the tenant has no enabled webhook */                                         \
     X(OG_E_WEBHOOK_DISABLED, "webhook_disabled", 409)                                                        \
+    /* a queued message a provider is already working on, or that has ended (API.md §19) */                 \
+    X(OG_E_NOT_CANCELABLE, "not_cancelable", 409)                                                            \
     X(OG_E_OTP_EXPIRED, "otp_expired", 410)                                                                  \
     X(OG_E_IDEMPOTENCY_KEY_REUSED, "idempotency_key_reused", 422)                                            \
     X(OG_E_WHATSAPP_FROM_NOT_REGISTERED, "whatsapp_from_not_registered", 422)                                \
@@ -35,6 +37,8 @@
     X(OG_E_TEMPLATE_NOT_FOUND, "template_not_found", 422)                                                    \
     X(OG_E_TEMPLATE_NOT_APPROVED, "template_not_approved", 422)                                              \
     X(OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template_parameters_mismatch", 422)                                \
+    /* queued sends (API.md §19) */                                                                         \
+    X(OG_E_SEND_AT_OUT_OF_RANGE, "send_at_out_of_range", 422)                                                \
     X(OG_E_OTP_INVALID, "otp_invalid", 422)                                                                  \
     X(OG_E_RATE_LIMITED, "rate_limited", 429)                                                                \
     X(OG_E_OTP_COOLDOWN, "otp_cooldown", 429)                                                                \

@@ -41,6 +41,7 @@ typedef struct og_attempt_result {
     char provider_code[32];        /* the provider's own error code, "" when none */
     int http_status;               /* 0 when no status arrived */
     uint64_t latency_us;
+    uint32_t retry_after_s; /* the answer's Retry-After (http_client.h), 0 without one */
     /* The provider refused our credentials or the linked session (expired token, wrong key,
      * logged-out WhatsApp session): every attempt on this channel will fail until an operator
      * fixes it. Worth an alert; og_attempt also logs a warning. */

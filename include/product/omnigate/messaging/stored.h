@@ -1,0 +1,60 @@
+/*
+ * One attempt of a message already stored (a delivery-based fallback step's, steps/fallback.c;
+ * a released queued message's, queue/release.c): what its provider gets, made from the
+ * message's row and the tenant's settings now, and the statements that record its outcome
+ * (fallback_end, and the SMS record of an sms attempt). Responsible for those two; not for
+ * when the attempt runs or what follows it.
+ */
+#ifndef OMNIGATE_MESSAGING_STORED_H
+#define OMNIGATE_MESSAGING_STORED_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "omnigate/db.h"
+#include "omnigate/providers/provider.h"
+#include "omnigate/smsenc.h"
+
+typedef struct og_stored_attempt {
+    /* in: borrowed, valid until the outcome's write is done */
+    const char *tenant_id;
+    const char *reference;
+    const char *to;
+    const char *text;
+    const char *wa_from;       /* "" when none */
+    const char *sender;        /* the SMS sender, "" when none */
+    const char *template_json; /* Meta's template object, or NULL for a free text */
+    const json_t *settings;    /* the tenant's, opened */
+    og_channel_t ch;
+    int seq; /* the attempt's seq: the channel's place in the message's channels */
+    /* out (og_stored_params) */
+    og_send_params_t params;
+    bool token_sealed; /* the channel's access token did not open (settings.h) */
+    og_sms_info_t sms;
+    /* SQL parameters that must outlive the op */
+    char seq_s[12], latency_s[24], http_s[12], segments_s[12];
+    char *sms_error_text;
+} og_stored_attempt_t;
+
+/* Fills a->params (and a->sms for sms) for channel a->ch from the senders the send resolved
+ * and the settings now; what is missing makes the attempt fail not_configured. */
+void og_stored_params(og_stored_attempt_t *a);
+
+/* The adapter saw no token: the reason it had none is ours to give (call from the attempt's
+ * done callback before reading its result). */
+void og_stored_result_fix(const og_stored_attempt_t *a, og_attempt_result_t *r);
+
+/* 'template' when the attempt sends Meta's template message, NULL for a free text
+ * (attempts.content). */
+const char *og_stored_content(const og_stored_attempt_t *a);
+
+/* Binds at op->stmts[n..] the attempt's outcome `r`: fallback_end, and for sms its SMS record.
+ * Returns the number of statements (1 or 2). NULL-safe for out-of-memory on the error text
+ * (the record then has no error object). */
+int og_stored_end_stmts(og_stored_attempt_t *a, const og_attempt_result_t *r, og_db_op_t *op, int n);
+
+/* Frees what og_stored_end_stmts allocated. */
+void og_stored_clear(og_stored_attempt_t *a);
+
+#endif

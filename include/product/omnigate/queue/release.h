@@ -1,0 +1,49 @@
+/*
+ * The release of queued messages (API.md §19), one per worker: claims due messages with their
+ * senders' tokens (queue_claim: og_queue_claim in sql/018_queue.sql, which leases each message
+ * to this worker and records its attempt 'pending' in the claim's transaction), calls each one's
+ * provider, and records the outcome with what follows it (queue_attempted: the next channel, a
+ * retry after a throttle, the final status) under the lease. Responsible for moving queued
+ * messages to providers at their senders' rates; not for accepting them (messaging/send.c) or
+ * for the rates themselves (pacing.h).
+ *
+ * When: a jittered timer (OG_QUEUE_TICK_MS, +-25%), at once after a claim that filled its
+ * batch, and og_queue_wake after this worker commits a message due now. Other instances find
+ * it at their next tick, well within the second API.md §19 allows.
+ */
+#ifndef OMNIGATE_QUEUE_RELEASE_H
+#define OMNIGATE_QUEUE_RELEASE_H
+
+#include "omnigate/app/ctx.h"
+#include "omnigate/metrics.h"
+
+#define OG_QUEUE_TICK_MS       200  /* a worker's claims with nothing woken: every 150-250 ms */
+#define OG_QUEUE_IN_FLIGHT     256  /* released messages one worker has at providers at once, at most */
+#define OG_QUEUE_CLAIM_MAX     64   /* messages one claim takes, at most */
+#define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
+#define OG_QUEUE_SAMPLE_MS     2000 /* the depth gauges: sampled this often by worker 0 */
+#define OG_QUEUE_DEBITS        128  /* senders a worker gathers sync sends' calls for between ticks */
+
+/* The queue's metric block (metrics.h): depth by priority (sampled), lag (claim time minus due
+ * time), throttles and releases by channel. The app registers it (worker.h). */
+extern const og_m_block_t og_queue_metrics_block;
+
+typedef struct og_queue og_queue_t;
+
+/* Starts the release of worker gw (which has a database and its jobs, whose lease owner names
+ * this worker's claims). `sampler`: this worker samples the depth gauges. NULL on OOM. */
+og_queue_t *og_queue_start(og_gw_t *gw, bool sampler);
+
+/* Claims now (or right after the claim in flight): a message due now was committed. */
+void og_queue_wake(og_queue_t *q);
+
+/* A sync send's provider call on a sender (API.md §19: sync sends count against the rate and
+ * are never held): `cost` tokens (SMS: segments) taken from the sender's bucket with this
+ * worker's next tick, together with the others gathered meanwhile. NULL-safe. */
+void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender, int cost);
+
+/* Stops claiming; messages at providers finish and record their outcome; `closed` is called
+ * once nothing is in flight. Before the pool and the HTTP client close. */
+void og_queue_close(og_queue_t *q, void (*closed)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,526 @@
+-- Queued, scheduled and paced delivery (API.md §19; src/product/queue/, docs/queueing.md).
+--
+-- A queued send is a message row like any other, status 'queued' (due) or 'scheduled' (due
+-- later), plus one queue entry per channel it waits to try (fallback: the next one; all: every
+-- one). An entry names its sender: a row per (tenant, channel, sender) holding that sender's
+-- token bucket. The claim (og_queue_claim) takes a sender's tokens and its due entries in one
+-- transaction, under the sender row's lock: every worker of every instance shares the rate
+-- without a coordinator, and two workers never claim for one sender at once.
+--
+-- An entry claimed is leased to its worker and its attempt is recorded 'pending' in the claim's
+-- own transaction: the provider is called only after that commit, and a worker that dies
+-- leaves a lease that expires and an attempt that becomes 'unknown' (never a second call, the
+-- rule of §15). The completion (og_queue_attempted) deletes or moves the entry under the lease.
+--
+-- Cost flat in the backlog: the claim reads each sender's entries through
+-- queue_entries_next by (sender, priority, due) and stops after what the tokens allow; the
+-- senders with work are found by queue_senders_wake; nothing scans the entries.
+
+-- New statuses: 'queued', 'scheduled', 'canceled', 'expired' (messages.status has no CHECK since
+-- sql/012).
+ALTER TABLE messages
+    ADD COLUMN due_at      timestamptz, -- a queued send's due time (sendAt, else accepted)
+    ADD COLUMN valid_until timestamptz, -- ... and how long after it a provider may still get it
+    ADD COLUMN priority    text;        -- 'high', 'normal', 'low'; NULL for a sync send
+
+-- The 429s before an attempt's outcome: a throttled attempt is retried on its channel in the
+-- same row (an attempt's seq is its channel's place in the message's channels, sql/009).
+ALTER TABLE attempts ADD COLUMN throttles smallint NOT NULL DEFAULT 0;
+
+CREATE TABLE queue_senders (
+    id              bigint           GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant_id       uuid             NOT NULL,
+    channel         text             NOT NULL,
+    sender          text             NOT NULL, -- Meta: phone number id; QR: session; SMS: sender id
+    rate            double precision NOT NULL, -- per second (SMS: segments), from the settings
+    tokens          double precision NOT NULL DEFAULT 0,
+    refilled_at     timestamptz      NOT NULL DEFAULT now(),
+    throttled_until timestamptz,               -- rate halved until then (a provider throttled it)
+    held_until      timestamptz,               -- nothing released before (the provider's Retry-After)
+    wake_at         timestamptz,               -- its next claim may take something; NULL: idle
+    UNIQUE (tenant_id, channel, sender)
+);
+CREATE INDEX queue_senders_wake ON queue_senders (wake_at) WHERE wake_at IS NOT NULL;
+
+CREATE TABLE queue_entries (
+    id          bigint      GENERATED ALWAYS AS IDENTITY,
+    tenant_id   uuid        NOT NULL,
+    reference   text        NOT NULL,
+    ch          smallint    NOT NULL, -- the channel's place in messages.channels (= its attempt's seq)
+    sender_id   bigint      NOT NULL REFERENCES queue_senders (id),
+    senders     bigint[]    NOT NULL, -- the sender of each channel of the message, in order
+    all_mode    boolean     NOT NULL,
+    priority    smallint    NOT NULL, -- 0 high, 1 normal, 2 low
+    due_at      timestamptz NOT NULL,
+    valid_until timestamptz NOT NULL,
+    segments    smallint    NOT NULL, -- tokens an SMS attempt takes; 1 on WhatsApp
+    throttles   smallint    NOT NULL DEFAULT 0,
+    lease_owner text,
+    lease_until timestamptz,
+    -- No foreign key to messages (sql/012: its lock costs every insert a WAL record); an
+    -- entry whose message was pruned is dropped when its claim finds no message.
+    PRIMARY KEY (tenant_id, reference, ch)
+);
+CREATE INDEX queue_entries_next ON queue_entries (sender_id, priority, due_at, id) WHERE lease_owner IS NULL;
+CREATE INDEX queue_entries_leases ON queue_entries (lease_until) WHERE lease_owner IS NOT NULL;
+
+-- 0, 1, 2 of a priority's name (high first).
+CREATE FUNCTION og_queue_priority(p text) RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT (CASE p WHEN 'high' THEN 0 WHEN 'low' THEN 2 ELSE 1 END)::smallint
+$$;
+
+-- A sender's rate now: halved for 60 s after a provider throttled it.
+CREATE FUNCTION og_queue_rate(s queue_senders) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT s.rate * CASE WHEN s.throttled_until > now() THEN 0.5 ELSE 1 END
+$$;
+
+-- Tokens a sender may hold: half a second of its rate, at least one message. Below the
+-- providers' own bucket (a second of the rate), so jitter between the claim and the call never
+-- turns into a 429.
+CREATE FUNCTION og_queue_burst(rate double precision) RETURNS double precision
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT greatest(1, rate / 2)
+$$;
+
+-- The earliest due entry of a sender not leased, or NULL: one index probe per priority.
+CREATE FUNCTION og_queue_next_due(p_sender bigint) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    SELECT min(d) FROM (
+        (SELECT due_at AS d FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 0 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)
+        UNION ALL
+        (SELECT due_at FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 1 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)
+        UNION ALL
+        (SELECT due_at FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 2 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)) x
+$$;
+
+-- Makes a sender's claim due no later than p_at. Writes (locks) the row only when that moves
+-- its wake-up earlier by more than a second, or it was idle: an enqueue behind a backlog, which
+-- is already due, touches nothing and waits on no claim.
+CREATE FUNCTION og_queue_wake_sender(p_sender bigint, p_at timestamptz) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE queue_senders SET wake_at = p_at
+    WHERE id = p_sender AND (wake_at IS NULL OR wake_at > p_at + interval '1 second');
+$$;
+
+-- The sender row of (tenant, channel, sender), made on first use, its rate kept to the
+-- settings' (written only when it changed: an enqueue does not lock a busy sender's row).
+CREATE FUNCTION og_queue_sender(p_tenant uuid, p_channel text, p_sender text, p_rate double precision)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    sid bigint;
+    r double precision;
+BEGIN
+    SELECT id, rate INTO sid, r FROM queue_senders
+    WHERE tenant_id = p_tenant AND channel = p_channel AND sender = p_sender;
+    IF NOT FOUND THEN
+        INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
+        VALUES (p_tenant, p_channel, p_sender, p_rate, og_queue_burst(p_rate))
+        ON CONFLICT (tenant_id, channel, sender) DO NOTHING
+        RETURNING id INTO sid;
+        IF sid IS NULL THEN
+            SELECT id, rate INTO sid, r FROM queue_senders
+            WHERE tenant_id = p_tenant AND channel = p_channel AND sender = p_sender;
+        ELSE
+            r := p_rate;
+        END IF;
+    END IF;
+    IF r <> p_rate THEN
+        UPDATE queue_senders SET rate = p_rate WHERE id = sid;
+    END IF;
+    RETURN sid;
+END
+$$;
+
+-- Queues a message its insert has just written (status 'queued' or 'scheduled'): its entries,
+-- one for the first channel (fallback) or one per channel (all), each behind its sender.
+-- p_senders / p_rates: per channel of the message, in order. Returns true when an entry is due
+-- now (the caller wakes its release).
+CREATE FUNCTION og_queue_accept(p_tenant uuid, p_ref text, p_channels text[], p_senders text[],
+                                p_rates double precision[], p_all boolean, p_priority text,
+                                p_due timestamptz, p_valid_until timestamptz, p_segments integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    ids bigint[] := '{}';
+    i integer;
+BEGIN
+    FOR i IN 1 .. cardinality(p_channels) LOOP
+        ids := ids || og_queue_sender(p_tenant, p_channels[i], p_senders[i], p_rates[i]);
+    END LOOP;
+    INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at,
+                               valid_until, segments)
+    SELECT p_tenant, p_ref, (g.n - 1)::smallint, ids[g.n], ids, p_all, og_queue_priority(p_priority), p_due,
+        p_valid_until, CASE WHEN p_channels[g.n] = 'sms' THEN p_segments ELSE 1 END
+    FROM generate_series(1, CASE WHEN p_all THEN cardinality(ids) ELSE 1 END) AS g(n);
+    FOR i IN 1 .. CASE WHEN p_all THEN cardinality(ids) ELSE 1 END LOOP
+        PERFORM og_queue_wake_sender(ids[i], p_due);
+    END LOOP;
+    RETURN p_due <= now();
+END
+$$;
+
+-- A message whose last entry is gone: its final status. Accepted on a channel: the status of
+-- its deliveries (og_message_status, sql/006, a delivery-based fallback included); else
+-- p_failed ('failed' or 'expired').
+CREATE FUNCTION og_queue_settle(p_tenant uuid, p_ref text, p_failed text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref) THEN
+        RETURN;
+    END IF;
+    UPDATE messages
+    SET status = CASE WHEN EXISTS (SELECT 1 FROM attempts a
+                                   WHERE a.tenant_id = p_tenant AND a.reference = p_ref AND a.status = 'sent')
+                      THEN og_message_status(p_tenant, p_ref) ELSE p_failed END,
+        completed_at = now()
+    WHERE tenant_id = p_tenant AND reference = p_ref;
+END
+$$;
+
+-- Claims due queued messages for worker p_owner: for up to p_senders senders whose claim is
+-- due, oldest wake-up first, refills the sender's bucket and takes its due entries in order
+-- (high, normal, low; oldest due first) while its tokens last, at most p_max in all. Entries
+-- past their validity end 'expired' instead. Each entry taken is leased for p_lease_ms, its
+-- message becomes 'pending' and its attempt is recorded 'pending' (attemptedAt = now), all in
+-- this transaction. Also ends the leases of holders that died (og_queue_abandon).
+CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer)
+RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan AS $$
+#variable_conflict use_column
+DECLARE
+    s      queue_senders%ROWTYPE;
+    e      record;
+    eff    double precision;
+    tok    double precision;
+    p      integer;
+    got    integer;
+    taken  integer := 0;
+    nxt    timestamptz;
+    c_t    uuid[] := '{}';
+    c_r    text[] := '{}';
+    c_ch   smallint[] := '{}';
+    c_lag  bigint[] := '{}';
+    c_pri  smallint[] := '{}';
+BEGIN
+    PERFORM og_queue_abandon(p_max);
+    FOR s IN SELECT * FROM queue_senders qs
+             WHERE qs.wake_at <= now() ORDER BY qs.wake_at LIMIT p_senders FOR UPDATE SKIP LOCKED LOOP
+        EXIT WHEN taken >= p_max;
+        eff := og_queue_rate(s);
+        tok := least(og_queue_burst(eff),
+                     s.tokens + eff * greatest(0, extract(epoch FROM now() - s.refilled_at)));
+        IF s.held_until IS NULL OR s.held_until <= now() THEN
+            FOR p IN 0 .. 2 LOOP
+                EXIT WHEN tok < 1 OR taken >= p_max;
+                LOOP -- pages of this priority while the tokens last
+                    got := 0;
+                    FOR e IN SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments
+                             FROM queue_entries q
+                             WHERE q.sender_id = s.id AND q.priority = p AND q.lease_owner IS NULL
+                                 AND q.due_at <= now()
+                             ORDER BY q.due_at, q.id
+                             LIMIT greatest(1, least(ceil(tok)::integer, p_max - taken))
+                             FOR UPDATE SKIP LOCKED LOOP
+                        got := got + 1;
+                        IF e.valid_until <= now() THEN
+                            PERFORM og_queue_expire(e.tenant_id, e.reference, e.ch);
+                            CONTINUE;
+                        END IF;
+                        EXIT WHEN tok < 1 OR taken >= p_max;
+                        UPDATE queue_entries q
+                        SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond'
+                        WHERE q.tenant_id = e.tenant_id AND q.reference = e.reference AND q.ch = e.ch;
+                        tok := tok - CASE WHEN s.channel = 'sms' THEN e.segments ELSE 1 END;
+                        taken := taken + 1;
+                        c_t := c_t || e.tenant_id;
+                        c_r := c_r || e.reference;
+                        c_ch := c_ch || e.ch;
+                        c_lag := c_lag || greatest(0, (extract(epoch FROM now() - e.due_at) * 1000)::bigint);
+                        c_pri := c_pri || p::smallint;
+                    END LOOP;
+                    EXIT WHEN got = 0 OR tok < 1 OR taken >= p_max;
+                END LOOP;
+            END LOOP;
+        END IF;
+        nxt := og_queue_next_due(s.id);
+        IF nxt IS NOT NULL THEN
+            nxt := greatest(nxt, s.held_until,
+                            CASE WHEN tok < 1 THEN now() + (1 - tok) / eff * interval '1 second' END);
+        END IF;
+        UPDATE queue_senders qs SET tokens = tok, refilled_at = now(), wake_at = nxt WHERE qs.id = s.id;
+    END LOOP;
+    IF taken = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE messages m SET status = 'pending'
+    FROM unnest(c_t, c_r) AS x(t, r)
+    WHERE m.tenant_id = x.t AND m.reference = x.r AND m.status IN ('queued', 'scheduled');
+    -- The attempt, 'pending' before its provider is called; a retry after a throttle reuses
+    -- its channel's row.
+    INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content)
+    SELECT x.t, x.r, x.c, m.channels[x.c + 1], 'pending', 0, now(),
+        CASE WHEN m.channels[x.c + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END
+    FROM unnest(c_t, c_r, c_ch) AS x(t, r, c)
+    JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
+    ON CONFLICT (tenant_id, reference, seq) DO UPDATE
+    SET status = 'pending', attempted_at = now(), latency_ms = 0, provider_message_id = NULL,
+        error_code = NULL, error_message = NULL, provider_code = NULL, http_status = NULL,
+        throttles = a.throttles + 1;
+    RETURN QUERY SELECT x.t, x.r, x.c, x.l, x.p FROM unnest(c_t, c_r, c_ch, c_lag, c_pri) AS x(t, r, c, l, p);
+END
+$$;
+
+-- An entry past its validity: gone, and its message 'expired' once no entry is left and no
+-- channel accepted it.
+CREATE FUNCTION og_queue_expire(p_tenant uuid, p_ref text, p_ch smallint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch;
+    PERFORM og_queue_settle(p_tenant, p_ref, 'expired');
+END
+$$;
+
+-- Leases of holders that died (their lease ran out): the attempt may have reached its provider,
+-- so it is never made again: it and (once no entry is left) its message become 'unknown'.
+CREATE FUNCTION og_queue_abandon(p_max integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    e record;
+    n integer := 0;
+BEGIN
+    FOR e IN SELECT q.tenant_id, q.reference, q.ch FROM queue_entries q
+             WHERE q.lease_owner IS NOT NULL AND q.lease_until < now()
+             ORDER BY q.lease_until LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
+        UPDATE attempts
+        SET status = 'unknown', error_code = 'outcome_unknown',
+            error_message = 'the instance making this attempt stopped before recording its outcome'
+        WHERE tenant_id = e.tenant_id AND reference = e.reference AND seq = e.ch AND status = 'pending';
+        DELETE FROM queue_entries WHERE tenant_id = e.tenant_id AND reference = e.reference AND ch = e.ch;
+        PERFORM og_queue_settle(e.tenant_id, e.reference, 'unknown');
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
+-- The outcome of a claimed entry's attempt (its row already completed by fallback_end), under
+-- the lease of p_owner (else the transaction fails: a holder whose lease ran out records
+-- nothing). p_outcome: 'sent', 'failed', or 'throttled' (provider_rate_limited), with the
+-- provider's Retry-After in p_retry_ms (NULL: 1, 2, 4 ... 60 s by the entry's throttles).
+--   sent       the entry is done; the message settles (or a delivery-based fallback goes on);
+--   failed     fallback: the next channel waits behind its sender, due now; all: done;
+--   throttled  the same channel again after the wait while validUntil allows, the sender's
+--              rate halved for 60 s and nothing of it released before the wait ends; else as
+--              failed, ending 'expired' when no channel is left.
+-- Returns true when an entry was made due now (the caller wakes its release).
+CREATE FUNCTION og_queue_attempted(p_tenant uuid, p_ref text, p_ch smallint, p_owner text, p_outcome text,
+                                   p_retry_ms integer)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    e queue_entries%ROWTYPE;
+    retry timestamptz;
+    ended text := 'failed';
+BEGIN
+    SELECT * INTO e FROM queue_entries
+    WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch AND lease_owner = p_owner
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue entry %/% is not leased by %', p_ref, p_ch, p_owner USING ERRCODE = 'P0001';
+    END IF;
+    IF p_outcome = 'throttled' THEN
+        retry := now() + coalesce(p_retry_ms, 1000 * least(60, 2 ^ e.throttles)::integer)
+                         * interval '1 millisecond';
+        UPDATE queue_senders
+        SET throttled_until = now() + interval '60 seconds', held_until = greatest(held_until, retry),
+            tokens = least(tokens, 0)
+        WHERE id = e.sender_id;
+        IF retry < e.valid_until THEN
+            UPDATE queue_entries
+            SET lease_owner = NULL, lease_until = NULL, due_at = retry, throttles = throttles + 1
+            WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch;
+            PERFORM og_queue_wake_sender(e.sender_id, retry);
+            UPDATE messages SET status = 'queued'
+            WHERE tenant_id = p_tenant AND reference = p_ref AND status = 'pending';
+            RETURN false;
+        END IF;
+        ended := 'expired';
+    END IF;
+    DELETE FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch;
+    IF p_outcome <> 'sent' AND NOT e.all_mode AND p_ch + 1 < cardinality(e.senders) THEN
+        INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority,
+                                   due_at, valid_until, segments)
+        SELECT p_tenant, p_ref, p_ch + 1, e.senders[p_ch + 2], e.senders, false, e.priority, now(),
+            e.valid_until, CASE WHEN s.channel = 'sms' THEN e.segments ELSE 1 END
+        FROM queue_senders s WHERE s.id = e.senders[p_ch + 2];
+        PERFORM og_queue_wake_sender(e.senders[p_ch + 2], now());
+        UPDATE messages SET status = 'queued'
+        WHERE tenant_id = p_tenant AND reference = p_ref AND status = 'pending';
+        RETURN true;
+    END IF;
+    IF p_outcome = 'sent' AND NOT e.all_mode
+       AND (SELECT fallback_on FROM messages WHERE tenant_id = p_tenant AND reference = p_ref) IS NOT NULL
+       AND p_ch + 1 < cardinality(e.senders) THEN
+        -- A delivery-based fallback (API.md §11) goes on from here as a sync send's does.
+        UPDATE messages SET status = 'sent', completed_at = now()
+        WHERE tenant_id = p_tenant AND reference = p_ref;
+        RETURN og_fallback_schedule(p_tenant, p_ref);
+    END IF;
+    PERFORM og_queue_settle(p_tenant, p_ref, ended);
+    RETURN false;
+END
+$$;
+
+-- Cancels a queued or scheduled message no provider is working on (API.md §19): its entries go
+-- and it becomes 'canceled'. Locks the entries before the message, in the claim's order, so a
+-- claim and a cancel serialize: a message is canceled or sent, never both. Returns the
+-- message's status afterwards ('canceled' when it is), NULL when there is no such message.
+CREATE FUNCTION og_queue_cancel(p_tenant uuid, p_ref text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    st text;
+BEGIN
+    PERFORM 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref ORDER BY ch FOR UPDATE;
+    SELECT status INTO st FROM messages WHERE tenant_id = p_tenant AND reference = p_ref FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF st NOT IN ('queued', 'scheduled')
+       OR EXISTS (SELECT 1 FROM queue_entries
+                  WHERE tenant_id = p_tenant AND reference = p_ref AND lease_owner IS NOT NULL)
+       OR EXISTS (SELECT 1 FROM attempts
+                  WHERE tenant_id = p_tenant AND reference = p_ref AND status IN ('sent', 'pending', 'unknown')) THEN
+        RETURN st;
+    END IF;
+    DELETE FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref;
+    UPDATE messages SET status = 'canceled', completed_at = now()
+    WHERE tenant_id = p_tenant AND reference = p_ref;
+    RETURN 'canceled';
+END
+$$;
+
+-- The pending sweep (sql/007) leaves alone a queued message whose attempt is in flight: its
+-- lease says when its holder is gone (og_queue_abandon), not its age.
+CREATE OR REPLACE FUNCTION og_sweep_pending(p_older_ms integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n integer;
+BEGIN
+    UPDATE messages m SET status = 'unknown', completed_at = now()
+    WHERE m.status = 'pending'
+        AND m.created_at > now() - interval '7 days'
+        AND m.created_at < now() - p_older_ms * interval '1 millisecond'
+        AND NOT EXISTS (SELECT 1 FROM queue_entries q
+                        WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
+-- Events of part three: message.canceled and message.expired; message.sent only when a message
+-- leaves 'pending' or 'unknown' for a status that says a provider accepted it (a queued message
+-- going back to 'queued' for its next channel has not been sent).
+CREATE OR REPLACE FUNCTION og_webhook_on_message() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    wanted text[];
+    types  text[] := '{}';
+BEGIN
+    SELECT events INTO wanted FROM tenant_webhooks
+    WHERE tenant_id = NEW.tenant_id AND disabled_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.status IN ('pending', 'unknown') AND NEW.status IN ('sent', 'delivered', 'read', 'undelivered')
+            AND 'message.sent' = ANY (wanted) THEN
+        types := types || 'message.sent'::text;
+    END IF;
+    IF NEW.status IN ('failed', 'delivered', 'read', 'undelivered', 'canceled', 'expired')
+            AND 'message.' || NEW.status = ANY (wanted) THEN
+        types := types || ('message.' || NEW.status);
+    END IF;
+    IF cardinality(types) = 0 THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
+    SELECT x.id, NEW.tenant_id, x.webhook_id, x.t, NEW.reference, og_webhook_body(x.t, i), now()
+    FROM og_message_item(NEW) AS i,
+        LATERAL (SELECT y.id, y.t, og_webhook_id_of(y.id) AS webhook_id
+                 FROM (SELECT nextval('webhook_deliveries_id') AS id, t FROM unnest(types) AS t) y) x;
+    PERFORM og_webhook_wake(NEW.tenant_id);
+    RETURN NULL;
+END
+$$;
+
+-- The unified log item (sql/016) with a queued send's priority, due time and validity (null
+-- for a sync send), and each attempt's throttles (the 429s its channel answered before).
+CREATE OR REPLACE FUNCTION og_message_item(m messages) RETURNS SETOF json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'reference', m.reference, 'to', m.to_number, 'text', m.body,
+        'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
+        'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
+        'priority', m.priority,
+        'dueAt', to_char(m.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'validUntil', to_char(m.valid_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'template', CASE WHEN m.template IS NOT NULL AND NOT (m.template ->> 'wrapped')::boolean
+                         THEN json_build_object('name', m.template ->> 'name',
+                                                'language', m.template ->> 'language') END,
+        'attempts', coalesce((
+            -- An accepted attempt has its provider's id and its delivery (API.md §10); a
+            -- failed one its error, and null delivery fields.
+            SELECT json_agg(CASE WHEN a.status = 'sent' THEN json_build_object(
+                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
+                    'content', coalesce(a.content, 'text'), 'throttles', a.throttles,
+                    'providerMessageId', a.provider_message_id, 'fallbackReason', a.fallback_reason,
+                    'attemptedAt',
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryStatus', a.delivery_status,
+                    'deliveredAt',
+                        to_char(a.delivered_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'readAt', to_char(a.read_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryError', CASE WHEN a.delivery_error IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', a.delivery_error,
+                            'providerCode', a.delivery_provider_code, 'message', a.delivery_message)) END,
+                    'statusHistory', coalesce((
+                        SELECT json_agg(json_strip_nulls(json_build_object('status', d.status,
+                                'at', to_char(d.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                                'providerCode', d.provider_code))
+                            ORDER BY d.at, og_status_rank(d.status))
+                        FROM delivery_statuses d
+                        WHERE d.channel = a.channel AND d.provider_message_id = a.provider_message_id),
+                        '[]'::json))
+                ELSE json_build_object(
+                    'channel', a.channel, 'status', a.status, 'latencyMs', a.latency_ms,
+                    'content', coalesce(a.content, 'text'), 'throttles', a.throttles,
+                    'fallbackReason', a.fallback_reason,
+                    'error', CASE WHEN a.error_code IS NULL THEN NULL
+                        ELSE json_strip_nulls(json_build_object('code', a.error_code,
+                            'message', a.error_message, 'providerCode', a.provider_code,
+                            'httpStatus', a.http_status)) END,
+                    'attemptedAt',
+                        to_char(a.attempted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                    'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,
+                    'deliveryError', NULL, 'statusHistory', '[]'::json) END
+                ORDER BY a.seq)
+            FROM attempts a
+            WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),
+        'skipped', m.skipped,
+        'createdAt', to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'completedAt', to_char(m.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+$$;
+
+-- The trigger of sql/011 for the new events (its WHEN keeps updates that are no event free).
+DROP TRIGGER messages_webhook ON messages;
+CREATE TRIGGER messages_webhook AFTER UPDATE OF status ON messages
+FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status
+      AND NEW.status IN ('sent', 'failed', 'delivered', 'read', 'undelivered', 'canceled', 'expired'))
+EXECUTE FUNCTION og_webhook_on_message();

@@ -1,0 +1,133 @@
+-- Queued, scheduled and paced delivery (API.md §19; src/product/queue/, sql/018_queue.sql): a
+-- queued send's row and entries, the claim of due messages with their senders' tokens, the
+-- outcome of a claimed attempt, cancel, and what the queue holds.
+
+-- name: queue_insert
+-- Records a queued send (status 'queued' or 'scheduled') before its entries (queue_accept).
+-- $1 tenant_id
+-- $2 reference
+-- $3 to = the number (E.164)
+-- $4 text
+-- $5 mode = delivery mode ('fallback' or 'all')
+-- $6 channels = channels to try, as a text[] literal: {a,b}
+-- $7 skipped = channels skipped (JSON array)
+-- $8 fallback_on = 'delivered' or 'read', or NULL
+-- $9 fallback_after = fallbackAfterSeconds, or NULL
+-- $10 wa_from = the WhatsApp number it sends from, or NULL
+-- $11 sms_sender = the SMS sender, or NULL
+-- $12 template = a template send's template (sql/016), or NULL
+-- $13 status = 'queued' or 'scheduled'
+-- $14 due_ms = its due time, in ms since the epoch
+-- $15 valid_until_ms = validUntil, in ms since the epoch
+-- $16 priority = 'high', 'normal' or 'low'
+INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template, status, due_at, valid_until,
+    priority)
+VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb, $13,
+    to_timestamp($14::bigint / 1000.0), to_timestamp($15::bigint / 1000.0), $16);
+
+-- name: queue_accept
+-- The entries of a queued send just inserted (og_queue_accept), behind their senders.
+-- $1 tenant_id
+-- $2 reference
+-- $3 channels = the message's channels, a text[] literal
+-- $4 senders = each channel's sender (Meta: phone number id; QR: session; SMS: sender id), a
+--      text[] literal in the same order
+-- $5 rates = each sender's rate per second, a float8[] literal in the same order
+-- $6 all = 'true' for deliveryMode all
+-- $7 priority = 'high', 'normal' or 'low'
+-- $8 due_ms = its due time, in ms since the epoch
+-- $9 valid_until_ms = validUntil, in ms since the epoch
+-- $10 segments = its SMS segments (tokens of an SMS attempt)
+-- Returns true when an entry is due now.
+-- columns: due_now
+SELECT og_queue_accept($1::uuid, $2, $3::text[], $4::text[], $5::float8[], $6::boolean, $7,
+    to_timestamp($8::bigint / 1000.0), to_timestamp($9::bigint / 1000.0), $10::integer) AS due_now;
+
+-- name: queue_claim
+-- Claims due queued messages with their senders' tokens (og_queue_claim) and returns what
+-- their attempts need: each is leased to this worker, its attempt recorded 'pending'.
+-- $1 owner = this worker (its lease owner)
+-- $2 lease_ms = the lease, which covers one attempt and its writes
+-- $3 max = at most this many messages
+-- $4 senders = at most this many senders
+-- Returns per message: tenant id, reference, the channel's place (= the attempt's seq), lag in
+-- ms, priority (0 high, 1 normal, 2 low), the channel, to, text, the WhatsApp number, the SMS
+-- sender, Meta's template object ('' without one), the tenant's settings.
+-- columns: tenant_id, reference, ch, lag_ms, priority, channel, to, text, wa_from, sender,
+--     template, settings
+SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, m.channels[c.ch + 1] AS channel,
+    m.to_number AS to, m.body AS text, coalesce(m.whatsapp_from, '') AS wa_from,
+    coalesce(m.sms_sender, '') AS sender, coalesce((m.template -> 'meta')::text, '') AS template,
+    t.settings::text
+FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer) AS c
+JOIN messages m ON m.tenant_id = c.tenant_id AND m.reference = c.reference
+JOIN tenants t ON t.id = c.tenant_id;
+
+-- name: queue_attempted
+-- What follows a claimed attempt's outcome (og_queue_attempted), under this worker's lease:
+-- the transaction fails when the lease was lost.
+-- $1 tenant_id
+-- $2 reference
+-- $3 ch = the channel's place (the attempt's seq)
+-- $4 owner = this worker
+-- $5 outcome = 'sent', 'failed' or 'throttled'
+-- $6 retry_ms = the provider's Retry-After in ms, or NULL
+-- Returns true when another entry was made due now.
+-- columns: due_now
+SELECT og_queue_attempted($1::uuid, $2, $3::smallint, $4, $5, $6::integer) AS due_now;
+
+-- name: queue_cancel
+-- Cancels a queued or scheduled message no provider is working on (og_queue_cancel).
+-- $1 tenant_id
+-- $2 reference
+-- Returns its status afterwards ('canceled' when it is), NULL when there is no such message.
+-- columns: status
+SELECT og_queue_cancel($1::uuid, $2) AS status;
+
+-- name: queue_message
+-- One message as its unified log item (GET /api/omni/messages/{reference}).
+-- $1 tenant_id
+-- $2 reference
+-- Returns one row, or none.
+-- columns: item
+SELECT og_message_item(m)::text AS item
+FROM messages m
+WHERE m.tenant_id = $1 AND m.reference = $2;
+
+-- name: queue_list
+-- A tenant's senders with anything queued or scheduled (GET /api/omni/queue), as JSON items.
+-- $1 tenant_id
+-- columns: item
+SELECT json_build_object(
+        'channel', s.channel, 'sender', s.sender,
+        'queued', count(*) FILTER (WHERE q.due_at <= now()),
+        'scheduled', count(*) FILTER (WHERE q.due_at > now()),
+        'oldestDueAt', to_char(min(q.due_at) FILTER (WHERE q.due_at <= now()) AT TIME ZONE 'UTC',
+                               'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'messagesPerSecond', s.rate,
+        'throttledUntil', CASE WHEN s.throttled_until > now() THEN
+            to_char(s.throttled_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') END)::text AS item
+FROM queue_senders s
+JOIN queue_entries q ON q.sender_id = s.id
+WHERE s.tenant_id = $1
+GROUP BY s.id
+ORDER BY s.channel, s.sender;
+
+-- name: queue_depth
+-- What the queue holds by priority, for the metrics (one worker samples it).
+-- columns: priority, depth
+SELECT priority, count(*) AS depth
+FROM queue_entries
+GROUP BY priority
+ORDER BY priority;
+
+-- name: queue_debit
+-- Sync sends' provider calls taken from their senders' buckets (API.md §19: they count against
+-- the rate, never held), gathered by a worker and written every tick. Senders without a row
+-- (nothing ever queued) are left alone: no bucket to share.
+-- $1 debits = a JSON array of {t: tenant id, c: channel, s: sender, n: tokens}
+UPDATE queue_senders s
+SET tokens = s.tokens - d.n
+FROM json_to_recordset($1::json) AS d(t uuid, c text, s text, n double precision)
+WHERE s.tenant_id = d.t AND s.channel = d.c AND s.sender = d.s;

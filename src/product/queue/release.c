@@ -1,0 +1,496 @@
+/*
+ * The release of queued messages. See include/product/omnigate/queue/release.h; the SQL is
+ * sql/queries/queue.sql and sql/018_queue.sql.
+ *
+ * A released message's life here:
+ *   claim   queue_claim leased it to this worker and recorded its attempt 'pending' (committed);
+ *   call    its channel's provider, with the message's senders and the tenant's settings;
+ *   record  fallback_end (+ the SMS record) and queue_attempted in one write, under the lease.
+ * A write that fails leaves the lease to expire: the next claim anywhere marks the attempt
+ * 'unknown' (og_queue_abandon), never calls the provider again.
+ */
+#include "omnigate/queue/release.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "omnigate/ids.h"
+#include "omnigate/jw.h"
+#include "omnigate/messaging/budget.h"
+#include "omnigate/messaging/stored.h"
+#include "omnigate/store.h"
+#include "omnigate/tenants/settings.h"
+#include "omnigate/util.h"
+
+#define SETTINGS_CACHE 16 /* tenants whose opened settings a worker keeps for its releases */
+
+struct og_queue_metrics {
+    uint64_t depth[3]; /* gauge: entries by priority, all instances (sampled) */
+    og_m_hist_t lag_us;
+    uint64_t throttles[OG_CH__COUNT];
+    uint64_t released[OG_CH__COUNT];
+};
+
+static const char *const priority_names[] = {"high", "normal", "low"};
+
+static bool channel_label(const void *ctx, int i, const char *v[2])
+{
+    (void)ctx;
+    v[0] = og_channel_name((og_channel_t)i);
+    return true;
+}
+
+static const og_m_dim_t priorities = {3, {"priority", NULL}, priority_names, NULL};
+static const og_m_dim_t channels = {OG_CH__COUNT, {"channel", NULL}, NULL, channel_label};
+
+#define F(field) offsetof(struct og_queue_metrics, field)
+
+static const og_m_metric_t metrics[] = {
+    {"omnigate_queue_depth", OG_M_GAUGE, &priorities, NULL, F(depth), OG_M_SUM, NULL, false,
+     "Queued and scheduled messages waiting for a channel, by priority, all instances (sampled every 2 s)."},
+    {"omnigate_queue_lag_seconds", OG_M_HISTOGRAM, NULL, NULL, F(lag_us), OG_M_SUM, &og_m_latency_s, false,
+     "How late queued messages were claimed: claim time minus due time."},
+    {"omnigate_queue_throttles_total", OG_M_COUNTER, &channels, NULL, F(throttles), OG_M_SUM, NULL, false,
+     "Queued messages' attempts a provider throttled (provider_rate_limited), by channel."},
+    {"omnigate_queue_released_total", OG_M_COUNTER, &channels, NULL, F(released), OG_M_SUM, NULL, false,
+     "Queued messages handed to a provider, by channel."},
+};
+
+const og_m_block_t og_queue_metrics_block = OG_M_BLOCK(struct og_queue_metrics, metrics);
+
+/* A tenant's settings as its releases use them: opened once per version of the text. */
+typedef struct settings_entry {
+    char tenant_id[37];
+    char *text;
+    json_t *opened;
+} settings_entry_t;
+
+/* Sync sends' calls on one sender since the last tick (og_queue_debit). */
+typedef struct debit {
+    char tenant_id[37];
+    og_channel_t ch;
+    char sender[64];
+    int cost;
+} debit_t;
+
+struct og_queue {
+    og_gw_t *gw;
+    struct og_queue_metrics *m;
+    bool sampler;
+    uv_timer_t timer;
+    og_db_op_t claim;
+    og_db_op_t sample;
+    bool claiming, again, sampling, closing, timer_closed;
+    uint64_t sampled_ms;
+    int in_flight;
+    int asked; /* messages the claim in flight asked for */
+    char lease_s[16], max_s[8], senders_s[8];
+    settings_entry_t settings[SETTINGS_CACHE];
+    int settings_next;
+    debit_t debits[OG_QUEUE_DEBITS];
+    int ndebits;
+    og_db_op_t debit;
+    bool debiting;
+    char *debit_text;
+    void (*closed)(void *arg);
+    void *closed_arg;
+};
+
+/* One released message, from its claim to its outcome's write. */
+typedef struct rel {
+    og_queue_t *q;
+    og_db_op_t op;
+    char tenant_id[37];
+    char *reference, *to, *text, *template_json;
+    char wa_from[20], sender[20];
+    int ch;
+    og_stored_attempt_t sa;
+    og_attempt_t att;
+    char ch_s[8], retry_s[16];
+} rel_t;
+
+static void claim(og_queue_t *q);
+
+static void maybe_closed(og_queue_t *q)
+{
+    if (!q->closing || !q->timer_closed || q->claiming || q->sampling || q->debiting || q->in_flight > 0)
+        return;
+    free(q->debit_text);
+    for (int i = 0; i < SETTINGS_CACHE; i++) {
+        free(q->settings[i].text);
+        json_decref(q->settings[i].opened);
+    }
+    void (*closed)(void *) = q->closed;
+    void *arg = q->closed_arg;
+    free(q);
+    closed(arg);
+}
+
+static void rel_free(rel_t *r)
+{
+    og_queue_t *q = r->q;
+    og_db_op_clear(&r->op);
+    og_stored_clear(&r->sa);
+    free(r->reference);
+    free(r->to);
+    free(r->text);
+    free(r->template_json);
+    free(r);
+    q->in_flight--;
+    if (q->closing)
+        maybe_closed(q);
+    else if (q->in_flight == OG_QUEUE_IN_FLIGHT - OG_QUEUE_CLAIM_MAX)
+        claim(q); /* room again for a full claim */
+}
+
+/* The opened settings of a tenant whose stored text is `text` (borrowed, valid while the cache
+ * keeps it); NULL when the text does not parse or out of memory. */
+static const json_t *settings_of(og_queue_t *q, const char *tenant_id, const char *text)
+{
+    for (int i = 0; i < SETTINGS_CACHE; i++) {
+        settings_entry_t *e = &q->settings[i];
+        if (e->text != NULL && strcmp(e->tenant_id, tenant_id) == 0) {
+            if (strcmp(e->text, text) == 0)
+                return e->opened;
+            free(e->text);
+            json_decref(e->opened);
+            *e = (settings_entry_t){0};
+        }
+    }
+    json_t *s = json_loads(text, 0, NULL);
+    char *copy = s != NULL ? strdup(text) : NULL;
+    if (copy == NULL) {
+        json_decref(s);
+        return NULL;
+    }
+    og_seal_key_t key; /* the credentials are clear in memory only */
+    og_settings_key(&key, q->gw->w->cfg->secret);
+    og_settings_open(s, &key, tenant_id, &q->gw->w->log);
+    og_seal_key_clear(&key);
+    settings_entry_t *e = &q->settings[q->settings_next];
+    q->settings_next = (q->settings_next + 1) % SETTINGS_CACHE;
+    free(e->text);
+    json_decref(e->opened);
+    snprintf(e->tenant_id, sizeof(e->tenant_id), "%s", tenant_id);
+    e->text = copy;
+    e->opened = s;
+    return s;
+}
+
+/* ---- the outcome ---------------------------------------------------------------------------- */
+
+static void recorded(og_db_op_t *op, og_db_status_t st)
+{
+    rel_t *r = op->arg;
+    og_queue_t *q = r->q;
+    bool due_now = false;
+    if (st != OG_DB_OK) {
+        og_log(&q->gw->w->log, st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN,
+               "queue: recording an attempt failed; its lease will expire and it becomes unknown",
+               "\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", r->reference, op->sqlstate,
+               op->error);
+    } else {
+        const PGresult *res = op->res[op->nstmts - 1];
+        due_now =
+            res != NULL && PQntuples(res) == 1 && PQgetvalue(res, 0, OG_C_QUEUE_ATTEMPTED_DUE_NOW)[0] == 't';
+    }
+    rel_free(r);
+    if (due_now)
+        og_queue_wake(q);
+}
+
+static void attempted(og_attempt_t *a)
+{
+    rel_t *r = a->arg;
+    og_attempt_result_t *res = &a->result;
+    og_stored_result_fix(&r->sa, res);
+    bool throttled = !res->sent && res->error_code == OG_ERR_PROVIDER_RATE_LIMITED;
+    if (throttled && r->q->m != NULL)
+        og_metrics_add(&r->q->m->throttles[r->sa.ch], 1);
+    og_db_op_t *op = &r->op;
+    int n = og_stored_end_stmts(&r->sa, res, op, 0);
+    snprintf(r->retry_s, sizeof(r->retry_s), "%u", res->retry_after_s * 1000u);
+    og_q_queue_attempted(
+        &op->stmts[n++],
+        &(og_q_queue_attempted_t){.tenant_id = r->tenant_id,
+                                  .reference = r->reference,
+                                  .ch = r->ch_s,
+                                  .owner = og_jobs_owner(r->q->gw->jobs),
+                                  .outcome = res->sent   ? "sent"
+                                             : throttled ? "throttled"
+                                                         : "failed",
+                                  .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL});
+    op->nstmts = n;
+    op->write = true;
+    op->done = recorded;
+    op->arg = r;
+    og_db_submit(r->q->gw->db, op);
+}
+
+/* ---- the claim -------------------------------------------------------------------------------- */
+
+static char *dup_col(const PGresult *res, int row, int col)
+{
+    return strdup(PQgetvalue(res, row, col));
+}
+
+/* Row `i` of a claim: its attempt is committed 'pending'; call its provider. */
+static void release(og_queue_t *q, const PGresult *res, int i)
+{
+    og_channel_t ch;
+    rel_t *r = calloc(1, sizeof(*r));
+    const char *reference = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_REFERENCE);
+    const json_t *settings = settings_of(q, PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID),
+                                         PQgetvalue(res, i, OG_C_QUEUE_CLAIM_SETTINGS));
+    if (r == NULL || settings == NULL ||
+        !og_channel_parse(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_CHANNEL), &ch) ||
+        (r->reference = dup_col(res, i, OG_C_QUEUE_CLAIM_REFERENCE)) == NULL ||
+        (r->to = dup_col(res, i, OG_C_QUEUE_CLAIM_TO)) == NULL ||
+        (r->text = dup_col(res, i, OG_C_QUEUE_CLAIM_TEXT)) == NULL) {
+        /* Its lease expires and it becomes unknown: never sent twice. */
+        og_log(&q->gw->w->log, OG_LOG_ERROR, "queue: cannot release a claimed message",
+               "\"reference\":\"%s\"", reference);
+        if (r != NULL) {
+            free(r->reference);
+            free(r->to);
+            free(r);
+        }
+        return;
+    }
+    q->in_flight++;
+    r->q = q;
+    snprintf(r->tenant_id, sizeof(r->tenant_id), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID));
+    snprintf(r->wa_from, sizeof(r->wa_from), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_WA_FROM));
+    snprintf(r->sender, sizeof(r->sender), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_SENDER));
+    const char *tpl = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TEMPLATE);
+    r->template_json = tpl[0] ? strdup(tpl) : NULL;
+    r->ch = atoi(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_CH));
+    snprintf(r->ch_s, sizeof(r->ch_s), "%d", r->ch);
+    if (q->m != NULL) {
+        og_metrics_observe(&q->m->lag_us, &og_m_latency_s,
+                           strtoull(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_LAG_MS), NULL, 10) * 1000);
+        og_metrics_add(&q->m->released[ch], 1);
+    }
+    r->sa = (og_stored_attempt_t){.tenant_id = r->tenant_id,
+                                  .reference = r->reference,
+                                  .to = r->to,
+                                  .text = r->text,
+                                  .wa_from = r->wa_from,
+                                  .sender = r->sender,
+                                  .template_json = r->template_json,
+                                  .settings = settings,
+                                  .ch = ch,
+                                  .seq = r->ch};
+    og_stored_params(&r->sa); /* the settings are borrowed until here: the cache may change later */
+    r->att = (og_attempt_t){.done = attempted, .arg = r};
+    og_attempt_start(&r->q->gw->prov, ch, &r->sa.params, &r->att);
+}
+
+static void on_tick(uv_timer_t *t);
+
+/* The next claim in about OG_QUEUE_TICK_MS (jittered, so that workers spread out). */
+static void schedule(og_queue_t *q)
+{
+    if (q->closing)
+        return;
+    uint32_t jitter;
+    og_ids_random(&jitter, sizeof(jitter));
+    uint64_t ms = OG_QUEUE_TICK_MS * 3 / 4 + jitter % (OG_QUEUE_TICK_MS / 2 + 1);
+    uv_timer_start(&q->timer, on_tick, ms, 0);
+}
+
+static void claimed(og_db_op_t *op, og_db_status_t st)
+{
+    og_queue_t *q = container_of(op, og_queue_t, claim);
+    q->claiming = false;
+    int rows = 0;
+    if (st != OG_DB_OK) {
+        og_log(&q->gw->w->log, st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN, "queue: claiming failed",
+               "\"sqlstate\":\"%s\",\"error\":\"%s\"", op->sqlstate, op->error);
+    } else {
+        const PGresult *res = op->res[0];
+        rows = PQntuples(res);
+        for (int i = 0; i < rows; i++)
+            release(q, res, i);
+    }
+    og_db_op_clear(op);
+    if (q->closing) {
+        maybe_closed(q);
+        return;
+    }
+    /* A full batch: more is due now. */
+    if (st == OG_DB_OK && (rows == q->asked || q->again)) {
+        q->again = false;
+        claim(q);
+        return;
+    }
+    schedule(q);
+}
+
+static void claim(og_queue_t *q)
+{
+    if (q->closing)
+        return;
+    if (q->claiming) {
+        q->again = true;
+        return;
+    }
+    int room = OG_QUEUE_IN_FLIGHT - q->in_flight;
+    if (room <= 0 || !og_db_ready(q->gw->db)) {
+        schedule(q);
+        return;
+    }
+    q->asked = room < OG_QUEUE_CLAIM_MAX ? room : OG_QUEUE_CLAIM_MAX;
+    snprintf(q->max_s, sizeof(q->max_s), "%d", q->asked);
+    q->claiming = true;
+    uv_timer_stop(&q->timer);
+    og_db_op_t *op = &q->claim;
+    *op = (og_db_op_t){.nstmts = 1, .write = true, .done = claimed};
+    og_q_queue_claim(&op->stmts[0], &(og_q_queue_claim_t){.owner = og_jobs_owner(q->gw->jobs),
+                                                          .lease_ms = q->lease_s,
+                                                          .max = q->max_s,
+                                                          .senders = q->senders_s});
+    og_db_submit(q->gw->db, op);
+}
+
+/* ---- the depth gauges --------------------------------------------------------------------- */
+
+static void sampled(og_db_op_t *op, og_db_status_t st)
+{
+    og_queue_t *q = container_of(op, og_queue_t, sample);
+    q->sampling = false;
+    if (st == OG_DB_OK && q->m != NULL) {
+        uint64_t depth[3] = {0};
+        const PGresult *res = op->res[0];
+        for (int i = 0; i < PQntuples(res); i++) {
+            int p = atoi(PQgetvalue(res, i, OG_C_QUEUE_DEPTH_PRIORITY));
+            if (p >= 0 && p < 3)
+                depth[p] = strtoull(PQgetvalue(res, i, OG_C_QUEUE_DEPTH_DEPTH), NULL, 10);
+        }
+        for (int p = 0; p < 3; p++)
+            og_metrics_gauge(&q->m->depth[p], depth[p]);
+    }
+    og_db_op_clear(op);
+    if (q->closing)
+        maybe_closed(q);
+}
+
+static void sample(og_queue_t *q)
+{
+    uint64_t now = og_ids_now_ms();
+    if (!q->sampler || q->sampling || now - q->sampled_ms < OG_QUEUE_SAMPLE_MS || !og_db_ready(q->gw->db))
+        return;
+    q->sampled_ms = now;
+    q->sampling = true;
+    q->sample = (og_db_op_t){.nstmts = 1, .done = sampled};
+    og_q_queue_depth(&q->sample.stmts[0]);
+    og_db_submit(q->gw->db, &q->sample);
+}
+
+/* ---- sync sends' debits ----------------------------------------------------------------------- */
+
+static void debited(og_db_op_t *op, og_db_status_t st)
+{
+    og_queue_t *q = container_of(op, og_queue_t, debit);
+    if (st != OG_DB_OK) /* the calls were made; the buckets are a little fuller than they should be */
+        og_log(&q->gw->w->log, OG_LOG_WARN, "queue: recording sync sends against their senders failed",
+               "\"sqlstate\":\"%s\",\"error\":\"%s\"", op->sqlstate, op->error);
+    og_db_op_clear(op);
+    free(q->debit_text);
+    q->debit_text = NULL;
+    q->debiting = false;
+    if (q->closing)
+        maybe_closed(q);
+}
+
+static void flush_debits(og_queue_t *q)
+{
+    if (q->ndebits == 0 || q->debiting || !og_db_ready(q->gw->db))
+        return;
+    og_jw_t w;
+    og_jw_init(&w, 128 * (size_t)q->ndebits);
+    og_jw_array(&w);
+    for (int i = 0; i < q->ndebits; i++) {
+        og_jw_object(&w);
+        og_jw_kstring(&w, "t", q->debits[i].tenant_id);
+        og_jw_kstring(&w, "c", og_channel_name(q->debits[i].ch));
+        og_jw_kstring(&w, "s", q->debits[i].sender);
+        og_jw_kint(&w, "n", q->debits[i].cost);
+        og_jw_object_end(&w);
+    }
+    og_jw_array_end(&w);
+    if ((q->debit_text = og_jw_finish(&w, NULL)) == NULL)
+        return; /* kept for the next tick */
+    q->ndebits = 0;
+    q->debiting = true;
+    q->debit = (og_db_op_t){.nstmts = 1, .write = true, .done = debited};
+    og_q_queue_debit(&q->debit.stmts[0], &(og_q_queue_debit_t){.debits = q->debit_text});
+    og_db_submit(q->gw->db, &q->debit);
+}
+
+void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender, int cost)
+{
+    if (q == NULL || q->closing || sender == NULL)
+        return;
+    for (int i = 0; i < q->ndebits; i++) {
+        debit_t *d = &q->debits[i];
+        if (d->ch == ch && strcmp(d->sender, sender) == 0 && strcmp(d->tenant_id, tenant_id) == 0) {
+            d->cost += cost;
+            return;
+        }
+    }
+    if (q->ndebits == OG_QUEUE_DEBITS)
+        return; /* more senders than a tick gathers: the rest count from the next one */
+    debit_t *d = &q->debits[q->ndebits++];
+    snprintf(d->tenant_id, sizeof(d->tenant_id), "%s", tenant_id);
+    snprintf(d->sender, sizeof(d->sender), "%s", sender);
+    d->ch = ch;
+    d->cost = cost;
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    og_queue_t *q = container_of(t, og_queue_t, timer);
+    sample(q);
+    flush_debits(q);
+    claim(q);
+}
+
+og_queue_t *og_queue_start(og_gw_t *gw, bool sampler)
+{
+    og_queue_t *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return NULL;
+    q->gw = gw;
+    q->sampler = sampler;
+    q->m = og_worker_metrics(gw->w, &og_queue_metrics_block);
+    /* A lease covers one attempt and the writes around it (messaging/budget.h). */
+    snprintf(q->lease_s, sizeof(q->lease_s), "%u", og_send_budget_ms(gw->w->cfg, 1));
+    snprintf(q->senders_s, sizeof(q->senders_s), "%d", OG_QUEUE_CLAIM_SENDERS);
+    uv_timer_init(&gw->w->loop, &q->timer);
+    uv_unref((uv_handle_t *)&q->timer);
+    schedule(q);
+    return q;
+}
+
+void og_queue_wake(og_queue_t *q)
+{
+    if (q != NULL)
+        claim(q);
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+    og_queue_t *q = container_of((uv_timer_t *)h, og_queue_t, timer);
+    q->timer_closed = true;
+    maybe_closed(q);
+}
+
+void og_queue_close(og_queue_t *q, void (*closed)(void *arg), void *arg)
+{
+    q->closing = true;
+    q->closed = closed;
+    q->closed_arg = arg;
+    uv_close((uv_handle_t *)&q->timer, timer_closed);
+}

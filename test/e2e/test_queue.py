@@ -1,0 +1,322 @@
+"""Issue 31 end to end: queued, scheduled and paced delivery (API.md §19). The real gateway and
+PostgreSQL, the provider simulator (with its per-sender rate limits) behind them."""
+
+import datetime
+import json
+import time
+
+import pytest
+
+from conftest import assert_error, assert_ok, wait_for
+from gwlib import add_tenant, call, linked_gateway, query_url
+
+TO = "+6281234500001"
+META_ID = "109876543210"
+
+
+@pytest.fixture
+def gw(make_server, fresh_db, tmp_path):
+    srv = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
+    yield srv
+    srv.sim.stop()
+
+
+def send(gw, body, headers=None, token=None):
+    return call(gw, "POST", "/api/omni/send", token=token or gw.token, body=body, headers=headers)
+
+
+def message(gw, reference):
+    return assert_ok(call(gw, "GET", "/api/omni/messages/" + reference, token=gw.token))["data"]
+
+
+def db(gw, sql):
+    return query_url(gw.db_url, sql)
+
+
+def iso(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def until_status(gw, reference, statuses, timeout=10):
+    box = []
+
+    def check():
+        m = message(gw, reference)
+        box[:] = [m]
+        return m["status"] in statuses
+    assert wait_for(check, timeout), json.dumps(box, indent=1) + "\n".join(gw.stderr().splitlines()[-10:])
+    return box[0]
+
+
+def test_queued_send_answers_202_then_delivers(gw):
+    """queue: true answers 202 queued with validUntil, and the message is handed to its provider
+    in the background; its log item ends sent with the attempt's time."""
+    t0 = time.time()
+    r = send(gw, {"to": TO, "text": "hi", "channels": ["whatsapp_meta", "sms"], "queue": True})
+    assert r.status == 202, (r.body, [l for l in gw.stderr().splitlines() if "access" not in l][-3:])
+    d = r.json()["data"]
+    assert d["status"] == "queued" and d["reference"].startswith("kf_") and "sendAt" not in d
+    valid_until = datetime.datetime.fromisoformat(d["validUntil"].replace("Z", "+00:00")).timestamp()
+    assert abs(valid_until - (t0 + 36000)) < 5
+    m = until_status(gw, d["reference"], ("sent", "delivered", "read"))
+    assert m["winningChannel"] == "whatsapp_meta" and m["priority"] == "normal"
+    assert [a["status"] for a in m["attempts"]] == ["sent"] and m["attempts"][0]["throttles"] == 0
+    assert len(gw.sim.requests("whatsapp_meta", to=TO)) == 1
+
+
+def test_queue_validation(gw):
+    """The §2 checks run first (a queued send that would be 422 is 422), and the queue fields
+    have their own."""
+    assert_error(send(gw, {"to": "123", "text": "hi", "queue": True}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "priority": "high"}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "validitySeconds": 60}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "queue": True, "priority": "urgent"}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "queue": True, "validitySeconds": 5}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "sendAt": "tomorrow"}), 422, "validation_failed")
+    assert_error(send(gw, {"to": TO, "text": "hi", "sendAt": iso(time.time() - 120)}), 422, "send_at_out_of_range")
+    assert_error(send(gw, {"to": TO, "text": "hi", "sendAt": iso(time.time() + 36 * 86400)}), 422,
+                 "send_at_out_of_range")
+    assert_error(send(gw, {"to": TO, "text": "hi", "queue": False, "sendAt": iso(time.time() + 60)}), 422,
+                 "validation_failed")
+    assert db(gw, "SELECT count(*) FROM messages") == [("0",)]
+
+
+def test_scheduled_then_due(gw):
+    """sendAt 3 s ahead: 202 scheduled, nothing sent before it, sent within a second after."""
+    at = time.time() + 3
+    r = send(gw, {"to": TO, "text": "later", "channels": ["sms"], "sendAt": iso(at), "validitySeconds": 600})
+    assert r.status == 202, r.body
+    d = r.json()["data"]
+    assert d["status"] == "scheduled" and d["sendAt"] == iso(at)
+    assert message(gw, d["reference"])["status"] == "scheduled"
+    assert wait_for(lambda: len(gw.sim.requests("sms", to=TO)) == 1, 8)
+    got = gw.sim.requests("sms", to=TO)[0]["receivedAt"] / 1000.0
+    assert at - 0.05 <= got <= at + 1.0, (got - at)
+    until_status(gw, d["reference"], ("sent", "delivered", "read"))
+
+
+def test_cancel_scheduled(gw):
+    """A scheduled message cancels (200, canceled; again 200), is never sent, and a sent one
+    answers 409 not_cancelable with its status."""
+    d = send(gw, {"to": TO, "text": "x", "channels": ["sms"], "sendAt": iso(time.time() + 2)}).json()["data"]
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % d["reference"], token=gw.token)
+    assert r.status == 200, r.body
+    assert r.json()["data"]["status"] == "canceled"
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % d["reference"], token=gw.token)
+    assert r.status == 200 and r.json()["data"]["status"] == "canceled"
+    time.sleep(3)  # past its sendAt: proving that nothing is sent needs the time to pass
+    assert gw.sim.requests("sms", to=TO) == []
+    s = assert_ok(send(gw, {"to": TO, "text": "now", "channels": ["sms"]}))["data"]
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % s["reference"], token=gw.token)
+    assert_error(r, 409, "not_cancelable")
+    assert r.json()["data"]["status"] in ("sent", "delivered", "read")
+    assert_error(call(gw, "POST", "/api/omni/messages/kf_nope/cancel", token=gw.token), 404, "not_found")
+
+
+def tenant_with(gw, patch):
+    """The tenant's settings merged with `patch` (PATCH /admin/tenants/{id})."""
+    from gwlib import admin
+    assert_ok(admin(gw, "PATCH", "/admin/tenants/" + gw.tenant["id"], {"settings": patch}))
+
+
+def attempted_at(m):
+    return datetime.datetime.fromisoformat(m["attempts"][-1]["attemptedAt"].replace("Z", "+00:00")).timestamp()
+
+
+def test_priority_high_before_low(gw):
+    """One sender at 2 messages/s with 8 low messages queued: a high one queued after them is
+    handed over before the low ones still waiting, within a second."""
+    tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 2}}}})
+    lows = [send(gw, {"to": TO, "text": "low %d" % i, "channels": ["sms"], "queue": True, "priority": "low"})
+            for i in range(8)]
+    assert all(r.status == 202 for r in lows)
+    t_high = time.time()
+    high = send(gw, {"to": TO, "text": "high", "channels": ["sms"], "queue": True, "priority": "high"})
+    assert high.status == 202
+    h = until_status(gw, high.json()["data"]["reference"], ("sent", "delivered", "read"), 10)
+    assert attempted_at(h) - t_high < 1.0
+    low_items = [until_status(gw, r.json()["data"]["reference"], ("sent", "delivered", "read"), 15) for r in lows]
+    later = [m for m in low_items if attempted_at(m) > attempted_at(h)]
+    assert len(later) >= 4, [attempted_at(m) - attempted_at(h) for m in low_items]
+    times = sorted(attempted_at(m) for m in low_items + [h])
+    # 9 messages at 2/s with a burst of 1: at least about 3.5 s from the first to the last.
+    assert times[-1] - times[0] >= 3.0, times
+
+
+def test_two_instances_share_a_senders_rate(make_server, fresh_db, tmp_path):
+    """Two instances (two workers each) release one SMS sender's queue at its 5/s: the
+    simulator, limiting that sender at 5/s, throttles nothing, and the calls spread over the
+    time the rate needs."""
+    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
+    b = linked_gateway(make_server, fresh_db, tmp_path, sim=a.sim)
+    b.token, b.tenant = a.token, a.tenant
+    try:
+        tenant_with(a, {"channels": {"sms": {"messagesPerSecond": {"ACME": 5}}}})
+        a.sim.limit("sms", 5, sender="ACME", burst=5)
+        refs = []
+        for i in range(30):
+            r = send(a if i % 2 else b, {"to": TO, "text": "m%d" % i, "channels": ["sms"], "queue": True})
+            assert r.status == 202, r.body
+            refs.append(r.json()["data"]["reference"])
+        assert wait_for(lambda: len(a.sim.requests("sms", to=TO)) == 30, 20)
+        got = sorted(x["receivedAt"] / 1000.0 for x in a.sim.requests("sms", to=TO))
+        assert got[-1] - got[0] >= (30 - 5) / 5.0 * 0.9, got[-1] - got[0]
+        for ref in refs:
+            m = until_status(a, ref, ("sent", "delivered", "read"), 10)
+            assert m["attempts"][0]["throttles"] == 0
+        lim = [x for x in a.sim.limits()["items"] if x["channel"] == "sms"]
+        assert lim and all(x["throttled"] == 0 for x in lim), lim
+    finally:
+        a.sim.stop()
+
+
+def test_throttled_retried_on_the_same_channel(gw):
+    """Meta throttles the sender (the simulator lets 1 a second through): queued messages are
+    retried on whatsapp_meta, never moved to SMS, and each attempt counts its 429s."""
+    gw.sim.limit("whatsapp_meta", 1, sender=META_ID, burst=1)
+    refs = [send(gw, {"to": TO, "text": "t%d" % i, "channels": ["whatsapp_meta", "sms"], "queue": True})
+            .json()["data"]["reference"] for i in range(4)]
+    items = [until_status(gw, ref, ("sent", "delivered", "read"), 30) for ref in refs]
+    assert all(m["winningChannel"] == "whatsapp_meta" for m in items)
+    assert all(len(m["attempts"]) == 1 for m in items)
+    assert sum(m["attempts"][0]["throttles"] for m in items) >= 1
+    assert gw.sim.requests("sms", to=TO) == []
+    q = assert_ok(call(gw, "GET", "/api/omni/queue", token=gw.token))["data"]["items"]
+    assert q == []  # nothing left queued
+
+
+def test_throttled_past_validity_falls_back_then_expires(gw):
+    """A sender Meta keeps throttling: with validitySeconds 10 the message moves on to SMS when
+    the next retry would fall after validUntil; with no channel left it ends expired."""
+    gw.sim.limit("whatsapp_meta", 0.01, sender=META_ID, burst=1)
+    assert_ok(send(gw, {"to": TO, "text": "first", "channels": ["whatsapp_meta"]}))  # takes the one token
+    fb = send(gw, {"to": TO, "text": "fb", "channels": ["whatsapp_meta", "sms"], "queue": True,
+                   "validitySeconds": 10}).json()["data"]["reference"]
+    ex = send(gw, {"to": TO, "text": "ex", "channels": ["whatsapp_meta"], "queue": True,
+                   "validitySeconds": 10}).json()["data"]["reference"]
+    m = until_status(gw, fb, ("sent", "delivered", "read"), 20)
+    assert [a["channel"] for a in m["attempts"]] == ["whatsapp_meta", "sms"]
+    assert m["attempts"][0]["error"]["code"] == "provider_rate_limited" and m["attempts"][0]["throttles"] >= 1
+    e = until_status(gw, ex, ("expired",), 20)
+    assert e["completedAt"] is not None and e["attempts"][0]["error"]["code"] == "provider_rate_limited"
+    expired = assert_ok(call(gw, "GET", "/api/omni/logs?status=expired", token=gw.token))["data"]["items"]
+    assert [i["reference"] for i in expired] == [ex]
+
+
+def test_restart_with_messages_queued(make_server, fresh_db, tmp_path):
+    """Messages scheduled while the only instance is stopped are delivered once it starts again."""
+    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
+    try:
+        refs = [send(a, {"to": TO, "text": "r%d" % i, "channels": ["sms"], "sendAt": iso(time.time() + 1)})
+                .json()["data"]["reference"] for i in range(5)]
+        a.stop()
+        time.sleep(2)  # due while nobody runs: the time must pass
+        a.start()
+        for ref in refs:
+            until_status(a, ref, ("sent", "delivered", "read"), 10)
+        assert len(a.sim.requests("sms", to=TO)) == 5
+    finally:
+        a.sim.stop()
+
+
+def test_cancel_against_a_claim_in_flight(gw):
+    """Cancel while the provider call is in flight: 409 not_cancelable (status pending), and the
+    message ends sent. Many cancels racing the release: each message ends canceled (never sent)
+    or sent (never canceled)."""
+    gw.sim.rule("sms", "ok", to=TO, latency_ms=1500)
+    ref = send(gw, {"to": TO, "text": "slow", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
+    assert wait_for(lambda: len(gw.sim.requests("sms", to=TO)) == 1 or message(gw, ref)["status"] == "pending", 5)
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % ref, token=gw.token)
+    assert_error(r, 409, "not_cancelable")
+    assert r.json()["data"]["status"] == "pending"
+    until_status(gw, ref, ("sent", "delivered", "read"), 10)
+    other = "+6281234500002"
+    refs = [send(gw, {"to": other, "text": "c%d" % i, "channels": ["sms"], "queue": True}).json()["data"]["reference"]
+            for i in range(20)]
+    outcomes = [call(gw, "POST", "/api/omni/messages/%s/cancel" % x, token=gw.token).status for x in refs]
+    assert set(outcomes) <= {200, 409}
+    finals = [until_status(gw, x, ("sent", "delivered", "read", "canceled"), 10) for x in refs]
+    sent_texts = {x["text"] for x in gw.sim.requests("sms", to=other)} if gw.sim.requests("sms", to=other) and \
+        "text" in gw.sim.requests("sms", to=other)[0] else None
+    for f, status in zip(finals, outcomes):
+        assert (f["status"] == "canceled") == (status == 200), (f, status)
+        if f["status"] == "canceled":
+            assert f["attempts"] == []
+    assert len(gw.sim.requests("sms", to=other)) == sum(1 for f in finals if f["status"] != "canceled")
+
+
+def test_queue_view_and_resource(gw):
+    """GET /api/omni/queue lists the senders with something queued or scheduled; the message
+    resource is 404 for another tenant's reference."""
+    from gwlib import new_tenant, new_token, SETTINGS_ALL
+    at = iso(time.time() + 600)
+    for i in range(3):
+        assert send(gw, {"to": TO, "text": "s%d" % i, "channels": ["sms", "whatsapp_meta"], "sendAt": at}).status == 202
+    q = assert_ok(call(gw, "GET", "/api/omni/queue", token=gw.token))["data"]["items"]
+    assert q == [{"channel": "sms", "sender": "ACME", "queued": 0, "scheduled": 3, "oldestDueAt": None,
+                  "messagesPerSecond": 10, "throttledUntil": None}]
+    ref = send(gw, {"to": TO, "text": "mine", "sendAt": at}).json()["data"]["reference"]
+    other = new_tenant(gw, settings=SETTINGS_ALL, name="other")
+    tok = new_token(gw, other["id"])["token"]
+    assert_error(call(gw, "GET", "/api/omni/messages/" + ref, token=tok), 404, "not_found")
+    assert_error(call(gw, "POST", "/api/omni/messages/%s/cancel" % ref, token=tok), 404, "not_found")
+    assert message(gw, ref)["status"] == "scheduled"
+
+
+def test_idempotent_queued_send(gw):
+    """A repeat with the same Idempotency-Key gets the same 202 and queues nothing more."""
+    h = [("Idempotency-Key", "q-1")]
+    body = {"to": TO, "text": "once", "channels": ["sms"], "sendAt": iso(time.time() + 600)}
+    r1, r2 = send(gw, body, headers=h), send(gw, body, headers=h)
+    assert r1.status == r2.status == 202
+    assert r1.json()["data"] == r2.json()["data"]
+    assert r2.header("Idempotency-Replayed") == "true"
+    assert db(gw, "SELECT count(*) FROM queue_entries") == [("1",)]
+
+
+def test_all_mode_queued(gw):
+    """deliveryMode all, queued: every channel gets it, each behind its own sender."""
+    ref = send(gw, {"to": TO, "text": "all", "channels": ["whatsapp_meta", "sms"], "deliveryMode": "all",
+                    "queue": True}).json()["data"]["reference"]
+    m = until_status(gw, ref, ("sent", "delivered", "read"), 10)
+    assert sorted(a["channel"] for a in m["attempts"]) == ["sms", "whatsapp_meta"]
+    assert all(a["status"] == "sent" for a in m["attempts"])
+
+
+def test_holder_killed_mid_attempt(make_server, fresh_db, tmp_path):
+    """kill -9 of the instance whose release is at the provider: the other instance takes the
+    claim over when its lease ends and records the attempt unknown, never calling again."""
+    env = {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000", "OMNIGATE_DB_TIMEOUT_MS": "500"}
+    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path, workers=1, env=env))
+    b = linked_gateway(make_server, fresh_db, tmp_path, sim=a.sim, workers=1, env=env)
+    b.token = a.token
+    try:
+        b.stop()
+        a.sim.rule("sms", "hang")
+        ref = send(a, {"to": TO, "text": "x", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
+        assert wait_for(lambda: len(a.sim.requests("sms")) == 1, 10)
+        a.kill()
+        b.start()
+        m = until_status(b, ref, ("unknown",), 30)
+        assert [x["status"] for x in m["attempts"]] == ["unknown"]
+        assert db(b, "SELECT count(*) FROM queue_entries") == [("0",)]
+        assert len(a.sim.requests("sms")) == 1
+    finally:
+        a.sim.stop()
+
+
+def test_sync_sends_count_against_the_rate(gw):
+    """Sync sends are never held, but take their sender's tokens: at 1/s, a queued message
+    after five sync sends waits for the debt to refill."""
+    tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 1}}}})
+    first = send(gw, {"to": TO, "text": "q0", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
+    until_status(gw, first, ("sent", "delivered", "read"), 10)  # the sender's bucket exists now
+    t0 = time.time()
+    for i in range(5):
+        assert_ok(send(gw, {"to": TO, "text": "sync %d" % i, "channels": ["sms"]}))
+    assert time.time() - t0 < 3  # never held
+    time.sleep(0.5)  # the debits ride on the workers' next tick (every 150-250 ms)
+    t1 = time.time()
+    ref = send(gw, {"to": TO, "text": "q1", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
+    m = until_status(gw, ref, ("sent", "delivered", "read"), 15)
+    assert attempted_at(m) - t1 >= 2.5, attempted_at(m) - t1
