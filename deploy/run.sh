@@ -164,6 +164,44 @@ echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: applicatio
 echo "    -d '$TPL' $BASE/api/omni/send"
 curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$TPL" "$BASE/api/omni/send" | show
 
+# --- Queued and scheduled sends (API.md §19): a small campaign answered 202 at once and
+# released in the background at each sender's rate; one message scheduled an hour ahead, the
+# queue's view, then that one canceled --------------------------------------------------------
+echo
+echo "run.sh: three queued sends (202 at once; delivered in the background, paced per sender)"
+QREFS=""
+for n in 1 2 3; do
+  Q="{\"to\":\"+1999000200$n\",\"text\":\"Flash sale starts now\",\"channels\":[\"whatsapp_meta\",\"sms\"],\"queue\":true,\"priority\":\"low\"}"
+  [[ $n == 1 ]] && { echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"; echo "    -d '$Q' $BASE/api/omni/send"; }
+  QS=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$Q" "$BASE/api/omni/send")
+  [[ $n == 1 ]] && echo "$QS" | show
+  QREFS="$QREFS $(echo "$QS" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')"
+done
+LATER=$("$PY" -c 'import datetime as d; print((d.datetime.now(d.timezone.utc) + d.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))')
+SCHED="{\"to\":\"+19990002009\",\"text\":\"Your appointment is tomorrow at 10:00\",\"channels\":[\"sms\"],\"sendAt\":\"$LATER\"}"
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+echo "    -d '$SCHED' $BASE/api/omni/send"
+SCHEDULED=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$SCHED" "$BASE/api/omni/send")
+echo "$SCHEDULED" | show
+SREF=$(echo "$SCHEDULED" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' $BASE/api/omni/queue"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/queue" | show
+echo
+echo "\$ curl -s -X POST -H 'Authorization: Bearer \$TOKEN' $BASE/api/omni/messages/$SREF/cancel"
+curl -s -X POST -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/messages/$SREF/cancel" |
+  "$PY" -c 'import json,sys; j=json.load(sys.stdin); print(json.dumps({k: j["data"][k] for k in ("reference","status","dueAt","validUntil")}, indent=2))'
+QLAST=${QREFS##* }
+for _ in $(seq 1 50); do
+  curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/messages/$QLAST" | grep -q '"status": *"\(sent\|delivered\|read\)"' && break
+  sleep 0.1
+done
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' $BASE/api/omni/messages/$QLAST   # released"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/messages/$QLAST" |
+  "$PY" -c 'import json,sys; j=json.load(sys.stdin)["data"]; print(json.dumps({"reference": j["reference"], "status": j["status"], "priority": j["priority"], "winningChannel": j["winningChannel"], "attempts": [{k: a[k] for k in ("channel","status","attemptedAt","throttles")} for a in j["attempts"]]}, indent=2))'
+
 # --- A one-time password over WhatsApp (the authentication template, code in its copy-code
 # button) to a number on which the simulator's Meta fails, so it falls back to SMS: its code is
 # read back from the simulator (as the phone would show it), verified, then its OTP log entry

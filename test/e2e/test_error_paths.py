@@ -16,6 +16,7 @@ the attempt as provider_error and fallback moves on."""
 
 import itertools
 import re
+import time
 import urllib.parse
 
 import pytest
@@ -54,7 +55,8 @@ def trace(gw):
 # sampler, the sweep step, the webhook deliveries' steps), the status sweep, worker 0's webhook
 # scheduler and outbox sampler, and the auth module's batched last-used write.
 BACKGROUND = {"step_claim", "step_close", "steps_due", "status_sweep", "sweep_pending", "sweep_next",
-              "nowa_prune", "tokens_touch", "wh_schedule", "wh_sample", "wh_due", "wh_record", "wh_release"}
+              "nowa_prune", "tokens_touch", "wh_schedule", "wh_sample", "wh_due", "wh_record", "wh_release",
+              "queue_claim", "queue_depth", "queue_debit", "queue_attempted"}
 
 
 def arm(gw, **fault):
@@ -159,6 +161,17 @@ class Scenario:
         return lambda: self.run(gw, token, arg)
 
 
+def an_hour_ahead():
+    t = time.time() + 3600
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def scheduled_message(gw, sim):
+    """A message scheduled an hour ahead (API.md §19): nothing releases it during the test."""
+    r = post(gw, gw.token, "/api/omni/send", {"to": number(), "text": "hi", "sendAt": an_hour_ahead()})
+    return assert_ok(r, 202)["data"]["reference"]
+
+
 def wrong(code):
     return "0000" if code != "0000" else "1111"
 
@@ -242,6 +255,14 @@ SCENARIOS = [
     Scenario("admin_templates",
              lambda gw, t, _: admin(gw, "GET", "/admin/tenants/%s/templates?limit=5" % gw.tenant["id"]),
              tenant=False),
+    # Queued sends (API.md §19): scheduled an hour ahead, so that no release runs meanwhile.
+    Scenario("send_scheduled", lambda gw, t, _: post(gw, t, "/api/omni/send",
+                                                     {"to": number(), "text": "hi", "sendAt": an_hour_ahead()},
+                                                     key=True), ok_status=202),
+    Scenario("message_get", lambda gw, t, ref: get(gw, t, "/api/omni/messages/" + ref), prepare=scheduled_message),
+    Scenario("message_cancel", lambda gw, t, ref: post(gw, t, "/api/omni/messages/%s/cancel" % ref, None),
+             prepare=scheduled_message),
+    Scenario("queue_list", lambda gw, t, _: get(gw, t, "/api/omni/queue"), prepare=scheduled_message),
 ]
 
 

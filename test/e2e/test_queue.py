@@ -184,6 +184,14 @@ def test_throttled_retried_on_the_same_channel(gw):
     q = assert_ok(call(gw, "GET", "/api/omni/queue", token=gw.token))["data"]["items"]
     assert q == []  # nothing left queued
 
+    def metric(name):
+        text = gw.request("GET", "/metrics").body.decode()
+        return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name))
+    assert metric('omnigate_queue_throttles_total{channel="whatsapp_meta"}') >= 1
+    assert metric('omnigate_queue_released_total{channel="whatsapp_meta"}') >= 5
+    assert metric("omnigate_queue_lag_seconds_count") >= 5
+    assert wait_for(lambda: metric("omnigate_queue_depth") == 0, 5)
+
 
 def test_throttled_past_validity_falls_back_then_expires(gw):
     """A sender Meta keeps throttling: with validitySeconds 10 the message moves on to SMS when

@@ -14,6 +14,7 @@
 #include "omnigate/app/errors.h"
 #include "omnigate/json.h"
 #include "omnigate/messaging/budget.h"
+#include "omnigate/queue/release.h"
 #include "omnigate/tenants/settings.h"
 
 void og_smsreq_free(og_smsreq_t *c)
@@ -168,6 +169,10 @@ void og_smsreq_start_attempt(og_smsreq_t *c, og_channel_t ch, void (*done)(og_at
     c->att.arg = c;
     c->att_ch = ch;
     c->provider_called = true;
+    /* Every provider call counts against its sender's rate, shared with queued sends (§19). */
+    int segments = c->sms.segments > 0 ? (int)c->sms.segments : 1;
+    og_queue_debit(c->gw->queue, c->auth.tenant->id, ch,
+                   ch == OG_CH_SMS ? c->sender : c->params.phone_number_id, ch == OG_CH_SMS ? segments : 1);
     og_db_op_free(c->op); /* its step is over; the attempt's ending takes a new one */
     c->op = NULL;
     og_attempt_start(&c->gw->prov, ch, &c->params, &c->att);
