@@ -202,6 +202,7 @@ DECLARE
     p      integer;
     got    integer;
     taken  integer := 0;
+    gone   integer := 0; -- entries expired by this claim: at most 1000, the rest by the next ones
     nxt    timestamptz;
     c_t    uuid[] := '{}';
     c_r    text[] := '{}';
@@ -218,7 +219,7 @@ BEGIN
                      s.tokens + eff * greatest(0, extract(epoch FROM now() - s.refilled_at)));
         IF s.held_until IS NULL OR s.held_until <= now() THEN
             FOR p IN 0 .. 2 LOOP
-                EXIT WHEN tok < 1 OR taken >= p_max;
+                EXIT WHEN tok < 1 OR taken >= p_max OR gone >= 1000;
                 LOOP -- pages of this priority while the tokens last
                     got := 0;
                     FOR e IN SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments
@@ -231,6 +232,8 @@ BEGIN
                         got := got + 1;
                         IF e.valid_until <= now() THEN
                             PERFORM og_queue_expire(e.tenant_id, e.reference, e.ch);
+                            gone := gone + 1;
+                            EXIT WHEN gone >= 1000;
                             CONTINUE;
                         END IF;
                         EXIT WHEN tok < 1 OR taken >= p_max;
@@ -245,7 +248,7 @@ BEGIN
                         c_lag := c_lag || greatest(0, (extract(epoch FROM now() - e.due_at) * 1000)::bigint);
                         c_pri := c_pri || p::smallint;
                     END LOOP;
-                    EXIT WHEN got = 0 OR tok < 1 OR taken >= p_max;
+                    EXIT WHEN got = 0 OR tok < 1 OR taken >= p_max OR gone >= 1000;
                 END LOOP;
             END LOOP;
         END IF;

@@ -231,7 +231,7 @@ def test_cancel_against_a_claim_in_flight(gw):
     """Cancel while the provider call is in flight: 409 not_cancelable (status pending), and the
     message ends sent. Many cancels racing the release: each message ends canceled (never sent)
     or sent (never canceled)."""
-    gw.sim.rule("sms", "ok", to=TO, latency_ms=1500)
+    gw.sim.rule("sms", "ok", to=TO, latency_ms=1900)  # under the attempt timeout (2 s)
     ref = send(gw, {"to": TO, "text": "slow", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
     assert wait_for(lambda: len(gw.sim.requests("sms", to=TO)) == 1 or message(gw, ref)["status"] == "pending", 5)
     r = call(gw, "POST", "/api/omni/messages/%s/cancel" % ref, token=gw.token)

@@ -818,6 +818,16 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
 
 /* ---- a queued send (API.md §19) -------------------------------------------------------------- */
 
+/* The message row's fields, the same in a sync send's pending insert (msg_insert) and a queued
+ * send's (queue_insert), which adds its status, due time, validity and priority. */
+#define MESSAGE_ROW(c)                                                                                       \
+    .tenant_id = (c)->auth.tenant->id, .reference = (c)->reference, .to = (c)->to, .text = (c)->text,        \
+    .mode = (c)->all ? "all" : "fallback", .channels = (c)->channels_lit, .skipped = (c)->skipped_text,      \
+    .fallback_on = (c)->fallback_on,                                                                         \
+    .fallback_after = (c)->fallback_on != NULL ? (c)->fallback_after_s : NULL,                               \
+    .wa_from = (c)->wa_from[0] ? (c)->wa_from : NULL, .sms_sender = (c)->sender[0] ? (c)->sender : NULL,     \
+    .template = (c)->template_text
+
 /* The 202 answer of a queued send: reference, status, sendAt (when given), validUntil. */
 static bool queue_answer(send_ctx_t *c)
 {
@@ -919,24 +929,10 @@ static void enqueue(send_ctx_t *c)
     }
     snprintf(c->segments_s, sizeof(c->segments_s), "%d", tried(c, OG_CH_SMS) >= 0 ? (int)c->sms.segments : 1);
     og_db_op_t *op = c->op;
-    og_q_queue_insert(
-        &op->stmts[0],
-        &(og_q_queue_insert_t){.tenant_id = c->auth.tenant->id,
-                               .reference = c->reference,
-                               .to = c->to,
-                               .text = c->text,
-                               .mode = c->all ? "all" : "fallback",
-                               .channels = c->channels_lit,
-                               .skipped = c->skipped_text,
-                               .fallback_on = c->fallback_on,
-                               .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
-                               .wa_from = c->wa_from[0] ? c->wa_from : NULL,
-                               .sms_sender = c->sender[0] ? c->sender : NULL,
-                               .template = c->template_text,
-                               .status = c->scheduled ? "scheduled" : "queued",
-                               .due_ms = c->due_s,
-                               .valid_until_ms = c->valid_until_s,
-                               .priority = c->priority});
+    og_q_queue_insert(&op->stmts[0],
+                      &(og_q_queue_insert_t){MESSAGE_ROW(c), .status = c->scheduled ? "scheduled" : "queued",
+                                             .due_ms = c->due_s, .valid_until_ms = c->valid_until_s,
+                                             .priority = c->priority});
     og_q_queue_accept(&op->stmts[1], &(og_q_queue_accept_t){.tenant_id = c->auth.tenant->id,
                                                             .reference = c->reference,
                                                             .channels = c->channels_lit,
@@ -986,18 +982,7 @@ static void claimed(og_idem_t *i)
     }
     og_db_op_t *op = c->op;
     /* The two inserts take the same parameters (og_q_msg_insert_unless_nowa_t is this type). */
-    const og_q_msg_insert_t row = {.tenant_id = c->auth.tenant->id,
-                                   .reference = c->reference,
-                                   .to = c->to,
-                                   .text = c->text,
-                                   .mode = c->all ? "all" : "fallback",
-                                   .channels = c->channels_lit,
-                                   .skipped = c->skipped_text,
-                                   .fallback_on = c->fallback_on,
-                                   .fallback_after = c->fallback_on != NULL ? c->fallback_after_s : NULL,
-                                   .wa_from = c->wa_from[0] ? c->wa_from : NULL,
-                                   .sms_sender = c->sender[0] ? c->sender : NULL,
-                                   .template = c->template_text};
+    const og_q_msg_insert_t row = {MESSAGE_ROW(c)};
     (c->nowa_in_insert ? og_q_msg_insert_unless_nowa : og_q_msg_insert)(&op->stmts[0], &row);
     op->nstmts = 1 + og_idem_reference_stmt(&c->idem, op, 1, c->reference);
     op->write = true;
