@@ -6,13 +6,16 @@ test dependency (deploy/install-deps.sh), so a machine without it fails here.
 The walk: a wrong admin token is refused on screen; sign in; create a tenant, unlock the unified
 API and enable SMS; set its webhook (secret shown once); create a token and read it once; send a
 message with it through the API; find it in the unified log by number and open its timeline;
-retry its webhook delivery; revoke the token and see the next send refused (401). Screenshots at 375 and 1280 px wide go to test/e2e/screenshots/. Throughout, the
-page must make no request to another origin (chromium's performance log), set no cookie, and the
-admin token must never appear in a URL or in the gateway's access log."""
+retry its webhook delivery; revoke the token and see the next send refused (401). Queued,
+scheduled, canceled and expired messages (API.md §19): their badges, the status filter, and
+each message's queued life. Screenshots at 375 and 1280 px wide go to test/e2e/screenshots/.
+Throughout, the page must make no request to another origin (chromium's performance log), set no
+cookie, and the admin token must never appear in a URL or in the gateway's access log."""
 
 import json
 import os
 import re
+import time
 import urllib.parse
 
 import pytest
@@ -27,7 +30,9 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import ROOT, assert_ok, wait_for
-from gwlib import ADMIN_TOKEN, META_TOKEN, WA_FROM, call, make_gateway, provider_env, sim  # noqa: F401
+from gwlib import (ADMIN_TOKEN, META_TOKEN, WA_FROM, add_tenant, call, linked_gateway, make_gateway,  # noqa: F401
+                   provider_env, sim)
+from test_queue import META_ID, iso, message, tenant_with, until_status
 from test_webhooks_out import WH_ENV, rx  # noqa: F401
 
 SHOTS = os.path.join(ROOT, "test", "e2e", "screenshots")
@@ -125,6 +130,14 @@ def texts(d, css):
 def send(srv, token):
     return call(srv, "POST", "/api/omni/send", token=token, body={"to": TO, "text": "hello from the console test",
                                                                  "channels": ["sms"]})
+
+
+def dialog_terms(d):
+    """The open timeline's first term list as [(term, value)], read in one script."""
+    return [tuple(p) for p in d.execute_script("""
+        var dl = document.querySelector('#timeline-body dl');
+        return Array.from(dl.querySelectorAll('dt')).map(function (t) {
+          return [t.textContent, t.nextElementSibling.textContent]; });""")]
 
 
 def accept_confirm(d):
@@ -248,6 +261,9 @@ def test_console_walkthrough(gateway, browser, rx):
     dialog = visible(d, "#timeline")
     wait(d, lambda _: "sms: sent" in dialog.text)
     assert "Latency" in dialog.text and "Delivery status" in dialog.text
+    # A sync send: no priority, due time, validity nor queued life (API.md §19's fields are null).
+    assert [t for t, _ in dialog_terms(d)] == ["Status", "Mode", "Winning channel", "Created", "Completed", "Text"]
+    assert d.find_elements(By.CSS_SELECTOR, "#timeline-body .life") == [] and "Throttled" not in dialog.text
     shot(d, "timeline", 1280)
     shot(d, "timeline", 375)
     d.find_element(By.ID, "timeline-close").send_keys(Keys.ENTER)
@@ -315,6 +331,196 @@ def test_console_walkthrough(gateway, browser, rx):
     log = srv.stderr()
     assert "/console" in log and "/admin/tenants" in log
     assert ADMIN_TOKEN not in log
+
+
+# ---- queued messages (API.md §19) ---------------------------------------------------------------------
+
+Q_TO = {"sync": "+6281234500070", "scheduled": "+6281234500071", "canceled": "+6281234500072",
+        "delivered": "+6281234500073", "expired": "+6281234500074", "first": "+6281234500075",
+        "queued": "+6281234500076"}
+
+
+def log_badges(d):
+    """{reference: (status badge text, its colour class)} of the unified log rows, in one script."""
+    return {r: tuple(b) for r, b in d.execute_script("""
+        return Array.from(document.querySelectorAll('#log-table tbody tr')).map(function (r) {
+          var b = r.querySelector('.badge');
+          return [r.cells[0].textContent, b ? [b.textContent, b.className.replace('badge ', '')] : null];
+        });""")}
+
+
+def life(d):
+    """The open timeline's queued life: [{step, tone, what, badge, at, note}], read in one script."""
+    return d.execute_script("""
+        return Array.from(document.querySelectorAll('#timeline-body .life-step')).map(function (li) {
+          var b = li.querySelector('.badge'), at = li.querySelector('.life-at'), n = li.querySelector('.life-note');
+          return {step: li.getAttribute('data-step'), what: li.querySelector('.life-what').textContent,
+                  tone: li.className.split(' ').filter(function (c) { return c !== 'life-step'; }).join(' '),
+                  badge: b ? b.textContent : null, at: at ? at.textContent : null, note: n ? n.textContent : null};
+        });""")
+
+
+def open_message(d, reference):
+    click(d, "#log-table button[aria-label='Timeline of %s']" % reference)
+    dialog = visible(d, "#timeline")
+    wait(d, lambda _: reference in d.find_element(By.ID, "timeline-h").text)
+    return dialog
+
+
+def close_message(d):
+    click(d, "#timeline-close")
+    wait(d, lambda _: not d.find_element(By.ID, "timeline").is_displayed())
+
+
+def test_console_queued(make_server, fresh_db, tmp_path, browser):
+    """A tenant's queued messages in the unified log (API.md §19): a scheduled one (sendAt an hour
+    ahead), a canceled one, a queued one delivered after its Meta sender throttled it, one expired
+    (its only channel throttled with a Retry-After past its validity) and one still queued behind
+    its SMS sender's rate, next to sync sends. Each status as its badge; the status filter takes
+    the four new statuses; each message's priority, due time and validity, and its queued life
+    (accepted, due, each attempt with its throttles, how it ended or what it waits for); none of
+    it for a sync send. Screenshots queued-logs and queued-timeline at 1280 and 375 px."""
+    srv = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
+    d = browser
+    try:
+        def qsend(body, status=202):
+            r = call(srv, "POST", "/api/omni/send", token=srv.token, body=body)
+            assert r.status == status, r.body
+            return r.json()["data"]["reference"]
+
+        # The SMS sender ACME releases one message a 100 s (one token to start with); the simulator
+        # lets Meta's sender through every 2 s and WAHA's every 100 s, and each sync send below takes
+        # that token.
+        tenant_with(srv, {"channels": {"sms": {"messagesPerSecond": {"ACME": 0.01}}}})
+        srv.sim.limit("whatsapp_meta", 0.5, sender=META_ID, burst=1)
+        srv.sim.limit("whatsapp_qr", 0.01, sender="default", burst=1)
+        ref = {"sync": qsend({"to": Q_TO["sync"], "text": "now, on Meta", "channels": ["whatsapp_meta"]}, 200),
+               "sync_qr": qsend({"to": Q_TO["sync"], "text": "now, on WAHA", "channels": ["whatsapp_qr"]}, 200)}
+        ref["scheduled"] = qsend({"to": Q_TO["scheduled"], "text": "Your table is ready at 8", "channels": ["sms"],
+                                  "sendAt": iso(time.time() + 3600), "priority": "low", "validitySeconds": 7200})
+        ref["canceled"] = qsend({"to": Q_TO["canceled"], "text": "Reminder: your visit tomorrow",
+                                 "channels": ["sms"], "sendAt": iso(time.time() + 3600)})
+        r = call(srv, "POST", "/api/omni/messages/%s/cancel" % ref["canceled"], token=srv.token)
+        assert r.status == 200 and r.json()["data"]["status"] == "canceled", r.body
+        srv.sim.rule("whatsapp_meta", "ok", to=Q_TO["delivered"], callback="delivered_only")
+        ref["delivered"] = qsend({"to": Q_TO["delivered"], "text": "Your order shipped", "queue": True,
+                                  "channels": ["whatsapp_meta", "sms"], "priority": "high"})
+        ref["expired"] = qsend({"to": Q_TO["expired"], "text": "Flash sale ends in 10 minutes", "queue": True,
+                                "channels": ["whatsapp_qr"], "validitySeconds": 10})
+        ref["first"] = qsend({"to": Q_TO["first"], "text": "Batch 1 of 2", "channels": ["sms"], "queue": True})
+        ref["queued"] = qsend({"to": Q_TO["queued"], "text": "Batch 2 of 2", "channels": ["sms"], "queue": True})
+        item = {"delivered": until_status(srv, ref["delivered"], ("delivered",), 20),
+                "expired": until_status(srv, ref["expired"], ("expired",), 20),
+                "first": until_status(srv, ref["first"], ("sent",), 10)}
+        for k in ("sync", "scheduled", "canceled", "queued"):
+            item[k] = message(srv, ref[k])
+        assert item["queued"]["status"] == "queued" and item["scheduled"]["status"] == "scheduled"
+        throttles = item["delivered"]["attempts"][0]["throttles"]
+        assert throttles >= 1 and item["delivered"]["winningChannel"] == "whatsapp_meta"
+
+        # The unified log: every message with its status as a badge.
+        origin = "http://127.0.0.1:%d" % srv.port
+        d.get(origin + "/console")
+        fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+        fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
+        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
+        click(d, "#tenant-table tbody tr button")
+        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
+        click(d, ".tab[data-tab=logs]")
+        Select(visible(d, "#log-kind")).select_by_value("omni")
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: len(log_badges(d)) == len(ref))
+        want = {"sync": ("sent", "good"), "sync_qr": ("sent", "good"), "scheduled": ("scheduled", "info"),
+                "canceled": ("canceled", "neutral"), "delivered": ("delivered", "good"),
+                "expired": ("expired", "bad"), "first": ("sent", "good"), "queued": ("queued", "info")}
+        assert log_badges(d) == {ref[k]: v for k, v in want.items()}
+        shot(d, "queued-logs", 1280)
+        shot(d, "queued-logs", 375)
+
+        # The status filter offers the new statuses, and each finds its message.
+        options = [o.get_attribute("value") for o in Select(d.find_element(By.ID, "log-status")).options]
+        assert {"queued", "scheduled", "canceled", "expired"} <= set(options)
+        for st in ("scheduled", "canceled", "expired", "queued"):
+            Select(d.find_element(By.ID, "log-status")).select_by_value(st)
+            click(d, "#logs-form button[type=submit]")
+            wait(d, lambda _: list(log_badges(d)) == [ref[st]])
+        Select(d.find_element(By.ID, "log-status")).select_by_value("")
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: len(log_badges(d)) == len(ref))
+
+        # The delivered one: its fields, then accepted, due at once, the attempt throttled before
+        # Meta took it, completed.
+        m = item["delivered"]
+        a = m["attempts"][0]
+        dialog = open_message(d, ref["delivered"])
+        terms = dict(dialog_terms(d))
+        assert terms["Status"] == "delivered" and terms["Priority"] == "high"
+        assert terms["Due at"] == m["dueAt"] and terms["Valid until"] == m["validUntil"]
+        assert life(d) == [
+            {"step": "accepted", "tone": "done", "what": "Accepted", "badge": None, "at": m["createdAt"], "note": None},
+            {"step": "due", "tone": "done", "what": "Due", "badge": None, "at": m["dueAt"], "note": "at once"},
+            {"step": "attempt", "tone": "good throttled", "what": "Attempt 1 · whatsapp_meta", "badge": "sent",
+             "at": a["attemptedAt"], "note": "throttled %d× (429) before this outcome" % throttles},
+            {"step": "end", "tone": "good", "what": "Completed", "badge": "delivered", "at": m["completedAt"],
+             "note": "on whatsapp_meta"}]
+        assert "%d× (429) before this outcome" % throttles in dialog.text  # the attempt's own details too
+        shot(d, "queued-timeline", 1280)
+        shot(d, "queued-timeline", 375)
+        close_message(d)
+
+        # The scheduled one: due in an hour, waiting for it, valid two hours after.
+        m = item["scheduled"]
+        open_message(d, ref["scheduled"])
+        terms = dict(dialog_terms(d))
+        assert (terms["Status"], terms["Priority"], terms["Due at"], terms["Valid until"]) == \
+            ("scheduled", "low", m["dueAt"], m["validUntil"])
+        assert [(s["step"], s["tone"], s["what"], s["at"]) for s in life(d)] == [
+            ("accepted", "done", "Accepted", m["createdAt"]), ("due", "ahead", "Due (not reached)", m["dueAt"]),
+            ("waiting", "ahead", "Waiting until it is due", None), ("valid-until", "ahead", "Valid until", m["validUntil"])]
+        assert "No attempt yet." in d.find_element(By.ID, "timeline").text
+        close_message(d)
+
+        # The canceled one: never due, no provider called.
+        m = item["canceled"]
+        open_message(d, ref["canceled"])
+        assert dict(dialog_terms(d))["Status"] == "canceled"
+        assert [(s["step"], s["what"], s["at"], s["note"]) for s in life(d)] == [
+            ("accepted", "Accepted", m["createdAt"], None), ("due", "Due (not reached)", m["dueAt"], None),
+            ("end", "Canceled", m["completedAt"], "no provider was called for it")]
+        assert "No attempt: no provider was called." in d.find_element(By.ID, "timeline").text
+        close_message(d)
+
+        # The expired one: WAHA's 429 asked for a retry after its validity, so it ended there.
+        m = item["expired"]
+        open_message(d, ref["expired"])
+        assert dict(dialog_terms(d))["Status"] == "expired"
+        assert [(s["step"], s["tone"], s["what"], s["badge"], s["at"]) for s in life(d)] == [
+            ("accepted", "done", "Accepted", None, m["createdAt"]), ("due", "done", "Due", None, m["dueAt"]),
+            ("attempt", "bad", "Attempt 1 · whatsapp_qr", "failed", m["attempts"][0]["attemptedAt"]),
+            ("end", "bad", "Expired", None, m["completedAt"])]
+        assert life(d)[-1]["note"] == "no channel could take it while it was valid"
+        assert "provider_rate_limited" in d.find_element(By.ID, "timeline").text
+        close_message(d)
+
+        # The one behind its sender's rate: due, waiting for its turn.
+        m = item["queued"]
+        open_message(d, ref["queued"])
+        assert dict(dialog_terms(d))["Priority"] == "normal"
+        assert [(s["step"], s["what"]) for s in life(d)] == [
+            ("accepted", "Accepted"), ("due", "Due"), ("waiting", "Waiting for its turn at its sender's rate"),
+            ("valid-until", "Valid until")]
+        close_message(d)
+
+        # A sync send: none of it.
+        open_message(d, ref["sync"])
+        assert [t for t, _ in dialog_terms(d)] == ["Status", "Mode", "Winning channel", "Created", "Completed", "Text"]
+        assert d.find_elements(By.CSS_SELECTOR, "#timeline-body .life") == []
+        close_message(d)
+
+        problems = [x for x in d.get_log("browser") if "Content Security Policy" in x.get("message", "")]
+        assert problems == [], problems
+    finally:
+        srv.sim.stop()
 
 
 # ---- WhatsApp templates (API.md §18) -----------------------------------------------------------------

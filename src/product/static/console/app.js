@@ -1,6 +1,6 @@
 /*
  * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17, §18) with fetch. Served with a strict CSP: no inline
+ * gateway's own admin API (API.md §5, §12, §17, §18, §19) with fetch. Served with a strict CSP: no inline
  * script or style, no eval; the DOM is built with createElement and textContent only, so no
  * value from the API is ever parsed as HTML.
  *
@@ -15,10 +15,19 @@
   var EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read",
     "message.undelivered", "otp.verified", "otp.locked"];
   var STATUSES = {
-    omni: ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered"],
+    omni: ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered", "queued", "scheduled",
+      "canceled", "expired"],
     sms: ["sent", "failed", "delivered", "read", "undelivered"],
     otp: ["pending", "verified", "expired", "locked", "failed", "superseded"],
     deliveries: ["pending", "delivered", "failed", "exhausted"]
+  };
+  // A unified log status as a badge (the word is always written, the colour only repeats it):
+  // green, a provider took it; blue, not finished yet (due later, waiting for its sender's rate,
+  // an attempt in flight); amber, its outcome is not known; red, it did not get there; grey,
+  // canceled before any provider was called.
+  var OMNI_BADGE = {
+    sent: "good", delivered: "good", read: "good", queued: "info", scheduled: "info", pending: "info",
+    unknown: "warn", failed: "bad", undelivered: "bad", expired: "bad", canceled: "neutral"
   };
 
   var state = {
@@ -712,6 +721,8 @@
       var v = typeof c[1] === "function" ? c[1](item) : item[c[1]];
       var td = el("td", { "data-label": c[0] });
       if (c[1] === "reference" || c[1] === "id") td.appendChild(el("code", { text: v === null || v === undefined ? "" : String(v) }));
+      else if (kind === "omni" && c[1] === "status") td.appendChild(omniBadge(v));
+      else if (c[1] === "createdAt" || c[1] === "expiresAt") td.appendChild(stamp(v));
       else td.textContent = v === null || v === undefined ? "" : String(v);
       return td;
     });
@@ -743,9 +754,14 @@
     pairs.forEach(function (p) {
       if (p[1] === null || p[1] === undefined || p[1] === "") return;
       d.appendChild(el("dt", { text: p[0] }));
-      d.appendChild(el("dd", { text: String(p[1]) }));
+      d.appendChild(typeof p[1] === "object" ? el("dd", null, [p[1]]) : el("dd", { text: String(p[1]) }));
     });
     return d;
+  }
+
+  function omniBadge(st) {
+    st = st === null || st === undefined ? "" : String(st);
+    return el("span", { className: "badge " + (OMNI_BADGE[st] || "neutral"), text: st });
   }
 
   function errorText(e) {
@@ -764,9 +780,10 @@
   }
 
   function attemptStep(a, i) {
-    return el("li", { className: "step " + (a.status === "failed" ? "bad" : "good") }, [
+    return el("li", { className: "step " + (a.status === "failed" ? "bad" : a.status === "sent" ? "good" : "") }, [
       el("h3", { text: (i + 1) + ". " + a.channel + ": " + a.status }),
       dl([["Attempted at", a.attemptedAt], ["Latency", a.latencyMs === undefined ? null : a.latencyMs + " ms"],
+        ["Throttled", a.throttles > 0 ? a.throttles + "× (429) before this outcome" : null],
         ["Provider message id", a.providerMessageId], ["Error", errorText(a.error)],
         ["Why this channel", a.fallbackReason], ["Delivery status", a.deliveryStatus],
         ["Delivered at", a.deliveredAt], ["Read at", a.readAt], ["Delivery error", errorText(a.deliveryError) || a.deliveryError]]),
@@ -776,16 +793,67 @@
     ]);
   }
 
+  // -- a queued message's life (API.md §19): accepted, due, each attempt, then how it ended (or
+  // what it waits for). Sync sends have no dueAt and show none of it.
+
+  var ENDED = { sent: 1, delivered: 1, read: 1, undelivered: 1, failed: 1, unknown: 1, canceled: 1, expired: 1 };
+
+  // One step: a dot (filled when it happened, in the colour of its outcome; hollow when it is still
+  // ahead), what, when, a note.
+  function lifeStep(name, tone, what, badge, at, note) {
+    return el("li", { className: "life-step " + tone, "data-step": name }, [
+      el("div", { className: "life-head" }, [el("span", { className: "life-what", text: what }),
+        badge ? omniBadge(badge) : null, at ? el("span", { className: "life-at" }, [stamp(at)]) : null]),
+      note ? el("p", { className: "life-note", text: note }) : null
+    ]);
+  }
+
+  function queuedLife(item) {
+    var st = String(item.status || ""), ended = !!ENDED[st] && !!item.completedAt;
+    var dueReached = st !== "scheduled" && !(ended && Date.parse(item.dueAt) > Date.parse(item.completedAt));
+    var steps = [lifeStep("accepted", "done", "Accepted", null, item.createdAt, null)];
+    steps.push(lifeStep("due", dueReached ? "done" : "ahead", dueReached ? "Due" : "Due (not reached)", null,
+      item.dueAt, Date.parse(item.dueAt) - Date.parse(item.createdAt) < 1000 ? "at once" : null));
+    (item.attempts || []).forEach(function (a, i) {
+      var step = lifeStep("attempt", { sent: "good", failed: "bad", unknown: "warn" }[a.status] || "done",
+        "Attempt " + (i + 1) + " · " + a.channel, a.status, a.attemptedAt,
+        a.throttles > 0 ? "throttled " + a.throttles + "× (429) before this outcome" : null);
+      if (a.throttles > 0) step.classList.add("throttled");
+      steps.push(step);
+    });
+    if (st === "canceled") {
+      steps.push(lifeStep("end", "done", "Canceled", null, item.completedAt, "no provider was called for it"));
+    } else if (st === "expired") {
+      steps.push(lifeStep("end", "bad", "Expired", null, item.completedAt,
+        "no channel could take it while it was valid"));
+    } else if (ended) {
+      steps.push(lifeStep("end", OMNI_BADGE[st], "Completed", st, item.completedAt,
+        item.winningChannel ? "on " + item.winningChannel : "no channel accepted it"));
+    } else {
+      var waits = { scheduled: "Waiting until it is due", queued: "Waiting for its turn at its sender's rate",
+        pending: "An attempt is in flight" };
+      steps.push(lifeStep("waiting", "ahead", waits[st] || "Not completed yet", null, null, null));
+      steps.push(lifeStep("valid-until", "ahead", "Valid until", null, item.validUntil,
+        "expires then if no channel has accepted it"));
+    }
+    return el("section", { className: "life", "aria-labelledby": "life-h" }, [
+      el("h3", { id: "life-h", text: "Queued life" }), el("ol", { className: "life-steps" }, steps)]);
+  }
+
   function openTimeline(kind, item) {
     var body = $("timeline-body");
     body.textContent = "";
     var title = kind === "deliveries" ? "Delivery " + item.id : item.reference + " to " + item.to;
     $("timeline-h").textContent = title;
     if (kind === "omni") {
-      body.appendChild(dl([["Status", item.status], ["Mode", item.deliveryMode], ["Winning channel", item.winningChannel],
-        ["Created", item.createdAt], ["Completed", item.completedAt], ["Text", item.text]]));
+      body.appendChild(dl([["Status", omniBadge(item.status)], ["Mode", item.deliveryMode],
+        ["Winning channel", item.winningChannel], ["Priority", item.priority], ["Due at", item.dueAt],
+        ["Valid until", item.validUntil], ["Created", item.createdAt], ["Completed", item.completedAt], ["Text", item.text]]));
+      if (item.dueAt) body.appendChild(queuedLife(item));
       body.appendChild(el("ol", { className: "timeline" }, (item.attempts || []).map(attemptStep)));
-      if (!(item.attempts || []).length) body.appendChild(el("p", { text: "No attempt yet." }));
+      if (!(item.attempts || []).length) {
+        body.appendChild(el("p", { text: ENDED[item.status] ? "No attempt: no provider was called." : "No attempt yet." }));
+      }
       if ((item.skipped || []).length) {
         body.appendChild(el("h4", { text: "Skipped" }));
         body.appendChild(el("ul", null, item.skipped.map(function (s) {
