@@ -188,9 +188,11 @@ $$;
 -- (high, normal, low; oldest due first) while its tokens last, at most p_max in all. Entries
 -- past their validity end 'expired' instead. Each entry taken is leased for p_lease_ms, its
 -- message becomes 'pending' and its attempt is recorded 'pending' (attemptedAt = now), all in
--- this transaction. Also ends the leases of holders that died (og_queue_abandon).
+-- this transaction. Also ends the leases of holders that died (og_queue_abandon). Returns, per
+-- message, what its attempt needs.
 CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer)
-RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint)
+RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint, channel text,
+               "to" text, text text, wa_from text, sender text, template text, settings text)
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
@@ -222,13 +224,16 @@ BEGIN
                 EXIT WHEN tok < 1 OR taken >= p_max OR gone >= 1000;
                 LOOP -- pages of this priority while the tokens last
                     got := 0;
+                    -- The entry and its message, both skipped when locked: a claim never waits for
+                    -- a row a completion or a cancel holds (they wait for a sender a claim holds).
                     FOR e IN SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments
                              FROM queue_entries q
+                             JOIN messages m ON m.tenant_id = q.tenant_id AND m.reference = q.reference
                              WHERE q.sender_id = s.id AND q.priority = p AND q.lease_owner IS NULL
                                  AND q.due_at <= now()
                              ORDER BY q.due_at, q.id
                              LIMIT greatest(1, least(ceil(tok)::integer, p_max - taken))
-                             FOR UPDATE SKIP LOCKED LOOP
+                             FOR UPDATE OF q, m SKIP LOCKED LOOP
                         got := got + 1;
                         IF e.valid_until <= now() THEN
                             PERFORM og_queue_expire(e.tenant_id, e.reference, e.ch);
@@ -276,7 +281,15 @@ BEGIN
     SET status = 'pending', attempted_at = now(), latency_ms = 0, provider_message_id = NULL,
         error_code = NULL, error_message = NULL, provider_code = NULL, http_status = NULL,
         throttles = a.throttles + 1;
-    RETURN QUERY SELECT x.t, x.r, x.c, x.l, x.p FROM unnest(c_t, c_r, c_ch, c_lag, c_pri) AS x(t, r, c, l, p);
+    -- What the attempts need, read here: a statement of this function sees the messages it has
+    -- just locked, which the snapshot of the statement that called it may predate (a message
+    -- committed meanwhile would be claimed and never released).
+    RETURN QUERY
+    SELECT x.t, x.r, x.c, x.l, x.p, m.channels[x.c + 1], m.to_number, m.body, coalesce(m.whatsapp_from, ''),
+        coalesce(m.sms_sender, ''), coalesce((m.template -> 'meta')::text, ''), tn.settings::text
+    FROM unnest(c_t, c_r, c_ch, c_lag, c_pri) AS x(t, r, c, l, p)
+    JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
+    JOIN tenants tn ON tn.id = x.t;
 END
 $$;
 
@@ -299,8 +312,9 @@ DECLARE
     n integer := 0;
 BEGIN
     FOR e IN SELECT q.tenant_id, q.reference, q.ch FROM queue_entries q
+             JOIN messages m ON m.tenant_id = q.tenant_id AND m.reference = q.reference
              WHERE q.lease_owner IS NOT NULL AND q.lease_until < now()
-             ORDER BY q.lease_until LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
+             ORDER BY q.lease_until LIMIT p_max FOR UPDATE OF q, m SKIP LOCKED LOOP
         UPDATE attempts
         SET status = 'unknown', error_code = 'outcome_unknown',
             error_message = 'the instance making this attempt stopped before recording its outcome'
@@ -382,19 +396,21 @@ END
 $$;
 
 -- Cancels a queued or scheduled message no provider is working on (API.md §19): its entries go
--- and it becomes 'canceled'. Locks the entries before the message, in the claim's order, so a
--- claim and a cancel serialize: a message is canceled or sent, never both. Returns the
--- message's status afterwards ('canceled' when it is), NULL when there is no such message.
+-- and it becomes 'canceled'. Locks the message, then its entries: the order of a completion
+-- (fallback_end, then og_queue_attempted), while a claim skips both when either is locked. So a
+-- claim and a cancel serialize without a deadlock: a message is canceled or sent, never both.
+-- Returns the message's status afterwards ('canceled' when it is), NULL when there is no such
+-- message.
 CREATE FUNCTION og_queue_cancel(p_tenant uuid, p_ref text) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     st text;
 BEGIN
-    PERFORM 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref ORDER BY ch FOR UPDATE;
     SELECT status INTO st FROM messages WHERE tenant_id = p_tenant AND reference = p_ref FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
+    PERFORM 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref ORDER BY ch FOR UPDATE;
     IF st NOT IN ('queued', 'scheduled')
        OR EXISTS (SELECT 1 FROM queue_entries
                   WHERE tenant_id = p_tenant AND reference = p_ref AND lease_owner IS NOT NULL)

@@ -46,7 +46,9 @@ SELECT og_queue_accept($1::uuid, $2, $3::text[], $4::text[], $5::float8[], $6::b
 
 -- name: queue_claim
 -- Claims due queued messages with their senders' tokens (og_queue_claim) and returns what
--- their attempts need: each is leased to this worker, its attempt recorded 'pending'.
+-- their attempts need: each is leased to this worker, its attempt recorded 'pending'. Nothing
+-- is joined here: the function reads the messages itself (this statement's snapshot may
+-- predate a message it claims).
 -- $1 owner = this worker (its lease owner)
 -- $2 lease_ms = the lease, which covers one attempt and its writes
 -- $3 max = at most this many messages
@@ -56,13 +58,9 @@ SELECT og_queue_accept($1::uuid, $2, $3::text[], $4::text[], $5::float8[], $6::b
 -- sender, Meta's template object ('' without one), the tenant's settings.
 -- columns: tenant_id, reference, ch, lag_ms, priority, channel, to, text, wa_from, sender,
 --     template, settings
-SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, m.channels[c.ch + 1] AS channel,
-    m.to_number AS to, m.body AS text, coalesce(m.whatsapp_from, '') AS wa_from,
-    coalesce(m.sms_sender, '') AS sender, coalesce((m.template -> 'meta')::text, '') AS template,
-    t.settings::text
-FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer) AS c
-JOIN messages m ON m.tenant_id = c.tenant_id AND m.reference = c.reference
-JOIN tenants t ON t.id = c.tenant_id;
+SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, c.channel, c."to", c.text, c.wa_from, c.sender,
+    c.template, c.settings
+FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer) AS c;
 
 -- name: queue_attempted
 -- What follows a claimed attempt's outcome (og_queue_attempted), under this worker's lease:

@@ -44,7 +44,18 @@ def until_status(gw, reference, statuses, timeout=10):
         m = message(gw, reference)
         box[:] = [m]
         return m["status"] in statuses
-    assert wait_for(check, timeout), json.dumps(box, indent=1) + "\n".join(gw.stderr().splitlines()[-10:])
+    if not wait_for(check, timeout):
+        activity = db(gw, "SELECT pid, state, wait_event_type, wait_event, left(query, 120) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        queue = db(gw, "SELECT e.reference, e.ch, e.lease_owner, e.lease_until, s.channel, s.sender, s.wake_at, "
+                       "s.tokens FROM queue_entries e JOIN queue_senders s ON s.id = e.sender_id")
+        raise AssertionError(json.dumps(box, indent=1) + "\n".join(
+            [line for line in gw.stderr().splitlines() if '"access"' not in line][-15:]) +
+            "\nactivity: %r\nqueue: %r\nsim: %r\nmetrics: %s" % (
+                activity, queue, [(x["channel"], x["body"][-40:], x["receivedAt"]) for x in gw.sim.requests()],
+                [line for line in gw.request("GET", "/metrics").body.decode().splitlines()
+                 if line.startswith(("omnigate_queue_released", "omnigate_provider_attempts_total",
+                                     "omnigate_db_", "omnigate_queue_throttles"))]))
     return box[0]
 
 
