@@ -60,9 +60,9 @@ a VACUUM ANALYZE and CHECKPOINT: during / mean of the two alone (target <= 1.5).
 
 queue_statements (a diagnostic, no target): where PostgreSQL's time goes. The cluster is
 restarted with pg_stat_statements (track = all, so PL/pgSQL's statements are listed too), a
-warm-up run of fallback_first's sends and a VACUUM ANALYZE, then per phase (fallback_first's sends for --duration s; up to 10,000 queued accepts; their
-drain) the statements by total execution time with their calls per message; the cluster is
-restarted without it afterwards.
+warm-up run of fallback_first's sends and a VACUUM ANALYZE, then per phase (fallback_first's
+sends for --duration s; up to 10,000 queued accepts; their drain) the statements by total
+execution time with their calls per message; the cluster is restarted without it afterwards.
 
 The file is named queue.py, as the benchmark's scenario files are named after what they
 measure; it shadows the standard library's `queue` module for the scripts of test/bench
@@ -328,7 +328,8 @@ def sc_drain(b, bench):
          "batches_drain": (bd1[0] - bd0[0]) / max(accepted, 1), "ops_drain": (bd1[1] - bd0[1]) / max(accepted, 1),
          "claim_lag": lag, "ff_rps": ff_rps, "meta_rps": meta_rps, "ff_pg_us": ff_pg, "meta_pg_us": meta_pg,
          "ff_gw_us": ff_gw, "meta_gw_us": meta_gw,
-         "ff_wal": ff_wal, "claim_join": claim_join, "runs": {"ff": [ff1["rps"], ff2["rps"]], "meta": [meta1["rps"], meta2["rps"]]}}
+         "ff_wal": ff_wal, "claim_join": claim_join,
+         "runs": {"ff": [ff1["rps"], ff2["rps"]], "meta": [meta1["rps"], meta2["rps"]]}}
     d["ratio_ff"] = per_s / max(ff_rps, 1e-9)
     d["ratio_meta"] = per_s / max(meta_rps, 1e-9)
     d["pg_ratio_ff"] = d["pg_us"] / max(ff_pg, 1e-9)
@@ -682,7 +683,8 @@ def explain(url, sql):
         if m:
             buf = sum(int(x) for x in re.findall(r"(?:hit|read)=(\d+)", m.group(1)))
             break
-    ms = next((float(m.group(1)) for m in (re.match(r"Execution Time: ([\d.]+) ms", l) for l in lines) if m), float("nan"))
+    ms = next((float(m.group(1)) for m in (re.match(r"Execution Time: ([\d.]+) ms", x) for x in lines) if m),
+              float("nan"))
     return {"plan": "; ".join(dict.fromkeys(n for n in nodes if "Scan" in n)) or (nodes[0] if nodes else "?"),
             "buffers": buf, "ms": ms}
 
@@ -701,11 +703,13 @@ def time_claims(url, claims, stale_join=False):
         script += "SET plan_cache_mode = force_generic_plan;\nSET enable_nestloop = off;\nSET enable_mergejoin = off;\n"
     script += "PREPARE claim(text, integer, integer, integer) AS %s;\n" % claim_statement()
     if stale_join:
-        script += "EXPLAIN EXECUTE claim('bench-scale', 3600000, 64, 32);\nRESET enable_nestloop;\nRESET enable_mergejoin;\n"
+        script += ("EXPLAIN EXECUTE claim('bench-scale', 3600000, 64, 32);\n"
+                   "RESET enable_nestloop;\nRESET enable_mergejoin;\n")
     script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32);\n\\o\n\\timing on\n"
     for _ in range(claims):
         script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32);\n\\o\n"
-    script += "\\timing off\nSELECT 'EXPLAIN';\nEXPLAIN (ANALYZE, BUFFERS) EXECUTE claim('bench-scale', 3600000, 64, 32);\n"
+    script += ("\\timing off\nSELECT 'EXPLAIN';\n"
+               "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim('bench-scale', 3600000, 64, 32);\n")
     out = logscale.psql(url, script)
     times = [float(x) for x in re.findall(r"^Time: ([\d.]+) ms", out, re.M)]
     plan = out.split("\nEXPLAIN\n", 1)[-1]
@@ -931,7 +935,8 @@ def sc_statements(b, bench):
         b.psql_super("SELECT pg_stat_statements_reset()")
         wrk_count(b, bench, "qst_accept", body, tokens, n, b.args.conns)
         time.sleep(0.3)
-        got = int(b.psql("SELECT count(*) FROM messages WHERE tenant_id IN (%s) AND status = 'scheduled'" % in_list(ids)))
+        got = int(b.psql("SELECT count(*) FROM messages WHERE tenant_id IN (%s) AND status = 'scheduled'" %
+                         in_list(ids)))
         out["accept"] = {"messages": got, "statements": statements(b, got)}
         while time.time() < due:
             time.sleep(0.01)
@@ -1017,8 +1022,8 @@ def report(b):
                       d["instances"], d["workers"], d["rate"], d["rate"], d["sim_burst"], "{:,}".format(d["messages"]),
                       d["post_s"], json.dumps(d["answers"]), d["rest"]), "",
                   "| calls | span s | 10 s windows (wanted %d +-10%%) | any 10 s min-max | achieved /s | 429s "
-                  "(simulator) | throttles in the database | released by instance | sent | PostgreSQL % of a core "
-                  "| gateways % of a core |" % d["want"],
+                  "(simulator) | throttles in the database | released by instance | sent | PostgreSQL %% of a core "
+                  "| gateways %% of a core |" % d["want"],
                   "|---:|---:|---|---|---:|---:|---:|---|---:|---:|---:|",
                   "| %d | %.1f | %s | %d-%d | %.2f | %d | %d | %s | %d | %.1f | %.1f |" % (
                       d["calls"], d["span_s"], ", ".join(str(c) for c in d["windows"]), d["sliding_min"],
