@@ -44,13 +44,28 @@ tenant's endpoint never answers (/__sim/hooks/hang), to compare sends/s and p99;
 `webhooks_lag` streams signed status callbacks at --wh-rate per second, each making a message
 delivered (one message.delivered event each), and measures the outbox lag.
 
+The queued-delivery scenarios (issue 31; test/bench/queue.py, whose docstring details each; the
+group `queue` runs them all): `queue_drain` accepts --queue-messages queued sends (one sendAt
+ahead) and times their unpaced drain, against fallback_first's sends/s and PostgreSQL CPU per
+send in the same scenario; `queue_priority` puts 5 `high` messages through HTTP behind
+--priority-backlog `low` ones (generated in SQL) of a sender at --priority-rate and reads when
+each attempt started; `queue_pacing` (opt-in: --pacing-messages / --pacing-rate s) runs
+--pacing-instances gateways on the one database against the simulator's per-sender limit and
+counts each 10 s window's calls and the 429s; `queue_scale` (opt-in: it loads a million messages
+into a database of its own) times the claim at --scale-sizes backlogs and measures sync p99
+while --scale-backlog messages drain at each of --scale-rates; `queue_statements` (opt-in diagnostic)
+restarts PostgreSQL with pg_stat_statements and lists the statements of a sync send, a queued
+accept and the drain.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
                 [--steps-history 200000] [--idle-steps 100000] [--readers 8] [--reader-messages 1000000]
                 [--cold-duration 30] [--logs-messages 10000000] [--logs-queries 100]
-                [--wh-events 40000] [--wh-rate 1000]
-Scenarios: see SCENARIOS below. Results: DIR/bench.json and DIR/bench.md.
+                [--wh-events 40000] [--wh-rate 1000] [--queue-messages 20000] [--pacing-messages 5000]
+                [--pacing-rate 50] [--pacing-instances 3] [--priority-backlog 100000] [--priority-rate 1000]
+                [--scale-sizes 1000,100000,1000000] [--scale-backlog 100000] [--scale-rates 1000,80]
+Scenarios: see SCENARIOS below; --scenarios also takes the groups of GROUPS (queue). Results: DIR/bench.json and DIR/bench.md.
 """
 
 import argparse
@@ -69,6 +84,7 @@ import time
 import urllib.request
 
 import logscale
+import queue as queue_bench
 import readers
 import statuses
 import steps
@@ -1256,6 +1272,26 @@ def sc_logs_scale(b):
     logscale.logs_scale(b, sys.modules[__name__])
 
 
+def sc_queue_drain(b):
+    queue_bench.sc_drain(b, sys.modules[__name__])
+
+
+def sc_queue_pacing(b):
+    queue_bench.sc_pacing(b, sys.modules[__name__])
+
+
+def sc_queue_priority(b):
+    queue_bench.sc_priority(b, sys.modules[__name__])
+
+
+def sc_queue_scale(b):
+    queue_bench.sc_scale(b, sys.modules[__name__])
+
+
+def sc_queue_statements(b):
+    queue_bench.sc_statements(b, sys.modules[__name__])
+
+
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
@@ -1280,6 +1316,13 @@ SCENARIOS = {
     "fallback_steps": sc_fallback_steps,
     "meta_down": sc_meta_down,
     "templates": sc_templates,
+    # Queued delivery (issue 31, test/bench/queue.py); each leaves nothing queued behind it.
+    "queue_drain": sc_queue_drain,
+    "queue_priority": sc_queue_priority,
+    "queue_pacing": sc_queue_pacing,
+    "queue_scale": sc_queue_scale,
+    # A diagnostic: restarts PostgreSQL with pg_stat_statements, and again without.
+    "queue_statements": sc_queue_statements,
     # After every load scenario: the idle window needs nothing else running.
     "steps_idle": sc_steps_idle,
     "idle": sc_idle,
@@ -1287,8 +1330,11 @@ SCENARIOS = {
     "cold": sc_cold,
     "logs_scale": sc_logs_scale,
 }
-# Not run unless asked for (--scenarios): loading 10 million sends takes minutes.
-OPT_IN = ("logs_scale", "callgrind")
+# Not run unless asked for (--scenarios): loading 10 million sends takes minutes; queue_pacing
+# takes --pacing-messages / --pacing-rate seconds (100), queue_scale loads a million messages.
+OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements")
+# Names --scenarios takes for several scenarios at once.
+GROUPS = {"queue": ["queue_drain", "queue_pacing", "queue_priority", "queue_scale", "queue_statements"]}
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
          "fallback_readers", "fallback_readers_off", "fallback_readers_on", "fallback_readers_off2",
          "fallback_webhooks", "fallback_webhook_hang", "meta_text", "meta_template", "meta_text2",
@@ -1416,7 +1462,7 @@ def targets(b):
         v = r["rps"] / r["ideal_rps"]
         out.append(("2,000 sends at 200 ms: sends/s / (concurrency / latency)", "%.2f (%.0f of %.0f)" % (
             v, r["rps"], r["ideal_rps"]), ">= 0.90", v >= 0.9))
-    return out + logscale.targets(b)
+    return out + logscale.targets(b) + queue_bench.targets(b)
 
 
 def chart(b, path):
@@ -1674,6 +1720,7 @@ def report(b, dur, path, png):
     lines += webhooks_report(b)
     lines += steps_report(b)
     lines += logscale.report(b)
+    lines += queue_bench.report(b)
     if dur:
         lines += ["", "Durability: %d sends answered 2xx; %d of the send tenants' messages completed in the "
                   "database (`sent`, or `delivered`/`read`/`undelivered` since), each with its "
@@ -1729,11 +1776,35 @@ def main():
                     help="webhooks_lag: status callbacks (so webhook events) per second; on 2 cores the status "
                          "path with its events saturates PostgreSQL near 1,500/s, and a lag measured past that "
                          "is the backlog's growth, not the outbox's")
+    ap.add_argument("--queue-messages", type=int, default=20000,
+                    help="queue_drain: queued sends accepted, then drained unpaced")
+    ap.add_argument("--pacing-messages", type=int, default=5000,
+                    help="queue_pacing: queued sends of the one paced sender")
+    ap.add_argument("--pacing-rate", type=float, default=50,
+                    help="queue_pacing: the sender's rate (tenant setting and simulator limit), messages/s")
+    ap.add_argument("--pacing-instances", type=int, default=3,
+                    help="queue_pacing: gateway instances on the one database")
+    ap.add_argument("--priority-backlog", type=int, default=100000,
+                    help="queue_priority: low messages queued (generated in SQL) ahead of the high ones")
+    ap.add_argument("--priority-rate", type=float, default=1000,
+                    help="queue_priority: their sender's rate, messages/s")
+    ap.add_argument("--scale-sizes", default="1000,100000,1000000",
+                    help="queue_scale: backlogs the claim is timed against (ascending)")
+    ap.add_argument("--scale-backlog", type=int, default=100000,
+                    help="queue_scale: messages draining while the sync sends' p99 is measured")
+    ap.add_argument("--scale-rates", default="1000,80",
+                    help="queue_scale: the rates that backlog drains at, messages/s, one run each (80: Meta's "
+                         "default per number)")
     args = ap.parse_args()
-    names = [s for s in args.scenarios.split(",") if s]
+    names = []
+    for s in args.scenarios.split(","):
+        for n in GROUPS.get(s, [s] if s else []):
+            if n not in names:
+                names.append(n)
     for n in names:
         if n not in SCENARIOS:
-            sys.exit("bench: unknown scenario %s (known: %s)" % (n, ", ".join(SCENARIOS)))
+            sys.exit("bench: unknown scenario %s (known: %s; groups: %s)" % (n, ", ".join(SCENARIOS),
+                                                                          ", ".join(GROUPS)))
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, hard), hard))
