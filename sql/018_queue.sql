@@ -147,11 +147,13 @@ CREATE FUNCTION og_queue_accept(p_tenant uuid, p_ref text, p_channels text[], p_
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
-    ids bigint[] := '{}';
+    ids bigint[] := array_fill(NULL::bigint, ARRAY[cardinality(p_channels)]);
     i integer;
 BEGIN
-    FOR i IN 1 .. cardinality(p_channels) LOOP
-        ids := ids || og_queue_sender(p_tenant, p_channels[i], p_senders[i], p_rates[i]);
+    -- Senders made or read in key order: two accepts that make the same new senders never wait
+    -- for each other in a cycle.
+    FOR i IN SELECT k FROM generate_subscripts(p_channels, 1) AS k ORDER BY p_channels[k], p_senders[k] LOOP
+        ids[i] := og_queue_sender(p_tenant, p_channels[i], p_senders[i], p_rates[i]);
     END LOOP;
     INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at,
                                valid_until, segments)
@@ -194,7 +196,9 @@ CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, 
 RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint, channel text,
                "to" text, text text, wa_from text, sender text, template text, settings text)
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan AS $$
+-- Planned afresh on every call, and by key only: the claimed messages are read by their primary
+-- key (a join planned while the table was small would otherwise read it whole on every claim).
+SET plan_cache_mode = force_custom_plan SET enable_hashjoin = off SET enable_mergejoin = off AS $$
 #variable_conflict use_column
 DECLARE
     s      queue_senders%ROWTYPE;
@@ -267,9 +271,11 @@ BEGIN
     IF taken = 0 THEN
         RETURN;
     END IF;
-    UPDATE messages m SET status = 'pending'
+    -- A message stays 'queued' while its attempt is in flight (the attempt says 'pending'): one
+    -- write of its row fewer; a scheduled one that came due says so now.
+    UPDATE messages m SET status = 'queued'
     FROM unnest(c_t, c_r) AS x(t, r)
-    WHERE m.tenant_id = x.t AND m.reference = x.r AND m.status IN ('queued', 'scheduled');
+    WHERE m.tenant_id = x.t AND m.reference = x.r AND m.status = 'scheduled';
     -- The attempt, 'pending' before its provider is called; a retry after a throttle reuses
     -- its channel's row.
     INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content)
@@ -327,71 +333,132 @@ BEGIN
 END
 $$;
 
--- The outcome of a claimed entry's attempt (its row already completed by fallback_end), under
--- the lease of p_owner (else the transaction fails: a holder whose lease ran out records
--- nothing). p_outcome: 'sent', 'failed', or 'throttled' (provider_rate_limited), with the
--- provider's Retry-After in p_retry_ms (NULL: 1, 2, 4 ... 60 s by the entry's throttles).
---   sent       the entry is done; the message settles (or a delivery-based fallback goes on);
---   failed     fallback: the next channel waits behind its sender, due now; all: done;
+-- The outcomes of claimed entries' attempts, for a write batch's releases at once (the set form
+-- of queue_done; its single form calls this with one of each), under the leases of p_owner:
+-- when an entry is not leased by its owner any more the transaction fails, and the batch is
+-- retried one release at a time, so a holder whose lease ran out records nothing. Per release:
+-- the attempt's row completed (adopting delivery statuses that came first, as fallback_end),
+-- then by p_outcome ('sent', 'failed', or 'throttled' = provider_rate_limited, with the
+-- provider's Retry-After in p_retry_ms, NULL: 1, 2, 4 ... 60 s by the entry's throttles):
+--   sent       the entry is done; the message settles (a delivery-based fallback goes on);
+--   failed     fallback: the entry moves to the next channel, due now behind its sender;
+--              all (or no channel left): done;
 --   throttled  the same channel again after the wait while validUntil allows, the sender's
 --              rate halved for 60 s and nothing of it released before the wait ends; else as
 --              failed, ending 'expired' when no channel is left.
--- Returns true when an entry was made due now (the caller wakes its release).
-CREATE FUNCTION og_queue_attempted(p_tenant uuid, p_ref text, p_ch smallint, p_owner text, p_outcome text,
-                                   p_retry_ms integer)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
+-- The message row is written once, whatever happened. Set-based: a statement per step for the
+-- whole batch, reading rows by key only (the plan settings below, as og_msg_complete_many).
+CREATE FUNCTION og_queue_done_many(p_tenant uuid[], p_ref text[], p_ch smallint[], p_owner text[],
+                                   p_outcome text[], p_pid text[], p_error_code text[], p_error_message text[],
+                                   p_provider_code text[], p_http integer[], p_latency integer[],
+                                   p_retry_ms integer[])
+RETURNS void
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $$
 DECLARE
-    e queue_entries%ROWTYPE;
-    retry timestamptz;
-    ended text := 'failed';
+    -- Per release, in key order: its entry's key, what follows (retry: the same channel later),
+    -- its sender, the next channel's sender (NULL: none), when to retry, whether it was the last
+    -- entry a fallback could move on from.
+    e_t   uuid[];
+    e_r   text[];
+    e_c   smallint[];
+    e_o   text[];
+    e_s   bigint[];
+    e_nxt bigint[];
+    e_at  timestamptz[];
+    e_all boolean[];
+    e_on  boolean[];
+    f     record;
 BEGIN
-    SELECT * INTO e FROM queue_entries
-    WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch AND lease_owner = p_owner
-    FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'queue entry %/% is not leased by %', p_ref, p_ch, p_owner USING ERRCODE = 'P0001';
+    -- The entries, locked in key order, each only while its releaser holds it.
+    SELECT array_agg(y.t ORDER BY y.t, y.r, y.c), array_agg(y.r ORDER BY y.t, y.r, y.c),
+        array_agg(y.c ORDER BY y.t, y.r, y.c), array_agg(y.o ORDER BY y.t, y.r, y.c),
+        array_agg(y.s ORDER BY y.t, y.r, y.c),
+        array_agg(CASE WHEN y.o IN ('failed', 'throttled') AND NOT y.a AND y.c + 1 < cardinality(y.ss)
+                       THEN y.ss[y.c + 2] END ORDER BY y.t, y.r, y.c),
+        array_agg(y.at ORDER BY y.t, y.r, y.c), array_agg(y.a ORDER BY y.t, y.r, y.c),
+        array_agg(y.o = 'sent' AND NOT y.a AND y.c + 1 < cardinality(y.ss) ORDER BY y.t, y.r, y.c)
+    INTO e_t, e_r, e_c, e_o, e_s, e_nxt, e_at, e_all, e_on
+    FROM (SELECT q.tenant_id AS t, q.reference AS r, q.ch AS c, q.sender_id AS s, q.senders AS ss, q.all_mode AS a,
+              CASE WHEN x.o = 'throttled' AND z.at < q.valid_until THEN 'retry' ELSE x.o END AS o, z.at
+          FROM (SELECT * FROM unnest(p_tenant, p_ref, p_ch, p_owner, p_outcome, p_retry_ms)
+                    AS x(t, r, c, w, o, retry) ORDER BY 1, 2, 3) x
+          JOIN LATERAL (SELECT * FROM queue_entries q
+                        WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c AND q.lease_owner = x.w
+                        FOR UPDATE) q ON true
+          CROSS JOIN LATERAL (SELECT CASE WHEN x.o = 'throttled' THEN now() + coalesce(x.retry,
+                                  1000 * least(60, 2 ^ q.throttles)::integer) * interval '1 millisecond' END AS at) z
+         ) y;
+    IF coalesce(cardinality(e_r), 0) <> cardinality(p_ref) THEN
+        RAISE EXCEPTION 'a queue entry of this batch is not leased by its releaser any more' USING ERRCODE = 'P0001';
     END IF;
-    IF p_outcome = 'throttled' THEN
-        retry := now() + coalesce(p_retry_ms, 1000 * least(60, 2 ^ e.throttles)::integer)
-                         * interval '1 millisecond';
-        UPDATE queue_senders
-        SET throttled_until = now() + interval '60 seconds', held_until = greatest(held_until, retry),
-            tokens = least(tokens, 0)
-        WHERE id = e.sender_id;
-        IF retry < e.valid_until THEN
-            UPDATE queue_entries
-            SET lease_owner = NULL, lease_until = NULL, due_at = retry, throttles = throttles + 1
-            WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch;
-            PERFORM og_queue_wake_sender(e.sender_id, retry);
-            UPDATE messages SET status = 'queued'
-            WHERE tenant_id = p_tenant AND reference = p_ref AND status = 'pending';
-            RETURN false;
-        END IF;
-        ended := 'expired';
-    END IF;
-    DELETE FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref AND ch = p_ch;
-    IF p_outcome <> 'sent' AND NOT e.all_mode AND p_ch + 1 < cardinality(e.senders) THEN
-        INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority,
-                                   due_at, valid_until, segments)
-        SELECT p_tenant, p_ref, p_ch + 1, e.senders[p_ch + 2], e.senders, false, e.priority, now(),
-            e.valid_until, CASE WHEN s.channel = 'sms' THEN e.segments ELSE 1 END
-        FROM queue_senders s WHERE s.id = e.senders[p_ch + 2];
-        PERFORM og_queue_wake_sender(e.senders[p_ch + 2], now());
-        UPDATE messages SET status = 'queued'
-        WHERE tenant_id = p_tenant AND reference = p_ref AND status = 'pending';
-        RETURN true;
-    END IF;
-    IF p_outcome = 'sent' AND NOT e.all_mode
-       AND (SELECT fallback_on FROM messages WHERE tenant_id = p_tenant AND reference = p_ref) IS NOT NULL
-       AND p_ch + 1 < cardinality(e.senders) THEN
-        -- A delivery-based fallback (API.md §11) goes on from here as a sync send's does.
-        UPDATE messages SET status = 'sent', completed_at = now()
-        WHERE tenant_id = p_tenant AND reference = p_ref;
-        RETURN og_fallback_schedule(p_tenant, p_ref);
-    END IF;
-    PERFORM og_queue_settle(p_tenant, p_ref, ended);
-    RETURN false;
+    -- The attempts, as fallback_end completes one.
+    UPDATE attempts a
+    SET status = CASE WHEN x.o = 'sent' THEN 'sent' ELSE 'failed' END, provider_message_id = x.pid,
+        error_code = x.ec, error_message = x.em, provider_code = x.pc, http_status = x.http, latency_ms = x.lat,
+        delivery_status = CASE WHEN x.o = 'sent' THEN coalesce(d.status, 'sent') END,
+        delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
+        delivery_provider_code = d.provider_code, delivery_message = d.error_message
+    FROM unnest(p_tenant, p_ref, p_ch, p_outcome, p_pid, p_error_code, p_error_message, p_provider_code, p_http,
+                p_latency) AS x(t, r, c, o, pid, ec, em, pc, http, lat)
+    LEFT JOIN LATERAL og_delivery_of((SELECT channel FROM attempts
+                                      WHERE tenant_id = x.t AND reference = x.r AND seq = x.c), x.pid) AS d
+        ON x.o = 'sent'
+    WHERE a.tenant_id = x.t AND a.reference = x.r AND a.seq = x.c;
+    -- The senders a provider throttled, locked in key order (as every writer of senders does).
+    PERFORM 1 FROM queue_senders s
+    WHERE s.id IN (SELECT x.s FROM unnest(e_s, e_o) AS x(s, o) WHERE x.o IN ('throttled', 'retry'))
+    ORDER BY s.id FOR UPDATE;
+    UPDATE queue_senders s
+    SET throttled_until = now() + interval '60 seconds', held_until = greatest(s.held_until, t.until),
+        tokens = least(s.tokens, 0)
+    FROM (SELECT x.s, max(x.at) AS until FROM unnest(e_s, e_o, e_at) AS x(s, o, at)
+          WHERE x.o IN ('throttled', 'retry') GROUP BY x.s) t
+    WHERE s.id = t.s;
+    -- The entries: the same channel later, the next channel now, or done.
+    UPDATE queue_entries q
+    SET lease_owner = NULL, lease_until = NULL, due_at = x.at, throttles = q.throttles + 1
+    FROM unnest(e_t, e_r, e_c, e_o, e_at) AS x(t, r, c, o, at)
+    WHERE x.o = 'retry' AND q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
+    UPDATE queue_entries q
+    SET lease_owner = NULL, lease_until = NULL, due_at = now(), throttles = 0, ch = x.c + 1, sender_id = x.nxt,
+        segments = CASE WHEN s.channel = 'sms' THEN q.segments ELSE 1 END
+    FROM unnest(e_t, e_r, e_c, e_nxt) AS x(t, r, c, nxt)
+    JOIN queue_senders s ON s.id = x.nxt
+    WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
+    DELETE FROM queue_entries q
+    USING unnest(e_t, e_r, e_c, e_o, e_nxt) AS x(t, r, c, o, nxt)
+    WHERE x.o <> 'retry' AND x.nxt IS NULL AND q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
+    PERFORM og_queue_wake_sender(w.s, w.at)
+    FROM (SELECT x.s, min(x.at) AS at
+          FROM (SELECT nxt AS s, now() AS at FROM unnest(e_nxt) AS nxt WHERE nxt IS NOT NULL
+                UNION ALL
+                SELECT y.s, y.at FROM unnest(e_s, e_o, e_at) AS y(s, o, at) WHERE y.o = 'retry') x
+          GROUP BY x.s ORDER BY x.s) w;
+    -- The messages, each written once: the winning channel; 'queued' again while an entry
+    -- waits; else the final status ('sent' while a delivery-based fallback goes on).
+    UPDATE messages m
+    SET winning_channel = CASE WHEN x.o = 'sent' THEN m.channels[x.c + 1] ELSE m.winning_channel END,
+        status = CASE
+            WHEN x.fb AND m.fallback_on IS NOT NULL THEN 'sent'
+            WHEN EXISTS (SELECT 1 FROM queue_entries q WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference)
+                THEN 'queued'
+            WHEN EXISTS (SELECT 1 FROM attempts a
+                         WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'sent')
+                THEN og_message_status(m.tenant_id, m.reference)
+            WHEN x.o = 'throttled' THEN 'expired'
+            ELSE 'failed' END,
+        completed_at = CASE
+            WHEN EXISTS (SELECT 1 FROM queue_entries q WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference)
+                THEN NULL ELSE now() END
+    FROM unnest(e_t, e_r, e_c, e_o, e_all, e_on) AS x(t, r, c, o, a, fb)
+    WHERE m.tenant_id = x.t AND m.reference = x.r;
+    -- A delivery-based fallback (API.md §11) goes on from an accepted attempt as a sync send's.
+    FOR f IN SELECT x.t, x.r FROM unnest(e_t, e_r, e_on) AS x(t, r, fb)
+             JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
+             WHERE x.fb AND m.fallback_on IS NOT NULL LOOP
+        PERFORM og_fallback_schedule(f.t, f.r);
+    END LOOP;
 END
 $$;
 
@@ -443,9 +510,9 @@ BEGIN
 END
 $$;
 
--- Events of part three: message.canceled and message.expired; message.sent only when a message
--- leaves 'pending' or 'unknown' for a status that says a provider accepted it (a queued message
--- going back to 'queued' for its next channel has not been sent).
+-- Events of part three: message.canceled and message.expired; message.sent when a message
+-- leaves 'pending', 'unknown', 'queued' or 'scheduled' for a status that says a provider
+-- accepted it.
 CREATE OR REPLACE FUNCTION og_webhook_on_message() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -457,8 +524,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF OLD.status IN ('pending', 'unknown') AND NEW.status IN ('sent', 'delivered', 'read', 'undelivered')
-            AND 'message.sent' = ANY (wanted) THEN
+    IF OLD.status IN ('pending', 'unknown', 'queued', 'scheduled')
+            AND NEW.status IN ('sent', 'delivered', 'read', 'undelivered') AND 'message.sent' = ANY (wanted) THEN
         types := types || 'message.sent'::text;
     END IF;
     IF NEW.status IN ('failed', 'delivered', 'read', 'undelivered', 'canceled', 'expired')

@@ -62,18 +62,45 @@ SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, c.channel, c."to", 
     c.template, c.settings
 FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer) AS c;
 
--- name: queue_attempted
--- What follows a claimed attempt's outcome (og_queue_attempted), under this worker's lease:
--- the transaction fails when the lease was lost.
+-- name: queue_done
+-- The outcome of a claimed message's attempt and what follows it (og_queue_done_many: the
+-- attempt's row, the next channel, a retry after a throttle, the final status), under this
+-- worker's lease: the transaction fails when the lease was lost.
 -- $1 tenant_id
 -- $2 reference
 -- $3 ch = the channel's place (the attempt's seq)
 -- $4 owner = this worker
--- $5 outcome = 'sent', 'failed' or 'throttled'
--- $6 retry_ms = the provider's Retry-After in ms, or NULL
--- Returns true when another entry was made due now.
--- columns: due_now
-SELECT og_queue_attempted($1::uuid, $2, $3::smallint, $4, $5, $6::integer) AS due_now;
+-- $5 outcome = 'sent', 'failed' or 'throttled' (provider_rate_limited)
+-- $6 provider_id = provider message id, or NULL
+-- $7 error_code = error code, or NULL
+-- $8 error_message = error message, or NULL
+-- $9 provider_code = provider code, or NULL
+-- $10 http_status = HTTP status, or NULL
+-- $11 latency_ms = latency in ms
+-- $12 retry_ms = the provider's Retry-After in ms, or NULL
+-- Returns nothing.
+SELECT FROM og_queue_done_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::smallint], ARRAY[$4::text],
+    ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::text], ARRAY[$8::text], ARRAY[$9::text], ARRAY[$10::integer],
+    ARRAY[$11::integer], ARRAY[$12::integer]);
+
+-- name: queue_done_many
+-- The set form of queue_done: a write batch's releases in one call. Each parameter is an array
+-- of the releases' values, in order.
+-- $1 tenant_id = tenant ids
+-- $2 reference = references
+-- $3 ch = the channels' places
+-- $4 owner = the releasing workers
+-- $5 outcome = outcomes
+-- $6 provider_id = provider message ids, or NULLs
+-- $7 error_code = error codes, or NULLs
+-- $8 error_message = error messages, or NULLs
+-- $9 provider_code = provider codes, or NULLs
+-- $10 http_status = HTTP statuses, or NULLs
+-- $11 latency_ms = latencies in ms
+-- $12 retry_ms = Retry-After values in ms, or NULLs
+-- Returns nothing.
+SELECT FROM og_queue_done_many($1::uuid[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::text[],
+    $7::text[], $8::text[], $9::text[], $10::integer[], $11::integer[], $12::integer[]);
 
 -- name: queue_cancel
 -- Cancels a queued or scheduled message no provider is working on (og_queue_cancel).

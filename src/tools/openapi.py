@@ -197,7 +197,8 @@ SCHEMAS = {
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
         "status": {"type": "string", "enum": OMNI_STATUSES,
                    "description": "queued (due), scheduled (due later), canceled and expired are a queued send's "
-                                  "(API.md §19); while a queued message's attempt is in flight it is pending."},
+                                  "(API.md §19); a queued message stays queued while its attempt is in flight (the attempt is "
+                                  "pending)."},
         "winningChannel": nullable(ref("Channel")),
         "priority": nullable(ref("Priority")),
         "dueAt": nullable(ref("Timestamp")),

@@ -59,8 +59,14 @@ int og_stored_end_stmts(og_stored_attempt_t *a, const og_attempt_result_t *r, og
                                .provider_code = !r->sent && r->provider_code[0] ? r->provider_code : NULL,
                                .http_status = r->http_status ? a->http_s : NULL,
                                .latency_ms = a->latency_s});
+    return k - n + og_stored_sms_stmt(a, r, op, k);
+}
+
+int og_stored_sms_stmt(og_stored_attempt_t *a, const og_attempt_result_t *r, og_db_op_t *op, int n)
+{
     if (a->ch != OG_CH_SMS)
-        return k - n;
+        return 0;
+    int k = n;
     free(a->sms_error_text);
     a->sms_error_text = NULL;
     if (!r->sent) {

@@ -5,7 +5,8 @@
  * A released message's life here:
  *   claim   queue_claim leased it to this worker and recorded its attempt 'pending' (committed);
  *   call    its channel's provider, with the message's senders and the tenant's settings;
- *   record  fallback_end (+ the SMS record) and queue_attempted in one write, under the lease.
+ *   record  queue_done (+ the SMS record) in one write, under the lease; the releases of one
+ *           write batch share one call of its set form (queue_done_many).
  * A write that fails leaves the lease to expire: the next claim anywhere marks the attempt
  * 'unknown' (og_queue_abandon), never calls the provider again.
  */
@@ -107,7 +108,8 @@ typedef struct rel {
     int ch;
     og_stored_attempt_t sa;
     og_attempt_t att;
-    char ch_s[8], retry_s[16];
+    bool sent;
+    char ch_s[8], retry_s[16], latency_s[24], http_s[12];
 } rel_t;
 
 static void claim(og_queue_t *q);
@@ -184,19 +186,16 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
 {
     rel_t *r = op->arg;
     og_queue_t *q = r->q;
-    bool due_now = false;
-    if (st != OG_DB_OK) {
+    if (st != OG_DB_OK)
         og_log(&q->gw->w->log, st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN,
                "queue: recording an attempt failed; its lease will expire and it becomes unknown",
                "\"reference\":\"%s\",\"sqlstate\":\"%s\",\"error\":\"%s\"", r->reference, op->sqlstate,
                op->error);
-    } else {
-        const PGresult *res = op->res[op->nstmts - 1];
-        due_now =
-            res != NULL && PQntuples(res) == 1 && PQgetvalue(res, 0, OG_C_QUEUE_ATTEMPTED_DUE_NOW)[0] == 't';
-    }
+    /* A message that did not go out may wait for its next channel now: claim at once rather than
+     * at the next tick (the claim in flight, if any, is followed by another). */
+    bool again = st == OG_DB_OK && !r->sent;
     rel_free(r);
-    if (due_now)
+    if (again)
         og_queue_wake(q);
 }
 
@@ -208,19 +207,30 @@ static void attempted(og_attempt_t *a)
     bool throttled = !res->sent && res->error_code == OG_ERR_PROVIDER_RATE_LIMITED;
     if (throttled && r->q->m != NULL)
         og_metrics_add(&r->q->m->throttles[r->sa.ch], 1);
-    og_db_op_t *op = &r->op;
-    int n = og_stored_end_stmts(&r->sa, res, op, 0);
+    r->sent = res->sent;
     snprintf(r->retry_s, sizeof(r->retry_s), "%u", res->retry_after_s * 1000u);
-    og_q_queue_attempted(
+    snprintf(r->latency_s, sizeof(r->latency_s), "%llu", (unsigned long long)(res->latency_us / 1000));
+    snprintf(r->http_s, sizeof(r->http_s), "%d", res->http_status);
+    og_db_op_t *op = &r->op;
+    int n = 0;
+    /* First: the statement a write batch's releases share (its set form, queue_done_many). */
+    og_q_queue_done(
         &op->stmts[n++],
-        &(og_q_queue_attempted_t){.tenant_id = r->tenant_id,
-                                  .reference = r->reference,
-                                  .ch = r->ch_s,
-                                  .owner = og_jobs_owner(r->q->gw->jobs),
-                                  .outcome = res->sent   ? "sent"
-                                             : throttled ? "throttled"
-                                                         : "failed",
-                                  .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL});
+        &(og_q_queue_done_t){.tenant_id = r->tenant_id,
+                             .reference = r->reference,
+                             .ch = r->ch_s,
+                             .owner = og_jobs_owner(r->q->gw->jobs),
+                             .outcome = res->sent   ? "sent"
+                                        : throttled ? "throttled"
+                                                    : "failed",
+                             .provider_id = res->sent ? res->provider_message_id : NULL,
+                             .error_code = res->sent ? NULL : res->error_code,
+                             .error_message = res->sent ? NULL : res->error_message,
+                             .provider_code = !res->sent && res->provider_code[0] ? res->provider_code : NULL,
+                             .http_status = res->http_status ? r->http_s : NULL,
+                             .latency_ms = r->latency_s,
+                             .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL});
+    n += og_stored_sms_stmt(&r->sa, res, op, n);
     op->nstmts = n;
     op->write = true;
     op->done = recorded;

@@ -54,7 +54,11 @@ const char *og_stored_content(const og_stored_attempt_t *a);
  * (the record then has no error object). */
 int og_stored_end_stmts(og_stored_attempt_t *a, const og_attempt_result_t *r, og_db_op_t *op, int n);
 
-/* Frees what og_stored_end_stmts allocated. */
+/* Only the SMS record of an sms attempt's outcome, at op->stmts[n]: 1 statement, or 0 for another
+ * channel (for a caller that completes the attempt's row with a statement of its own). */
+int og_stored_sms_stmt(og_stored_attempt_t *a, const og_attempt_result_t *r, og_db_op_t *op, int n);
+
+/* Frees what og_stored_end_stmts and og_stored_sms_stmt allocated. */
 void og_stored_clear(og_stored_attempt_t *a);
 
 #endif
