@@ -107,63 +107,63 @@ LANGUAGE sql AS $$
     WHERE id = p_sender AND (wake_at IS NULL OR wake_at > p_at + interval '1 second');
 $$;
 
--- The sender row of (tenant, channel, sender), made on first use, its rate kept to the
--- settings' (written only when it changed: an enqueue does not lock a busy sender's row).
-CREATE FUNCTION og_queue_sender(p_tenant uuid, p_channel text, p_sender text, p_rate double precision)
-RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    sid bigint;
-    r double precision;
+-- Queued sends, a write batch's at once (the set form of queue_insert; its single form calls
+-- this with one of each): the message rows (status 'queued' or 'scheduled'), their senders
+-- (made on first use in key order, so two batches making the same new senders never wait for
+-- each other in a cycle; a rate kept to the settings', written only when it changed), and their
+-- entries: one for the first channel (fallback) or one per channel (all), each behind its
+-- sender, whose claim is made due no later than the entry (og_queue_wake_sender). p_queue, per
+-- message: {"status", "senders": [{"c": channel, "s": sender, "r": rate per second, "n": tokens
+-- of an attempt}]} in the message's channel order.
+CREATE FUNCTION og_queue_insert_many(p_tenant uuid[], p_ref text[], p_to text[], p_text text[], p_mode text[],
+                                     p_channels text[], p_skipped jsonb[], p_fallback_on text[],
+                                     p_fallback_after integer[], p_wa_from text[], p_sms_sender text[],
+                                     p_template jsonb[], p_due_ms bigint[], p_valid_ms bigint[],
+                                     p_priority text[], p_queue json[])
+RETURNS void
+LANGUAGE plpgsql
+SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $$
 BEGIN
-    SELECT id, rate INTO sid, r FROM queue_senders
-    WHERE tenant_id = p_tenant AND channel = p_channel AND sender = p_sender;
-    IF NOT FOUND THEN
-        INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
-        VALUES (p_tenant, p_channel, p_sender, p_rate, og_queue_burst(p_rate))
-        ON CONFLICT (tenant_id, channel, sender) DO NOTHING
-        RETURNING id INTO sid;
-        IF sid IS NULL THEN
-            SELECT id, rate INTO sid, r FROM queue_senders
-            WHERE tenant_id = p_tenant AND channel = p_channel AND sender = p_sender;
-        ELSE
-            r := p_rate;
-        END IF;
-    END IF;
-    IF r <> p_rate THEN
-        UPDATE queue_senders SET rate = p_rate WHERE id = sid;
-    END IF;
-    RETURN sid;
-END
-$$;
-
--- Queues a message its insert has just written (status 'queued' or 'scheduled'): its entries,
--- one for the first channel (fallback) or one per channel (all), each behind its sender.
--- p_senders / p_rates: per channel of the message, in order. Returns true when an entry is due
--- now (the caller wakes its release).
-CREATE FUNCTION og_queue_accept(p_tenant uuid, p_ref text, p_channels text[], p_senders text[],
-                                p_rates double precision[], p_all boolean, p_priority text,
-                                p_due timestamptz, p_valid_until timestamptz, p_segments integer)
-RETURNS boolean
-LANGUAGE plpgsql AS $$
-DECLARE
-    ids bigint[] := array_fill(NULL::bigint, ARRAY[cardinality(p_channels)]);
-    i integer;
-BEGIN
-    -- Senders made or read in key order: two accepts that make the same new senders never wait
-    -- for each other in a cycle.
-    FOR i IN SELECT k FROM generate_subscripts(p_channels, 1) AS k ORDER BY p_channels[k], p_senders[k] LOOP
-        ids[i] := og_queue_sender(p_tenant, p_channels[i], p_senders[i], p_rates[i]);
-    END LOOP;
+    INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped, fallback_on,
+        fallback_after_s, whatsapp_from, sms_sender, template, status, due_at, valid_until, priority)
+    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p, x.q ->> 'status',
+        to_timestamp(x.due / 1000.0), to_timestamp(x.valid / 1000.0), x.pri
+    FROM unnest(p_tenant, p_ref, p_to, p_text, p_mode, p_channels, p_skipped, p_fallback_on, p_fallback_after,
+                p_wa_from, p_sms_sender, p_template, p_due_ms, p_valid_ms, p_priority, p_queue)
+        AS x(t, r, n, b, d, c, s, o, a, w, e, p, due, valid, pri, q);
+    -- The senders, in key order.
+    INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
+    SELECT DISTINCT ON (x.t, j.c, j.s) x.t, j.c, j.s, j.r, og_queue_burst(j.r)
+    FROM unnest(p_tenant, p_queue) AS x(t, q)
+    CROSS JOIN LATERAL json_to_recordset(x.q -> 'senders') AS j(c text, s text, r double precision)
+    ORDER BY x.t, j.c, j.s
+    ON CONFLICT (tenant_id, channel, sender) DO NOTHING;
+    UPDATE queue_senders qs SET rate = w.r
+    FROM (SELECT DISTINCT ON (x.t, j.c, j.s) x.t, j.c, j.s, j.r
+          FROM unnest(p_tenant, p_queue) AS x(t, q)
+          CROSS JOIN LATERAL json_to_recordset(x.q -> 'senders') AS j(c text, s text, r double precision)
+          ORDER BY x.t, j.c, j.s) w
+    WHERE qs.tenant_id = w.t AND qs.channel = w.c AND qs.sender = w.s AND qs.rate <> w.r;
+    -- The entries.
     INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at,
                                valid_until, segments)
-    SELECT p_tenant, p_ref, (g.n - 1)::smallint, ids[g.n], ids, p_all, og_queue_priority(p_priority), p_due,
-        p_valid_until, CASE WHEN p_channels[g.n] = 'sms' THEN p_segments ELSE 1 END
-    FROM generate_series(1, CASE WHEN p_all THEN cardinality(ids) ELSE 1 END) AS g(n);
-    FOR i IN 1 .. CASE WHEN p_all THEN cardinality(ids) ELSE 1 END LOOP
-        PERFORM og_queue_wake_sender(ids[i], p_due);
-    END LOOP;
-    RETURN p_due <= now();
+    SELECT y.t, y.r, (j.k - 1)::smallint, y.ids[j.k], y.ids, y.d = 'all', og_queue_priority(y.pri),
+        to_timestamp(y.due / 1000.0), to_timestamp(y.valid / 1000.0), j.n
+    FROM (SELECT x.t, x.r, x.d, x.pri, x.due, x.valid, x.q,
+              ARRAY(SELECT qs.id
+                    FROM ROWS FROM (json_to_recordset(x.q -> 'senders') AS (c text, s text))
+                        WITH ORDINALITY AS v(c, s, k)
+                    JOIN queue_senders qs ON qs.tenant_id = x.t AND qs.channel = v.c AND qs.sender = v.s
+                    ORDER BY v.k) AS ids
+          FROM unnest(p_tenant, p_ref, p_mode, p_priority, p_due_ms, p_valid_ms, p_queue)
+              AS x(t, r, d, pri, due, valid, q)) y
+    CROSS JOIN LATERAL ROWS FROM (json_to_recordset(y.q -> 'senders') AS (n smallint)) WITH ORDINALITY AS j(n, k)
+    WHERE j.k = 1 OR y.d = 'all';
+    PERFORM og_queue_wake_sender(w.id, w.at)
+    FROM (SELECT e.sender_id AS id, min(e.due_at) AS at
+          FROM unnest(p_tenant, p_ref) AS x(t, r)
+          JOIN queue_entries e ON e.tenant_id = x.t AND e.reference = x.r
+          GROUP BY e.sender_id ORDER BY e.sender_id) w;
 END
 $$;
 

@@ -3,7 +3,8 @@
 -- outcome of a claimed attempt, cancel, and what the queue holds.
 
 -- name: queue_insert
--- Records a queued send (status 'queued' or 'scheduled') before its entries (queue_accept).
+-- Records a queued send: its message (status 'queued' or 'scheduled'), its senders and its
+-- entries (og_queue_insert_many), before the 202 answer.
 -- $1 tenant_id
 -- $2 reference
 -- $3 to = the number (E.164)
@@ -16,33 +17,41 @@
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
 -- $12 template = a template send's template (sql/016), or NULL
--- $13 status = 'queued' or 'scheduled'
--- $14 due_ms = its due time, in ms since the epoch
--- $15 valid_until_ms = validUntil, in ms since the epoch
--- $16 priority = 'high', 'normal' or 'low'
-INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template, status, due_at, valid_until,
-    priority)
-VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb, $13,
-    to_timestamp($14::bigint / 1000.0), to_timestamp($15::bigint / 1000.0), $16);
+-- $13 due_ms = its due time, in ms since the epoch
+-- $14 valid_until_ms = validUntil, in ms since the epoch
+-- $15 priority = 'high', 'normal' or 'low'
+-- $16 queue = {"status": 'queued' or 'scheduled', "senders": [{"c": channel, "s": sender (Meta:
+--      phone number id; QR: session; SMS: sender id), "r": rate per second, "n": tokens an attempt
+--      takes (SMS: segments)}] in the message's channel order}
+-- Returns nothing.
+SELECT FROM og_queue_insert_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text],
+    ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::jsonb], ARRAY[$8::text], ARRAY[$9::integer], ARRAY[$10::text],
+    ARRAY[$11::text], ARRAY[$12::jsonb], ARRAY[$13::bigint], ARRAY[$14::bigint], ARRAY[$15::text],
+    ARRAY[$16::json]);
 
--- name: queue_accept
--- The entries of a queued send just inserted (og_queue_accept), behind their senders.
--- $1 tenant_id
--- $2 reference
--- $3 channels = the message's channels, a text[] literal
--- $4 senders = each channel's sender (Meta: phone number id; QR: session; SMS: sender id), a
---      text[] literal in the same order
--- $5 rates = each sender's rate per second, a float8[] literal in the same order
--- $6 all = 'true' for deliveryMode all
--- $7 priority = 'high', 'normal' or 'low'
--- $8 due_ms = its due time, in ms since the epoch
--- $9 valid_until_ms = validUntil, in ms since the epoch
--- $10 segments = its SMS segments (tokens of an SMS attempt)
--- Returns true when an entry is due now.
--- columns: due_now
-SELECT og_queue_accept($1::uuid, $2, $3::text[], $4::text[], $5::float8[], $6::boolean, $7,
-    to_timestamp($8::bigint / 1000.0), to_timestamp($9::bigint / 1000.0), $10::integer) AS due_now;
+-- name: queue_insert_many
+-- The set form of queue_insert: a write batch's queued sends in one call. Each parameter is an
+-- array of the sends' values, in order.
+-- $1 tenant_id = tenant ids
+-- $2 reference = references
+-- $3 to = the numbers
+-- $4 text = texts
+-- $5 mode = delivery modes
+-- $6 channels = channels to try, each a text[] literal
+-- $7 skipped = channels skipped (JSON arrays)
+-- $8 fallback_on = fallbackOn values, or NULLs
+-- $9 fallback_after = fallbackAfterSeconds values, or NULLs
+-- $10 wa_from = WhatsApp numbers, or NULLs
+-- $11 sms_sender = SMS senders, or NULLs
+-- $12 template = templates, or NULLs
+-- $13 due_ms = due times
+-- $14 valid_until_ms = validUntil values
+-- $15 priority = priorities
+-- $16 queue = each as queue_insert's $16
+-- Returns nothing.
+SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+    $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::bigint[],
+    $15::text[], $16::json[]);
 
 -- name: queue_claim
 -- Claims due queued messages with their senders' tokens (og_queue_claim) and returns what

@@ -341,3 +341,40 @@ def test_sync_sends_count_against_the_rate(gw):
     ref = send(gw, {"to": TO, "text": "q1", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
     m = until_status(gw, ref, ("sent", "delivered", "read"), 15)
     assert attempted_at(m) - t1 >= 2.5, attempted_at(m) - t1
+
+
+def test_concurrent_queued_sends_share_set_forms(gw):
+    """Many queued sends at once: their inserts and their outcomes ride in shared set forms
+    (queue_insert_many, queue_done_many: omnigate_db_merged_operations_total grows), and every
+    one is delivered exactly once."""
+    import threading
+    tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 100000}},
+                                  "whatsapp_meta": {"numbers": {gw.tenant["settings"]["defaultWhatsappFrom"]: {
+                                      "messagesPerSecond": 100000}}}}})
+
+    def merged():
+        text = gw.request("GET", "/metrics").body.decode()
+        return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("omnigate_db_merged_operations"))
+    before = merged()
+    refs, lock = [], threading.Lock()
+
+    def worker(k):
+        for i in range(25):
+            r = send(gw, {"to": "+62812345%05d" % (k * 100 + i), "text": "c", "channels": ["whatsapp_meta", "sms"],
+                          "queue": True})
+            assert r.status == 202, r.body
+            with lock:
+                refs.append(r.json()["data"]["reference"])
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(refs) == 400
+    assert wait_for(lambda: db(gw, "SELECT count(*) FROM messages WHERE status IN ('queued', 'scheduled')")
+                    == [("0",)], 30)
+    rows = db(gw, "SELECT status, count(*) FROM messages GROUP BY status")
+    assert rows == [("sent", "400")], rows
+    assert db(gw, "SELECT count(*) FROM attempts WHERE status = 'sent'") == [("400",)]
+    assert len(gw.sim.requests("whatsapp_meta")) == 400
+    assert merged() > before

@@ -120,7 +120,7 @@ enum og_store_stmt {
     OG_Q_TPL_SYNC_SCHEDULE,
     /* queue.sql: queued, scheduled and paced delivery (API.md §19) */
     OG_Q_QUEUE_INSERT,
-    OG_Q_QUEUE_ACCEPT,
+    OG_Q_QUEUE_INSERT_MANY,
     OG_Q_QUEUE_CLAIM,
     OG_Q_QUEUE_DONE,
     OG_Q_QUEUE_DONE_MANY,

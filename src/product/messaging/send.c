@@ -99,8 +99,7 @@ typedef struct send_ctx {
     const char *priority; /* static: high, normal, low */
     int64_t due_ms, valid_until_ms;
     char due_s[24], valid_until_s[24], validity_s[12];
-    char senders_lit[400]; /* each channel's sender, a text[] literal */
-    char rates_lit[96];
+    char *queue_text; /* queue_insert's queue: status, senders, rates */
 
     /* SQL parameters that must outlive the op */
     char channels_lit[64];
@@ -149,6 +148,7 @@ static void ctx_free(send_ctx_t *c)
     free(c->tpl_name);
     free(c->template_text);
     free(c->tpl_change);
+    free(c->queue_text);
     og_idem_clear(&c->idem);
     free(c);
 }
@@ -852,52 +852,33 @@ static bool queue_answer(send_ctx_t *c)
     return c->response_text != NULL;
 }
 
-/* Appends `v` to the array literal being built in buf (used `*len` of `cap`) as a quoted element
- * ("..." with " and \ escaped). False when it does not fit. */
-static bool lit_append(char *buf, size_t cap, size_t *len, const char *v)
+/* messages' queue parameter (queue_insert): the status, and each channel's sender (its pacing
+ * key), rate and tokens per attempt (SMS: segments), in the message's channel order. */
+static bool queue_json(send_ctx_t *c)
 {
-    size_t n = *len;
-    if (n + 1 >= cap)
-        return false;
-    buf[n++] = '"';
-    for (const char *p = v; *p; p++) {
-        if (n + 3 >= cap)
-            return false;
-        if (*p == '"' || *p == '\\')
-            buf[n++] = '\\';
-        buf[n++] = *p;
-    }
-    buf[n++] = '"';
-    buf[n] = '\0';
-    *len = n;
-    return true;
-}
-
-/* c->senders_lit and c->rates_lit: each channel's sender and its rate, in the message's
- * channel order. */
-static bool queue_senders(send_ctx_t *c)
-{
-    size_t len = 1, rlen = 1;
-    c->senders_lit[0] = '{';
-    c->rates_lit[0] = '{';
+    og_jw_t w;
+    og_jw_init(&w, 64 + 96 * (size_t)c->nch);
+    og_jw_object(&w);
+    og_jw_kstring(&w, "status", c->scheduled ? "scheduled" : "queued");
+    og_jw_key(&w, "senders");
+    og_jw_array(&w);
     for (int k = 0; k < c->nch; k++) {
-        const char *from = c->ch[k] == OG_CH_SMS ? c->sender : c->wa_from;
-        const char *sender = c->ch[k] == OG_CH_SMS           ? c->sender
-                             : c->ch[k] == OG_CH_WHATSAPP_QR ? (c->qr_session ? c->qr_session : "default")
-                                                             : c->meta_phone_number_id;
-        if (k > 0)
-            c->senders_lit[len++] = ',';
-        if (!lit_append(c->senders_lit, sizeof(c->senders_lit) - 1, &len, sender ? sender : ""))
-            return false;
-        int n = snprintf(c->rates_lit + rlen, sizeof(c->rates_lit) - rlen, "%s%.6g", k ? "," : "",
-                         og_pacing_rate(c->gw->w->cfg, c->auth.tenant->settings, c->ch[k], from));
-        if (n < 0 || (size_t)n >= sizeof(c->rates_lit) - rlen - 1)
-            return false;
-        rlen += (size_t)n;
+        char rate[32];
+        int n = snprintf(rate, sizeof(rate), "%.6g",
+                         og_pacing_rate(c->gw->w->cfg, c->auth.tenant->settings, c->ch[k],
+                                        c->ch[k] == OG_CH_SMS ? c->sender : c->wa_from));
+        og_jw_object(&w);
+        og_jw_kstring(&w, "c", og_channel_name(c->ch[k]));
+        og_jw_kstring(&w, "s", pacing_sender(c, k));
+        og_jw_key(&w, "r");
+        og_jw_raw(&w, rate, (size_t)n);
+        og_jw_kint(&w, "n", c->ch[k] == OG_CH_SMS ? (long long)c->sms.segments : 1);
+        og_jw_object_end(&w);
     }
-    strcpy(c->senders_lit + len, "}");
-    strcpy(c->rates_lit + rlen, "}");
-    return true;
+    og_jw_array_end(&w);
+    og_jw_object_end(&w);
+    c->queue_text = og_jw_finish(&w, NULL);
+    return c->queue_text != NULL;
 }
 
 static void queued_done(og_db_op_t *op, og_db_status_t st)
@@ -910,8 +891,7 @@ static void queued_done(og_db_op_t *op, og_db_status_t st)
         ctx_free(c);
         return;
     }
-    const PGresult *r = op->res[1];
-    if (r != NULL && PQntuples(r) == 1 && PQgetvalue(r, 0, OG_C_QUEUE_ACCEPT_DUE_NOW)[0] == 't')
+    if (!c->scheduled) /* due now: this worker claims it at once (the others at their next tick) */
         og_queue_wake(c->gw->queue);
     og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
     og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text, c->response_len);
@@ -922,28 +902,17 @@ static void queued_done(og_db_op_t *op, og_db_status_t st)
  * for repeats) in one transaction; the answer goes once it commits, and nothing is sent before. */
 static void enqueue(send_ctx_t *c)
 {
-    if (!queue_senders(c) || !queue_answer(c)) {
-        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory, or senders too long to queue");
+    if (!queue_json(c) || !queue_answer(c)) {
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
         return;
     }
-    snprintf(c->segments_s, sizeof(c->segments_s), "%d", tried(c, OG_CH_SMS) >= 0 ? (int)c->sms.segments : 1);
     og_db_op_t *op = c->op;
-    og_q_queue_insert(&op->stmts[0],
-                      &(og_q_queue_insert_t){MESSAGE_ROW(c), .status = c->scheduled ? "scheduled" : "queued",
-                                             .due_ms = c->due_s, .valid_until_ms = c->valid_until_s,
-                                             .priority = c->priority});
-    og_q_queue_accept(&op->stmts[1], &(og_q_queue_accept_t){.tenant_id = c->auth.tenant->id,
-                                                            .reference = c->reference,
-                                                            .channels = c->channels_lit,
-                                                            .senders = c->senders_lit,
-                                                            .rates = c->rates_lit,
-                                                            .all = c->all ? "true" : "false",
-                                                            .priority = c->priority,
-                                                            .due_ms = c->due_s,
+    /* First: the statement a write batch's queued sends share (its set form, queue_insert_many). */
+    og_q_queue_insert(&op->stmts[0], &(og_q_queue_insert_t){MESSAGE_ROW(c), .due_ms = c->due_s,
                                                             .valid_until_ms = c->valid_until_s,
-                                                            .segments = c->segments_s});
-    int n = 2;
+                                                            .priority = c->priority, .queue = c->queue_text});
+    int n = 1;
     n += og_idem_reference_stmt(&c->idem, op, n, c->reference);
     n += og_idem_complete_stmt(&c->idem, op, n, c->response_status_s, c->response_text);
     op->nstmts = n;
