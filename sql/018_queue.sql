@@ -215,6 +215,9 @@ DECLARE
     c_ch   smallint[] := '{}';
     c_lag  bigint[] := '{}';
     c_pri  smallint[] := '{}';
+    first  integer;     -- the first of this sender's entries in the arrays
+    l_due  timestamptz; -- the last entry read at this priority: the next page starts after it
+    l_id   bigint;
 BEGIN
     PERFORM og_queue_abandon(p_max);
     FOR s IN SELECT * FROM queue_senders qs
@@ -223,32 +226,39 @@ BEGIN
         eff := og_queue_rate(s);
         tok := least(og_queue_burst(eff),
                      s.tokens + eff * greatest(0, extract(epoch FROM now() - s.refilled_at)));
+        first := cardinality(c_t) + 1;
         IF s.held_until IS NULL OR s.held_until <= now() THEN
             FOR p IN 0 .. 2 LOOP
                 EXIT WHEN tok < 1 OR taken >= p_max OR gone >= 1000;
-                LOOP -- pages of this priority while the tokens last
+                l_due := NULL;
+                l_id := NULL;
+                LOOP -- pages of this priority while the tokens last, each after the last one read
                     got := 0;
-                    -- The entry and its message, both skipped when locked: a claim never waits for
-                    -- a row a completion or a cancel holds (they wait for a sender a claim holds).
-                    FOR e IN SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments
+                    -- Entries locked by another (a cancel, a completion) are skipped: a claim
+                    -- never waits for a row (they may wait for a sender a claim holds).
+                    FOR e IN SELECT q.id, q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments
                              FROM queue_entries q
-                             JOIN messages m ON m.tenant_id = q.tenant_id AND m.reference = q.reference
                              WHERE q.sender_id = s.id AND q.priority = p AND q.lease_owner IS NULL
-                                 AND q.due_at <= now()
+                                 AND q.due_at <= now() AND (l_id IS NULL OR (q.due_at, q.id) > (l_due, l_id))
                              ORDER BY q.due_at, q.id
                              LIMIT greatest(1, least(ceil(tok)::integer, p_max - taken))
-                             FOR UPDATE OF q, m SKIP LOCKED LOOP
+                             FOR UPDATE OF q SKIP LOCKED LOOP
                         got := got + 1;
+                        l_due := e.due_at;
+                        l_id := e.id;
                         IF e.valid_until <= now() THEN
-                            PERFORM og_queue_expire(e.tenant_id, e.reference, e.ch);
-                            gone := gone + 1;
+                            -- Expired now, unless its message is busy (a completion of another of
+                            -- its channels, a cancel): then by a later claim.
+                            PERFORM 1 FROM messages m WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference
+                                FOR UPDATE SKIP LOCKED;
+                            IF FOUND THEN
+                                PERFORM og_queue_expire(e.tenant_id, e.reference, e.ch);
+                                gone := gone + 1;
+                            END IF;
                             EXIT WHEN gone >= 1000;
                             CONTINUE;
                         END IF;
                         EXIT WHEN tok < 1 OR taken >= p_max;
-                        UPDATE queue_entries q
-                        SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond'
-                        WHERE q.tenant_id = e.tenant_id AND q.reference = e.reference AND q.ch = e.ch;
                         tok := tok - CASE WHEN s.channel = 'sms' THEN e.segments ELSE 1 END;
                         taken := taken + 1;
                         c_t := c_t || e.tenant_id;
@@ -261,6 +271,11 @@ BEGIN
                 END LOOP;
             END LOOP;
         END IF;
+        -- This sender's entries taken, leased in one statement (before the next-due probe).
+        UPDATE queue_entries q
+        SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond'
+        FROM unnest(c_t[first:], c_r[first:], c_ch[first:]) AS x(t, r, c)
+        WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
         nxt := og_queue_next_due(s.id);
         IF nxt IS NOT NULL THEN
             nxt := greatest(nxt, s.held_until,
@@ -272,10 +287,14 @@ BEGIN
         RETURN;
     END IF;
     -- A message stays 'queued' while its attempt is in flight (the attempt says 'pending'): one
-    -- write of its row fewer; a scheduled one that came due says so now.
+    -- write of its row fewer; a scheduled one that came due says so now, unless its row is busy
+    -- (a cancel, which then finds its entry leased; its completion will write its status).
     UPDATE messages m SET status = 'queued'
-    FROM unnest(c_t, c_r) AS x(t, r)
-    WHERE m.tenant_id = x.t AND m.reference = x.r AND m.status = 'scheduled';
+    WHERE (m.tenant_id, m.reference) IN (
+        SELECT mm.tenant_id, mm.reference FROM messages mm JOIN unnest(c_t, c_r) AS x(t, r)
+            ON mm.tenant_id = x.t AND mm.reference = x.r
+        WHERE mm.status = 'scheduled'
+        FOR UPDATE OF mm SKIP LOCKED);
     -- The attempt, 'pending' before its provider is called; a retry after a throttle reuses
     -- its channel's row.
     INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content)
@@ -463,9 +482,9 @@ END
 $$;
 
 -- Cancels a queued or scheduled message no provider is working on (API.md §19): its entries go
--- and it becomes 'canceled'. Locks the message, then its entries: the order of a completion
--- (fallback_end, then og_queue_attempted), while a claim skips both when either is locked. So a
--- claim and a cancel serialize without a deadlock: a message is canceled or sent, never both.
+-- and it becomes 'canceled'. Locks its entries, then the message: the order of a completion
+-- (og_queue_done_many), while a claim skips what is locked. So a claim and a cancel serialize
+-- without a deadlock: a message is canceled or sent, never both.
 -- Returns the message's status afterwards ('canceled' when it is), NULL when there is no such
 -- message.
 CREATE FUNCTION og_queue_cancel(p_tenant uuid, p_ref text) RETURNS text
@@ -473,11 +492,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     st text;
 BEGIN
+    PERFORM 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref ORDER BY ch FOR UPDATE;
     SELECT status INTO st FROM messages WHERE tenant_id = p_tenant AND reference = p_ref FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    PERFORM 1 FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref ORDER BY ch FOR UPDATE;
     IF st NOT IN ('queued', 'scheduled')
        OR EXISTS (SELECT 1 FROM queue_entries
                   WHERE tenant_id = p_tenant AND reference = p_ref AND lease_owner IS NOT NULL)
