@@ -47,7 +47,8 @@ CREATE TABLE queue_entries (
     tenant_id   uuid        NOT NULL,
     reference   text        NOT NULL,
     ch          smallint    NOT NULL, -- the channel's place in messages.channels (= its attempt's seq)
-    sender_id   bigint      NOT NULL REFERENCES queue_senders (id),
+    sender_id   bigint      NOT NULL, -- queue_senders.id (no foreign key: senders are never deleted,
+                                      -- and its check would lock the sender's row for every entry)
     senders     bigint[]    NOT NULL, -- the sender of each channel of the message, in order
     all_mode    boolean     NOT NULL,
     priority    smallint    NOT NULL, -- 0 high, 1 normal, 2 low
@@ -473,6 +474,9 @@ BEGIN
     FROM unnest(e_t, e_r, e_c, e_o, e_all, e_on) AS x(t, r, c, o, a, fb)
     WHERE m.tenant_id = x.t AND m.reference = x.r;
     -- A delivery-based fallback (API.md §11) goes on from an accepted attempt as a sync send's.
+    IF NOT true = ANY (e_on) THEN
+        RETURN;
+    END IF;
     FOR f IN SELECT x.t, x.r FROM unnest(e_t, e_r, e_on) AS x(t, r, fb)
              JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
              WHERE x.fb AND m.fallback_on IS NOT NULL LOOP

@@ -30,7 +30,7 @@ window (sliding), the achieved rate by the simulator's formula, and each instanc
 queue_priority: one tenant whose Meta number is set to --priority-rate (1,000) messages/s; a
 real queued `low` send through HTTP makes its sender row, then --priority-backlog (100,000)
 `low` messages are generated in SQL by copying that accepted message row (messages) and
-writing the queue entries as og_queue_accept does (one per message, its first channel, behind
+writing the queue entries as og_queue_insert_many does (one per message, its first channel, behind
 that sender, due now, oldest first), then og_queue_wake_sender. The release drains them at the
 sender's rate meanwhile. Then 5 `high` queued sends through the real HTTP path, 1.5 s apart:
 for each, attemptedAt (GET /api/omni/messages/{reference}) minus its createdAt (both
@@ -531,9 +531,9 @@ def wait_status(b, bench, token, ref, statuses, timeout=20):
 def generate_backlog(psql, tenant_id, model_ref, sender_id, first, count, priority, prefix):
     """`count` queued messages copied from the accepted message `model_ref` (every column
     queue_insert writes, reference kq_<n> and to <prefix><n> of their own), and their entries
-    as og_queue_accept writes them for a fallback send (one, its first channel, behind
+    as og_queue_insert_many writes them for a fallback send (one, its first channel, behind
     `sender_id`), due now, oldest first (1 ms apart), valid 10 h; then the sender woken as
-    og_queue_accept wakes it (og_queue_wake_sender). One transaction."""
+    og_queue_insert_many wakes it (og_queue_wake_sender). One transaction."""
     last = first + count - 1
     psql("BEGIN; "
          "INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped, fallback_on, "
@@ -742,7 +742,9 @@ def claim_cost(b, bench, sizes, claims=12):
         q("INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, whatsapp_from, "
           "status, due_at, valid_until, priority) VALUES ('%s', 'kq_model', '+628800000000', '%s', 'fallback', "
           "'{whatsapp_meta}', '%s', 'sent', now(), now(), 'normal')" % (tid, TEXT, META_NUMBER))
-        sid = int(q("SELECT og_queue_sender('%s', 'whatsapp_meta', '%s', 100000)" % (tid, META_ID)).strip())
+        sid = int(q("INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens) "
+                    "VALUES ('%s', 'whatsapp_meta', '%s', 100000, 1) RETURNING id" % (tid, META_ID))
+                  .strip().splitlines()[0])
         have = [0]
 
         def top_up(size):
@@ -1034,7 +1036,7 @@ def report(b):
         d = by["queue_priority"]["queue_priority"]
         lines += ["", "`queue_priority`: one tenant's Meta number at %g messages/s; %s `low` messages generated in "
                   "SQL behind it (%.1f s; see test/bench/queue.py: the accepted message row copied, the entries as "
-                  "og_queue_accept writes them), draining at its rate; then 5 `high` queued sends through "
+                  "og_queue_insert_many writes them), draining at its rate; then 5 `high` queued sends through "
                   "`POST /api/omni/send`, 1.5 s apart. Attempt = its attemptedAt - its createdAt (GET "
                   "/api/omni/messages/{reference}; PostgreSQL's clock); provider = the simulator's receivedAt - "
                   "the bench's POST." % (d["rate"], "{:,}".format(d["backlog"]), d["generate_s"]), "",
