@@ -59,7 +59,8 @@ CREATE TABLE queue_entries (
     lease_owner text,
     lease_until timestamptz,
     -- No foreign key to messages (sql/012: its lock costs every insert a WAL record); an
-    -- entry whose message was pruned is dropped when its claim finds no message.
+    -- entry whose message was pruned is claimed, not returned (no message to send), and
+    -- deleted when its lease ends (og_queue_abandon).
     PRIMARY KEY (tenant_id, reference, ch)
 );
 CREATE INDEX queue_entries_next ON queue_entries (sender_id, priority, due_at, id) WHERE lease_owner IS NULL;
@@ -337,10 +338,18 @@ DECLARE
     e record;
     n integer := 0;
 BEGIN
+    -- The entry, then its message (the order of a completion and a cancel), each skipped when
+    -- another holds it: the claim this runs in never waits; an entry whose message is gone
+    -- (retention) is deleted all the same.
     FOR e IN SELECT q.tenant_id, q.reference, q.ch FROM queue_entries q
-             JOIN messages m ON m.tenant_id = q.tenant_id AND m.reference = q.reference
              WHERE q.lease_owner IS NOT NULL AND q.lease_until < now()
-             ORDER BY q.lease_until LIMIT p_max FOR UPDATE OF q, m SKIP LOCKED LOOP
+             ORDER BY q.lease_until LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
+        PERFORM 1 FROM messages m WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference
+            FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND AND EXISTS (SELECT 1 FROM messages m
+                                 WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference) THEN
+            CONTINUE;
+        END IF;
         UPDATE attempts
         SET status = 'unknown', error_code = 'outcome_unknown',
             error_message = 'the instance making this attempt stopped before recording its outcome'
