@@ -10,7 +10,8 @@
 -- An entry claimed is leased to its worker and its attempt is recorded 'pending' in the claim's
 -- own transaction: the provider is called only after that commit, and a worker that dies
 -- leaves a lease that expires and an attempt that becomes 'unknown' (never a second call, the
--- rule of §15). The completion (og_queue_attempted) deletes or moves the entry under the lease.
+-- rule of §15). The outcome (og_queue_done_many) deletes, moves or retries the entry under
+-- the lease.
 --
 -- Cost flat in the backlog: the claim reads each sender's entries through
 -- queue_entries_next by (sender, priority, due) and stops after what the tokens allow; the
