@@ -171,14 +171,14 @@ echo
 echo "run.sh: three queued sends (202 at once; delivered in the background, paced per sender)"
 QREFS=""
 for n in 1 2 3; do
-  Q="{\"to\":\"+1999000200$n\",\"text\":\"Flash sale starts now\",\"channels\":[\"whatsapp_meta\",\"sms\"],\"queue\":true,\"priority\":\"low\"}"
+  Q="{\"to\":\"+1999000110$n\",\"text\":\"Flash sale starts now\",\"channels\":[\"whatsapp_meta\",\"sms\"],\"queue\":true,\"priority\":\"low\"}"
   [[ $n == 1 ]] && { echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"; echo "    -d '$Q' $BASE/api/omni/send"; }
   QS=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' -d "$Q" "$BASE/api/omni/send")
   [[ $n == 1 ]] && echo "$QS" | show
   QREFS="$QREFS $(echo "$QS" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["reference"])')"
 done
 LATER=$("$PY" -c 'import datetime as d; print((d.datetime.now(d.timezone.utc) + d.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))')
-SCHED="{\"to\":\"+19990002009\",\"text\":\"Your appointment is tomorrow at 10:00\",\"channels\":[\"sms\"],\"sendAt\":\"$LATER\"}"
+SCHED="{\"to\":\"+19990001109\",\"text\":\"Your appointment is tomorrow at 10:00\",\"channels\":[\"sms\"],\"sendAt\":\"$LATER\"}"
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
 echo "    -d '$SCHED' $BASE/api/omni/send"
