@@ -191,7 +191,7 @@ curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/queue" | show
 echo
 echo "\$ curl -s -X POST -H 'Authorization: Bearer \$TOKEN' $BASE/api/omni/messages/$SREF/cancel"
 curl -s -X POST -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/messages/$SREF/cancel" |
-  "$PY" -c 'import json,sys; j=json.load(sys.stdin); print(json.dumps({k: j["data"][k] for k in ("reference","status","dueAt","validUntil")}, indent=2))'
+  "$PY" -c 'import json,sys; j=json.load(sys.stdin); d=j["data"] or {}; print(json.dumps(dict({k: d.get(k) for k in ("reference","status","dueAt","validUntil")}, **({"error": j["error"]} if "error" in j else {})), indent=2))'
 QLAST=${QREFS##* }
 for _ in $(seq 1 50); do
   curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/omni/messages/$QLAST" | grep -q '"status": *"\(sent\|delivered\|read\)"' && break
