@@ -525,24 +525,6 @@ BEGIN
 END
 $$;
 
--- The pending sweep (sql/007) leaves alone a queued message whose attempt is in flight: its
--- lease says when its holder is gone (og_queue_abandon), not its age.
-CREATE OR REPLACE FUNCTION og_sweep_pending(p_older_ms integer) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    n integer;
-BEGIN
-    UPDATE messages m SET status = 'unknown', completed_at = now()
-    WHERE m.status = 'pending'
-        AND m.created_at > now() - interval '7 days'
-        AND m.created_at < now() - p_older_ms * interval '1 millisecond'
-        AND NOT EXISTS (SELECT 1 FROM queue_entries q
-                        WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference);
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
-END
-$$;
-
 -- Events of part three: message.canceled and message.expired; message.sent when a message
 -- leaves 'pending', 'unknown', 'queued' or 'scheduled' for a status that says a provider
 -- accepted it.

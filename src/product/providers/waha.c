@@ -40,7 +40,7 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
         snprintf(why, whylen, "no recipient or text");
         return false;
     }
-    const char *session = p->session != NULL && p->session[0] != '\0' ? p->session : "default";
+    const char *session = p->session != NULL && p->session[0] != '\0' ? p->session : OG_WAHA_DEFAULT_SESSION;
     char chat_id[40];
     snprintf(chat_id, sizeof(chat_id), "%s@c.us", p->to[0] == '+' ? p->to + 1 : p->to);
 

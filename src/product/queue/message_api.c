@@ -33,8 +33,8 @@ static void req_free(msg_req_t *r)
     free(r);
 }
 
-/* Answers 200 with `prefix` + the JSON `item` + "}" as data... or the list: the text is
- * inserted raw (it comes from PostgreSQL as JSON). */
+/* Answers `status` in the envelope with `data`, JSON text PostgreSQL made, inserted as is;
+ * `err` (or NULL) is the error object of a failure. */
 static void answer_raw(msg_req_t *r, int status, const char *message, const char *data, const og_err_t *err)
 {
     og_jw_t w;

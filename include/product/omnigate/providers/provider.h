@@ -20,12 +20,15 @@
 #include "omnigate/http_client.h"
 #include "omnigate/metrics.h"
 
+/* The WAHA session of a whatsapp_qr number registered without one. */
+#define OG_WAHA_DEFAULT_SESSION "default"
+
 /* What one attempt sends. Borrowed: og_attempt_start copies what it needs. */
 typedef struct og_send_params {
     const char *to;              /* E.164 with '+' */
     const char *text;            /* UTF-8 */
     const char *from;            /* WhatsApp sender digits, or the SMS sender id */
-    const char *session;         /* whatsapp_qr: WAHA session name; NULL: "default" */
+    const char *session;         /* whatsapp_qr: WAHA session name; NULL: OG_WAHA_DEFAULT_SESSION */
     const char *phone_number_id; /* whatsapp_meta, from the tenant's settings */
     const char *access_token;    /* whatsapp_meta, from the tenant's settings */
     /* whatsapp_meta: Meta's `template` object (JSON text, templates/render.h) to send instead of
