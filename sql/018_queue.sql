@@ -101,13 +101,24 @@ LANGUAGE sql STABLE AS $$
          WHERE sender_id = p_sender AND priority = 2 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)) x
 $$;
 
--- Makes a sender's claim due no later than p_at. Writes (locks) the row only when that moves
--- its wake-up earlier by more than a second, or it was idle: an enqueue behind a backlog, which
--- is already due, touches nothing and waits on no claim.
+-- Makes a sender's claim due no later than p_at, for entries the caller has just written (an
+-- enqueue, a fallback moving on, a retry). Writes the row only when that moves its wake-up
+-- earlier by more than a second, or it was idle: an enqueue behind a backlog, which is already
+-- due, writes nothing and waits on no claim. Its KEY SHARE lock, held to the caller's commit,
+-- is what keeps a claim from putting the sender to sleep past those entries: a claim decides a
+-- sender's next wake-up (og_queue_claim) only under its FOR UPDATE lock, which conflicts with
+-- this one. Either the claim holds it first, and the check below runs after that claim has
+-- committed and sees its decision; or this lock comes first, the claim cannot take its own and
+-- leaves the sender due. (The claim cannot see entries not yet committed: without the lock, a
+-- sender due when the check ran could be put to sleep by a claim that committed before the
+-- enqueue did, leaving its entries waiting forever.)
 CREATE FUNCTION og_queue_wake_sender(p_sender bigint, p_at timestamptz) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM queue_senders WHERE id = p_sender FOR KEY SHARE;
     UPDATE queue_senders SET wake_at = p_at
     WHERE id = p_sender AND (wake_at IS NULL OR wake_at > p_at + interval '1 second');
+END
 $$;
 
 -- Queued sends, a write batch's at once (the set form of queue_insert; its single form calls
@@ -223,8 +234,10 @@ DECLARE
     l_id   bigint;
 BEGIN
     PERFORM og_queue_abandon(p_max);
+    -- Senders locked FOR NO KEY UPDATE: the KEY SHARE lock of an enqueue in flight does not
+    -- keep a claim from taking their due entries (og_queue_wake_sender).
     FOR s IN SELECT * FROM queue_senders qs
-             WHERE qs.wake_at <= now() ORDER BY qs.wake_at LIMIT p_senders FOR UPDATE SKIP LOCKED LOOP
+             WHERE qs.wake_at <= now() ORDER BY qs.wake_at LIMIT p_senders FOR NO KEY UPDATE SKIP LOCKED LOOP
         EXIT WHEN taken >= p_max;
         eff := og_queue_rate(s);
         tok := least(og_queue_burst(eff),
@@ -279,7 +292,16 @@ BEGIN
         SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond'
         FROM unnest(c_t[first:], c_r[first:], c_ch[first:]) AS x(t, r, c)
         WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
-        nxt := og_queue_next_due(s.id);
+        -- Its next wake-up, decided under FOR UPDATE: when an enqueue, a fallback or a retry
+        -- holds the sender's KEY SHARE lock (og_queue_wake_sender), entries this claim cannot
+        -- see yet may be due now, and the sender stays due; else the probe below, a statement
+        -- after every such writer committed, sees all of its entries.
+        PERFORM 1 FROM queue_senders qs WHERE qs.id = s.id FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            nxt := og_queue_next_due(s.id);
+        ELSE
+            nxt := now();
+        END IF;
         IF nxt IS NOT NULL THEN
             nxt := greatest(nxt, s.held_until,
                             CASE WHEN tok < 1 THEN now() + (1 - tok) / eff * interval '1 second' END);
@@ -438,7 +460,7 @@ BEGIN
     -- The senders a provider throttled, locked in key order (as every writer of senders does).
     PERFORM 1 FROM queue_senders s
     WHERE s.id IN (SELECT x.s FROM unnest(e_s, e_o) AS x(s, o) WHERE x.o IN ('throttled', 'retry'))
-    ORDER BY s.id FOR UPDATE;
+    ORDER BY s.id FOR NO KEY UPDATE;
     UPDATE queue_senders s
     SET throttled_until = now() + interval '60 seconds', held_until = greatest(s.held_until, t.until),
         tokens = least(s.tokens, 0)

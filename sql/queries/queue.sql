@@ -161,7 +161,20 @@ ORDER BY priority;
 -- the rate, never held), gathered by a worker and written every tick. Senders without a row
 -- (nothing ever queued) are left alone: no bucket to share.
 -- $1 debits = a JSON array of {t: tenant id, c: channel, s: sender, n: tokens}
+-- The rows are locked in key order first (as every writer of senders does): two workers'
+-- debits of the same senders never wait for each other in a cycle.
+WITH d AS (
+    SELECT d.t, d.c, d.s, sum(d.n) AS n
+    FROM json_to_recordset($1::json) AS d(t uuid, c text, s text, n double precision)
+    GROUP BY d.t, d.c, d.s
+), l AS (
+    SELECT s.id, d.n
+    FROM queue_senders s
+    JOIN d ON s.tenant_id = d.t AND s.channel = d.c AND s.sender = d.s
+    ORDER BY s.id
+    FOR NO KEY UPDATE OF s
+)
 UPDATE queue_senders s
-SET tokens = s.tokens - d.n
-FROM json_to_recordset($1::json) AS d(t uuid, c text, s text, n double precision)
-WHERE s.tenant_id = d.t AND s.channel = d.c AND s.sender = d.s;
+SET tokens = s.tokens - l.n
+FROM l
+WHERE s.id = l.id;

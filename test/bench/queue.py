@@ -658,7 +658,7 @@ def claim_plan(psql):
 
 INNER = [
     ("senders due", "SELECT * FROM queue_senders qs WHERE qs.wake_at <= now() ORDER BY qs.wake_at LIMIT 32 "
-                    "FOR UPDATE SKIP LOCKED"),
+                    "FOR NO KEY UPDATE SKIP LOCKED"),
     ("a page of entries", "SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments "
                           "FROM queue_entries q WHERE q.sender_id = %(s)d AND q.priority = 1 AND q.lease_owner IS NULL "
                           "AND q.due_at <= now() ORDER BY q.due_at, q.id LIMIT 64 FOR UPDATE SKIP LOCKED"),

@@ -378,3 +378,45 @@ def test_concurrent_queued_sends_share_set_forms(gw):
     assert db(gw, "SELECT count(*) FROM attempts WHERE status = 'sent'") == [("400",)]
     assert len(gw.sim.requests("whatsapp_meta")) == 400
     assert merged() > before
+
+
+def test_enqueue_racing_a_claim_is_not_lost(gw):
+    """An enqueue commits after a claim of its sender looked and found nothing: the claim must
+    not put the sender to sleep past the new entry. A psql session holds an enqueue open
+    (og_queue_insert_many, as queue_insert calls it) on a sender already due, so its wake-up
+    writes nothing, until a claim of the gateway has visited that sender; then it commits. The
+    message is delivered. Before the enqueue's KEY SHARE lock (og_queue_wake_sender), the claim
+    set the sender idle and the message waited forever (the set-form test above lost one in
+    seven runs that way)."""
+    import subprocess
+    first = send(gw, {"to": TO, "text": "q0", "channels": ["whatsapp_meta"], "queue": True}).json()["data"]
+    until_status(gw, first["reference"], ("sent", "delivered", "read"), 10)  # the sender exists, idle
+    ((sender, rate),) = db(gw, "SELECT id, rate FROM queue_senders WHERE channel = 'whatsapp_meta'")
+    ((t0,),) = db(gw, "SELECT clock_timestamp()")
+    to, ref, now_ms = "+6281234500077", "kf_01M8FVCHV3DCCS9F3SK6A3RACE", int(time.time() * 1000)
+    queue = json.dumps({"status": "queued", "senders": [{"c": "whatsapp_meta", "s": META_ID, "r": float(rate), "n": 1}]})
+    enqueue = ("SELECT FROM og_queue_insert_many(ARRAY['%s'::uuid], ARRAY['%s'], ARRAY['%s'], ARRAY['race'], "
+               "ARRAY['fallback'], ARRAY['{whatsapp_meta}'], ARRAY['[]'::jsonb], ARRAY[NULL::text], "
+               "ARRAY[NULL::integer], ARRAY['%s'], ARRAY[NULL::text], ARRAY[NULL::jsonb], ARRAY[%d::bigint], "
+               "ARRAY[%d::bigint], ARRAY['normal'], ARRAY['%s'::json]);"
+               % (gw.tenant["id"], ref, to, gw.tenant["settings"]["defaultWhatsappFrom"], now_ms, now_ms + 3600000, queue))
+    p = subprocess.Popen(["psql", gw.db_url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The sender due (as behind a backlog), then at once the enqueue, left open.
+        p.stdin.write("UPDATE queue_senders SET wake_at = now() - interval '1 second' WHERE id = %s;\n"
+                      "BEGIN;\n%s\n\\echo held\n" % (sender, enqueue))
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "held", p.stderr.read()
+        # A claim visits the sender while the enqueue is open (it cannot see the entry). Should
+        # a claim have come between the two statements and put the sender to sleep, the
+        # enqueue's wake-up wrote the row and holds it: no claim visits it, nothing raced.
+        assert wait_for(lambda: db(gw, "SELECT refilled_at > '%s' OR NOT EXISTS (SELECT FROM queue_senders "
+                                       "WHERE id = %s FOR NO KEY UPDATE SKIP LOCKED) FROM queue_senders WHERE id = %s"
+                                   % (t0, sender, sender)) == [("t",)], 10)
+    finally:
+        out, err = p.communicate("COMMIT;\n", timeout=30)
+    assert p.returncode == 0, err
+    assert wait_for(lambda: db(gw, "SELECT status FROM messages WHERE reference = '%s'" % ref)[0][0]
+                    in ("sent", "delivered", "read"), 10), db(gw, "SELECT * FROM queue_senders")
+    assert len(gw.sim.requests("whatsapp_meta", to=to)) == 1
