@@ -63,6 +63,7 @@ UPDATE otp_events SET otp_reference = a.new FROM aged a WHERE otp_events.otp_ref
 UPDATE sms_records SET reference = a.new, source_reference = CASE WHEN source_reference IS NULL THEN NULL ELSE a.new END
     FROM aged a WHERE sms_records.reference = a.old;
 UPDATE idempotency_keys SET reference = a.new FROM aged a WHERE idempotency_keys.reference = a.old;
+UPDATE queue_entries SET reference = a.new FROM aged a WHERE queue_entries.reference = a.old;
 DELETE FROM messages WHERE reference IN (SELECT old FROM aged);
 DELETE FROM otp_requests WHERE reference IN (SELECT old FROM aged);
 UPDATE messages SET created_at = created_at - interval '%(d)d days';

@@ -72,3 +72,42 @@ def test_prune_drops_old_data_in_batches_while_sends_run(make_gateway, sim, fres
     items = assert_ok(call(srv, "GET", "/api/omni/logs?limit=500", token=toks[0]))["data"]["items"]
     assert [i["reference"] for i in items] == [recent]
     assert len(items[0]["attempts"]) == 3
+
+
+def test_prune_keeps_queued_and_scheduled_messages(make_gateway, sim, fresh_db):
+    """A message still waiting in the queue (API.md §19: scheduled up to 35 days ahead, valid up
+    to 48 h after) is not log data yet: prune skips it whatever its reference's age, so its
+    entry is never left without its message; it goes once it has ended. A sync send of the
+    same age goes."""
+    sim.clear()
+    srv = make_gateway(workers=1, env=provider_env(sim))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    t = new_tenant(srv, settings=SETTINGS_ALL, name="q")
+    tok = new_token(srv, t["id"])["token"]
+    sync = assert_ok(call(srv, "POST", "/api/omni/send", token=tok, body={"to": magic(0, 0, 0, "0001"),
+                                                                         "text": "old"}))["data"]["reference"]
+    r = call(srv, "POST", "/api/omni/send", token=tok, body={"to": magic(0, 0, 0, "0002"), "text": "later",
+                                                             "queue": True, "sendAt": "2099-01-01T00:00:00Z"})
+    assert r.status == 422  # beyond 35 days
+    r = call(srv, "POST", "/api/omni/send", token=tok,
+             body={"to": magic(0, 0, 0, "0002"), "text": "later", "queue": True,
+                   "sendAt": query_url(fresh_db, "SELECT to_char((now() + interval '1 day') AT TIME ZONE 'UTC', "
+                                                 "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')")[0][0]})
+    assert r.status == 202, r.body
+    query_url(fresh_db, age_sql(40))
+    ((queued,),) = query_url(fresh_db, "SELECT reference FROM messages WHERE status = 'scheduled'")
+    cutoff = query_url(fresh_db, "SELECT to_char(now() - interval '30 days', 'YYYY-MM-DD')")[0][0]
+    p = cli(["prune", "--before", cutoff], fresh_db)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["rowsDeleted"] == 1  # the sync send (read on its first channel)
+    assert query_url(fresh_db, "SELECT count(*) FROM messages WHERE reference = '%s'" % ref_at(
+        ref_ms(sync) - 40 * 86400000, sync[13:])) == [("0",)]
+    assert query_url(fresh_db, "SELECT status FROM messages") == [("scheduled",)]
+    assert query_url(fresh_db, "SELECT count(*) FROM queue_entries WHERE reference = '%s'" % queued) == [("1",)]
+    m = assert_ok(call(srv, "GET", "/api/omni/messages/" + queued, token=tok))["data"]
+    assert m["status"] == "scheduled"
+    assert assert_ok(call(srv, "POST", "/api/omni/messages/%s/cancel" % queued, token=tok))["data"]["status"] \
+        == "canceled"
+    p = cli(["prune", "--before", cutoff], fresh_db)
+    assert p.returncode == 0 and json.loads(p.stdout)["rowsDeleted"] == 1, p.stdout
+    assert query_url(fresh_db, "SELECT count(*) FROM messages") == [("0",)]
