@@ -55,7 +55,8 @@ CREATE TABLE queue_entries (
     priority    smallint    NOT NULL, -- 0 high, 1 normal, 2 low
     due_at      timestamptz NOT NULL,
     valid_until timestamptz NOT NULL,
-    segments    smallint    NOT NULL, -- tokens an SMS attempt takes; 1 on WhatsApp
+    segments    smallint    NOT NULL, -- the message's SMS segments: the tokens an attempt on sms takes
+                                      -- (one on WhatsApp), whichever channel the entry is on now
     throttles   smallint    NOT NULL DEFAULT 0,
     lease_owner text,
     lease_until timestamptz,
@@ -162,8 +163,9 @@ BEGIN
     INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at,
                                valid_until, segments)
     SELECT y.t, y.r, (j.k - 1)::smallint, y.ids[j.k], y.ids, y.d = 'all', og_queue_priority(y.pri),
-        to_timestamp(y.due / 1000.0), to_timestamp(y.valid / 1000.0), j.n
+        to_timestamp(y.due / 1000.0), to_timestamp(y.valid / 1000.0), y.seg
     FROM (SELECT x.t, x.r, x.d, x.pri, x.due, x.valid, x.q,
+              (SELECT max(v.n) FROM json_to_recordset(x.q -> 'senders') AS v(n smallint)) AS seg,
               ARRAY(SELECT qs.id
                     FROM ROWS FROM (json_to_recordset(x.q -> 'senders') AS (c text, s text))
                         WITH ORDINALITY AS v(c, s, k)
@@ -171,7 +173,7 @@ BEGIN
                     ORDER BY v.k) AS ids
           FROM unnest(p_tenant, p_ref, p_mode, p_priority, p_due_ms, p_valid_ms, p_queue)
               AS x(t, r, d, pri, due, valid, q)) y
-    CROSS JOIN LATERAL ROWS FROM (json_to_recordset(y.q -> 'senders') AS (n smallint)) WITH ORDINALITY AS j(n, k)
+    CROSS JOIN LATERAL generate_subscripts(y.ids, 1) AS j(k)
     WHERE j.k = 1 OR y.d = 'all';
     PERFORM og_queue_wake_sender(w.id, w.at)
     FROM (SELECT e.sender_id AS id, min(e.due_at) AS at
@@ -473,11 +475,9 @@ BEGIN
     FROM unnest(e_t, e_r, e_c, e_o, e_at) AS x(t, r, c, o, at)
     WHERE x.o = 'retry' AND q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
     UPDATE queue_entries q
-    SET lease_owner = NULL, lease_until = NULL, due_at = now(), throttles = 0, ch = x.c + 1, sender_id = x.nxt,
-        segments = CASE WHEN s.channel = 'sms' THEN q.segments ELSE 1 END
+    SET lease_owner = NULL, lease_until = NULL, due_at = now(), throttles = 0, ch = x.c + 1, sender_id = x.nxt
     FROM unnest(e_t, e_r, e_c, e_nxt) AS x(t, r, c, nxt)
-    JOIN queue_senders s ON s.id = x.nxt
-    WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
+    WHERE x.nxt IS NOT NULL AND q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
     DELETE FROM queue_entries q
     USING unnest(e_t, e_r, e_c, e_o, e_nxt) AS x(t, r, c, o, nxt)
     WHERE x.o <> 'retry' AND x.nxt IS NULL AND q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;

@@ -106,6 +106,17 @@ def test_scheduled_then_due(gw):
     until_status(gw, d["reference"], ("sent", "delivered", "read"))
 
 
+def test_entry_counts_the_sms_segments_on_every_channel(gw):
+    """A fallback that starts on WhatsApp and moves to SMS pays the SMS's segments there: the
+    entry keeps the message's segments whatever channel it waits on (the claim takes one token
+    on WhatsApp, one per segment on sms)."""
+    r = send(gw, {"to": TO, "text": "x" * 400, "channels": ["whatsapp_meta", "sms"], "queue": True,
+                  "sendAt": iso(time.time() + 3600)})
+    assert r.status == 202, r.body
+    ref = r.json()["data"]["reference"]
+    assert db(gw, "SELECT ch, segments FROM queue_entries WHERE reference = '%s'" % ref) == [("0", "3")]
+
+
 def test_cancel_scheduled(gw):
     """A scheduled message cancels (200, canceled; again 200), is never sent, and a sent one
     answers 409 not_cancelable with its status."""

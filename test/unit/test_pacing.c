@@ -152,10 +152,22 @@ static void test_unknown_channel(void **state)
     og_config_free(&cfg);
 }
 
+/* A call's tokens: an SMS one per segment (a text with no SMS segments counted takes one), a
+ * WhatsApp one whatever the text's segments. */
+static void test_cost(void **state)
+{
+    assert_int_equal(og_pacing_cost(OG_CH_SMS, 3), 3);
+    assert_int_equal(og_pacing_cost(OG_CH_SMS, 1), 1);
+    assert_int_equal(og_pacing_cost(OG_CH_SMS, 0), 1);
+    assert_int_equal(og_pacing_cost(OG_CH_WHATSAPP_META, 3), 1);
+    assert_int_equal(og_pacing_cost(OG_CH_WHATSAPP_QR, 7), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_without_settings),
+        cmocka_unit_test(test_cost),
         cmocka_unit_test(test_defaults_follow_the_configuration),
         cmocka_unit_test(test_meta_number_setting),
         cmocka_unit_test(test_qr_per_minute),

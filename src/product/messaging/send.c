@@ -724,9 +724,8 @@ static void engine_done(og_engine_t *e)
     send_ctx_t *c = e->arg;
     /* Every provider call counts against its sender's rate, shared with queued sends (§19). */
     for (int k = 0; k < e->started; k++)
-        if (result_of(c, k)->http_status != 0)
-            og_queue_debit(c->gw->queue, c->auth.tenant->id, c->ch[k], pacing_sender(c, k),
-                           c->ch[k] == OG_CH_SMS ? (int)c->sms.segments : 1);
+        og_queue_debit(c->gw->queue, c->auth.tenant->id, c->ch[k], pacing_sender(c, k), c->sms.segments,
+                       result_of(c, k));
     if (!build_answer(c, e) || !build_completion(c, e)) {
         og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
@@ -872,7 +871,7 @@ static bool queue_json(send_ctx_t *c)
         og_jw_kstring(&w, "s", pacing_sender(c, k));
         og_jw_key(&w, "r");
         og_jw_raw(&w, rate, (size_t)n);
-        og_jw_kint(&w, "n", c->ch[k] == OG_CH_SMS ? (long long)c->sms.segments : 1);
+        og_jw_kint(&w, "n", og_pacing_cost(c->ch[k], c->sms.segments));
         og_jw_object_end(&w);
     }
     og_jw_array_end(&w);

@@ -163,16 +163,24 @@ bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err)
     return true;
 }
 
+/* An attempt has ended: its provider call counts against its sender's rate, shared with queued
+ * sends (§19), then the request goes on. */
+static void attempt_ended(og_attempt_t *a)
+{
+    og_smsreq_t *c = a->arg;
+    og_queue_debit(c->gw->queue, c->auth.tenant->id, c->att_ch,
+                   c->att_ch == OG_CH_SMS ? c->sender : c->params.phone_number_id, c->sms.segments,
+                   &a->result);
+    c->att_done(a);
+}
+
 void og_smsreq_start_attempt(og_smsreq_t *c, og_channel_t ch, void (*done)(og_attempt_t *))
 {
-    c->att.done = done;
+    c->att.done = attempt_ended;
     c->att.arg = c;
+    c->att_done = done;
     c->att_ch = ch;
     c->provider_called = true;
-    /* Every provider call counts against its sender's rate, shared with queued sends (§19). */
-    int segments = c->sms.segments > 0 ? (int)c->sms.segments : 1;
-    og_queue_debit(c->gw->queue, c->auth.tenant->id, ch,
-                   ch == OG_CH_SMS ? c->sender : c->params.phone_number_id, ch == OG_CH_SMS ? segments : 1);
     og_db_op_free(c->op); /* its step is over; the attempt's ending takes a new one */
     c->op = NULL;
     og_attempt_start(&c->gw->prov, ch, &c->params, &c->att);

@@ -7,6 +7,11 @@
 
 #include "omnigate/tenants/settings.h"
 
+int og_pacing_cost(og_channel_t ch, size_t segments)
+{
+    return ch == OG_CH_SMS && segments > 1 ? (int)segments : 1;
+}
+
 double og_pacing_rate(const og_config_t *cfg, const json_t *settings, og_channel_t ch, const char *from)
 {
     double set = og_settings_sender_rate(settings, og_channel_name(ch), from);

@@ -20,6 +20,7 @@
 #include "omnigate/jw.h"
 #include "omnigate/messaging/budget.h"
 #include "omnigate/messaging/stored.h"
+#include "omnigate/queue/pacing.h"
 #include "omnigate/store.h"
 #include "omnigate/tenants/settings.h"
 #include "omnigate/util.h"
@@ -439,10 +440,12 @@ static void flush_debits(og_queue_t *q)
     og_db_submit(q->gw->db, &q->debit);
 }
 
-void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender, int cost)
+void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender,
+                    size_t segments, const og_attempt_result_t *r)
 {
-    if (q == NULL || q->closing || sender == NULL)
+    if (q == NULL || q->closing || sender == NULL || r->http_status == 0)
         return;
+    int cost = og_pacing_cost(ch, segments);
     for (int i = 0; i < q->ndebits; i++) {
         debit_t *d = &q->debits[i];
         if (d->ch == ch && strcmp(d->sender, sender) == 0 && strcmp(d->tenant_id, tenant_id) == 0) {

@@ -58,7 +58,8 @@ typedef struct og_smsreq {
     og_idem_t idem;
     og_db_op_t *op; /* the current database step's; none while a provider is called */
     og_attempt_t att;
-    og_channel_t att_ch; /* the channel of att's attempt (the last one started) */
+    og_channel_t att_ch;              /* the channel of att's attempt (the last one started) */
+    void (*att_done)(og_attempt_t *); /* what goes on once it ends (og_smsreq_start_attempt) */
     og_send_params_t params;
     og_sms_info_t sms;
     int attempts; /* provider attempts the request may make: the claim's lease covers them */

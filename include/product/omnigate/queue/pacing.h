@@ -20,4 +20,9 @@
  * channel of og_channel_t; 0 for any other value of `ch`. */
 double og_pacing_rate(const og_config_t *cfg, const json_t *settings, og_channel_t ch, const char *from);
 
+/* The tokens one provider call takes from its sender's bucket: on sms one per segment (at least
+ * one), on WhatsApp one. The one rule for a queued attempt's entry, a sync send's debit and an
+ * SMS or OTP request's (sql/018's claim takes an entry's as recorded). */
+int og_pacing_cost(og_channel_t ch, size_t segments);
+
 #endif

@@ -16,6 +16,7 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/metrics.h"
+#include "omnigate/providers/provider.h"
 
 #define OG_QUEUE_TICK_MS       200  /* a worker's claims with nothing woken: every 150-250 ms */
 #define OG_QUEUE_IN_FLIGHT     256  /* released messages one worker has at providers at once, at most */
@@ -37,10 +38,13 @@ og_queue_t *og_queue_start(og_gw_t *gw, bool sampler);
 /* Claims now (or right after the claim in flight): a message due now was committed. */
 void og_queue_wake(og_queue_t *q);
 
-/* A sync send's provider call on a sender (API.md §19: sync sends count against the rate and
- * are never held): `cost` tokens (SMS: segments) taken from the sender's bucket with this
- * worker's next tick, together with the others gathered meanwhile. NULL-safe. */
-void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender, int cost);
+/* A sync send's provider call on a sender has ended with `r` (API.md §19: sync sends count
+ * against the rate and are never held). A call its provider answered (r->http_status) takes
+ * og_pacing_cost(ch, segments) tokens from the sender's bucket with this worker's next tick,
+ * together with the others gathered meanwhile; one that never reached it takes none. Every
+ * sync path calls this when an attempt ends (the one rule). NULL-safe. */
+void og_queue_debit(og_queue_t *q, const char *tenant_id, og_channel_t ch, const char *sender,
+                    size_t segments, const og_attempt_result_t *r);
 
 /* Stops claiming; messages at providers finish and record their outcome; `closed` is called
  * once nothing is in flight. Before the pool and the HTTP client close. */
