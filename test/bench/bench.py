@@ -1778,6 +1778,10 @@ def main():
                          "is the backlog's growth, not the outbox's")
     ap.add_argument("--queue-messages", type=int, default=20000,
                     help="queue_drain: queued sends accepted, then drained unpaced")
+    ap.add_argument("--queue-cold", action="store_true",
+                    help="queue_drain: no VACUUM ANALYZE and CHECKPOINT before the queued phases (the cold "
+                         "case: statistics as the references' runs left them, autovacuum's work inside the "
+                         "measured phases)")
     ap.add_argument("--pacing-messages", type=int, default=5000,
                     help="queue_pacing: queued sends of the one paced sender")
     ap.add_argument("--pacing-rate", type=float, default=50,
