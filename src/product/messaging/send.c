@@ -890,8 +890,8 @@ static void queued_done(og_db_op_t *op, og_db_status_t st)
         ctx_free(c);
         return;
     }
-    if (!c->scheduled) /* due now: this worker claims it at once (the others at their next tick) */
-        og_queue_wake(c->gw->queue);
+    /* Due now: this worker claims it at once; scheduled: at its sendAt (the others at a tick). */
+    og_queue_due(c->gw->queue, c->due_ms);
     og_http_header_t h = {"X-Omnigate-Reference", 20, c->reference, strlen(c->reference)};
     og_http_respond(c->req, c->response_status, &h, 1, "application/json", c->response_text, c->response_len);
     ctx_free(c);

@@ -87,6 +87,10 @@ struct og_queue {
     uint64_t sampled_ms;
     int in_flight;
     int asked; /* messages the claim in flight asked for */
+    /* Due times of scheduled messages this worker committed (og_queue_due), ascending, ms since
+     * the epoch: the timer fires at the first. */
+    int64_t due[OG_QUEUE_DUE_SLOTS];
+    int ndue;
     char lease_s[16], max_s[8], senders_s[8];
     settings_entry_t settings[SETTINGS_CACHE];
     int settings_next;
@@ -300,7 +304,27 @@ static void release(og_queue_t *q, const PGresult *res, int i)
 
 static void on_tick(uv_timer_t *t);
 
-/* The next claim in about OG_QUEUE_TICK_MS (jittered, so that workers spread out). */
+/* Forgets the due times a claim starting now covers. */
+static void drop_due(og_queue_t *q, int64_t now)
+{
+    int k = 0;
+    while (k < q->ndue && q->due[k] + OG_QUEUE_DUE_MARGIN_MS <= now)
+        k++;
+    memmove(q->due, q->due + k, sizeof(q->due[0]) * (size_t)(q->ndue - k));
+    q->ndue -= k;
+}
+
+/* Milliseconds until the first known due time (and its margin), at most `ms`. */
+static uint64_t until_due(const og_queue_t *q, int64_t now, uint64_t ms)
+{
+    if (q->ndue == 0)
+        return ms;
+    int64_t d = q->due[0] + OG_QUEUE_DUE_MARGIN_MS - now;
+    return d <= 0 ? 0 : (uint64_t)d < ms ? (uint64_t)d : ms;
+}
+
+/* The next claim in about OG_QUEUE_TICK_MS (jittered, so that workers spread out), or at the
+ * first due time this worker knows of when that comes first. */
 static void schedule(og_queue_t *q)
 {
     if (q->closing)
@@ -308,7 +332,7 @@ static void schedule(og_queue_t *q)
     uint32_t jitter;
     og_ids_random(&jitter, sizeof(jitter));
     uint64_t ms = OG_QUEUE_TICK_MS * 3 / 4 + jitter % (OG_QUEUE_TICK_MS / 2 + 1);
-    uv_timer_start(&q->timer, on_tick, ms, 0);
+    uv_timer_start(&q->timer, on_tick, until_due(q, (int64_t)og_ids_now_ms(), ms), 0);
 }
 
 static void claimed(og_db_op_t *op, og_db_status_t st)
@@ -352,6 +376,7 @@ static void claim(og_queue_t *q)
         schedule(q);
         return;
     }
+    drop_due(q, (int64_t)og_ids_now_ms());
     q->asked = room < OG_QUEUE_CLAIM_MAX ? room : OG_QUEUE_CLAIM_MAX;
     snprintf(q->max_s, sizeof(q->max_s), "%d", q->asked);
     q->claiming = true;
@@ -491,6 +516,33 @@ void og_queue_wake(og_queue_t *q)
 {
     if (q != NULL)
         claim(q);
+}
+
+void og_queue_due(og_queue_t *q, int64_t due_ms)
+{
+    if (q == NULL || q->closing)
+        return;
+    int64_t now = (int64_t)og_ids_now_ms();
+    if (due_ms + OG_QUEUE_DUE_MARGIN_MS <= now) {
+        claim(q);
+        return;
+    }
+    /* Kept in order, once; when every slot is taken, the latest gives way to an earlier one. */
+    int k = 0;
+    while (k < q->ndue && q->due[k] < due_ms)
+        k++;
+    if ((k < q->ndue && q->due[k] == due_ms) || k == OG_QUEUE_DUE_SLOTS)
+        return;
+    if (q->ndue == OG_QUEUE_DUE_SLOTS)
+        q->ndue--;
+    memmove(q->due + k + 1, q->due + k, sizeof(q->due[0]) * (size_t)(q->ndue - k));
+    q->due[k] = due_ms;
+    q->ndue++;
+    /* The timer moves earlier only: a claim in flight schedules the next one when it ends. */
+    uint64_t ms = until_due(q, now, UINT64_MAX);
+    if (k == 0 && !q->claiming &&
+        (!uv_is_active((uv_handle_t *)&q->timer) || uv_timer_get_due_in(&q->timer) > ms))
+        uv_timer_start(&q->timer, on_tick, ms, 0);
 }
 
 static void timer_closed(uv_handle_t *h)

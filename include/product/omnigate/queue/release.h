@@ -8,8 +8,9 @@
  * for the rates themselves (pacing.h).
  *
  * When: a jittered timer (OG_QUEUE_TICK_MS, +-25%), at once after a claim that filled its
- * batch, and og_queue_wake after this worker commits a message due now. Other instances find
- * it at their next tick, well within the second API.md §19 allows.
+ * batch, at once after this worker commits a message due now (og_queue_due), and at the sendAt
+ * of the scheduled messages it committed (the next OG_QUEUE_DUE_SLOTS of them). Other
+ * instances find them at their next tick, well within the second API.md §19 allows.
  */
 #ifndef OMNIGATE_QUEUE_RELEASE_H
 #define OMNIGATE_QUEUE_RELEASE_H
@@ -24,6 +25,8 @@
 #define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
 #define OG_QUEUE_SAMPLE_MS     2000 /* the depth gauges: sampled this often by worker 0 */
 #define OG_QUEUE_DEBITS        128  /* senders a worker gathers sync sends' calls for between ticks */
+#define OG_QUEUE_DUE_SLOTS     8    /* scheduled due times a worker claims at, the earliest kept */
+#define OG_QUEUE_DUE_MARGIN_MS 2    /* ... that long after each (the loop's clock may run behind) */
 
 /* The queue's metric block (metrics.h): depth by priority (sampled), lag (claim time minus due
  * time), throttles and releases by channel. The app registers it (worker.h). */
@@ -35,8 +38,13 @@ typedef struct og_queue og_queue_t;
  * this worker's claims). `sampler`: this worker samples the depth gauges. NULL on OOM. */
 og_queue_t *og_queue_start(og_gw_t *gw, bool sampler);
 
-/* Claims now (or right after the claim in flight): a message due now was committed. */
+/* Claims now (or right after the claim in flight): a message may be due now. */
 void og_queue_wake(og_queue_t *q);
+
+/* This worker committed a queued message due at `due_ms` (ms since the epoch): claims now when
+ * it is due, else at that time (when it is among the next OG_QUEUE_DUE_SLOTS due times this
+ * worker knows of; else at a tick, as any other instance). NULL-safe. */
+void og_queue_due(og_queue_t *q, int64_t due_ms);
 
 /* A sync send's provider call on a sender has ended with `r` (API.md §19: sync sends count
  * against the rate and are never held). A call its provider answered (r->http_status) takes
