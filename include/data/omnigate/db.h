@@ -113,6 +113,10 @@ struct og_db_op {
     int nstmts;
     og_db_call_t stmts[OG_DB_MAX_STMTS];
     bool write; /* joins this loop turn's write batch */
+    /* A write of background work (the queue's release): batched with such writes only, never
+     * in a transaction of a request's, so a request's commit never waits for it (sync p99 while
+     * a backlog drains, issue 31: 2.4 x alone before, 1.5-1.9 x with). */
+    bool background;
     og_db_done_fn done;
     void *arg;
 

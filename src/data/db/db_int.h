@@ -173,7 +173,7 @@ struct og_db {
     char channel[CHANNEL_MAX + 1]; /* what the listener listens on: [a-z_]+ (og_db_listen checks) */
     og_db_notify_fn notify;
     void *notify_arg;
-    opq_t writes, reads, failed;
+    opq_t writes, bg_writes, reads, failed; /* bg_writes: og_db_op_t.background's */
     uv_check_t check;
     /* Active while work is queued, so the loop does not block in poll. Once the pool is closing,
      * it completes what is submitted meanwhile, and is the last handle closed (pool.c). */

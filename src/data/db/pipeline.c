@@ -203,7 +203,8 @@ static void unit_done(dbconn_t *c, unit_t *u)
             og_db_op_clear(op);
         for (og_db_op_t *op = u->head; op; op = op->next)
             op->solo = true;
-        db_q_push_front(&db->writes, u->head, u->tail, (size_t)u->nops);
+        db_q_push_front(u->head->background ? &db->bg_writes : &db->writes, u->head, u->tail,
+                        (size_t)u->nops);
         db_unit_free(u);
         db_schedule(db);
         return;

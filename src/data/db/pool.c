@@ -207,6 +207,8 @@ static void expire_due(og_db_t *db)
         expire_queue(db, &db->reads, now);
     if (db->writes.head != NULL && db->writes.head->deadline_ms <= now)
         expire_queue(db, &db->writes, now);
+    if (db->bg_writes.head != NULL && db->bg_writes.head->deadline_ms <= now)
+        expire_queue(db, &db->bg_writes, now);
 }
 
 static void on_qtimer(uv_timer_t *t)
@@ -225,6 +227,8 @@ static void queue_arm(og_db_t *db)
         due = db->reads.head->deadline_ms;
     if (db->writes.head != NULL && db->writes.head->deadline_ms < due)
         due = db->writes.head->deadline_ms;
+    if (db->bg_writes.head != NULL && db->bg_writes.head->deadline_ms < due)
+        due = db->bg_writes.head->deadline_ms;
     if (due == UINT64_MAX || db->closing) {
         uv_timer_stop(&db->qtimer);
         return;
@@ -244,6 +248,39 @@ static void fail_queued(og_db_t *db)
         db_op_complete(op, OG_DB_UNAVAILABLE);
     while ((op = db_q_pop(&db->writes)) != NULL)
         db_op_complete(op, OG_DB_UNAVAILABLE);
+    while ((op = db_q_pop(&db->bg_writes)) != NULL)
+        db_op_complete(op, OG_DB_UNAVAILABLE);
+}
+
+/* Sends queue q's writes: a unit of up to OG_DB_MAX_BATCH per connection without a write in
+ * flight (ops being retried alone go one per unit, pipelined on one connection). */
+static void run_writes(og_db_t *db, opq_t *q)
+{
+    while (q->len) {
+        /* Ops being retried alone go out one per unit, pipelined on one connection. */
+        if (q->head->solo) {
+            dbconn_t *c = pick(db, false);
+            if (c == NULL)
+                break;
+            while (q->head && q->head->solo && c->state == C_READY) {
+                unit_t *u = db_unit_new(false);
+                if (u == NULL)
+                    break;
+                og_db_op_t *o = db_q_pop(q);
+                o->solo = false;
+                db_unit_add(u, o);
+                dispatch(c, u, q);
+            }
+            continue;
+        }
+        dbconn_t *c = pick(db, true);
+        unit_t *u = c ? db_unit_new(true) : NULL;
+        if (u == NULL)
+            break; /* every connection has a batch in flight: keep gathering (group commit) */
+        while (q->head && !q->head->solo && u->nops < OG_DB_MAX_BATCH)
+            db_unit_add(u, db_q_pop(q));
+        dispatch(c, u, q);
+    }
 }
 
 static void run_queues(og_db_t *db)
@@ -252,7 +289,7 @@ static void run_queues(og_db_t *db)
     expire_due(db); /* never send an op whose caller's deadline is over */
 
     if (db->nstate[C_READY] == 0) {
-        if (db->reads.len || db->writes.len)
+        if (db->reads.len || db->writes.len || db->bg_writes.len)
             nudge(db);
         /* A connection on its way up (start-up, or a reconnect the nudge just began) will
          * take the queue when ready, or the queue's deadline fails it (queue_arm); only with
@@ -272,31 +309,8 @@ static void run_queues(og_db_t *db)
         db_unit_add(u, db_q_pop(&db->reads));
         dispatch(c, u, &db->reads);
     }
-    while (db->writes.len) {
-        /* Ops being retried alone go out one per unit, pipelined on one connection. */
-        if (db->writes.head->solo) {
-            dbconn_t *c = pick(db, false);
-            if (c == NULL)
-                break;
-            while (db->writes.head && db->writes.head->solo && c->state == C_READY) {
-                unit_t *u = db_unit_new(false);
-                if (u == NULL)
-                    break;
-                og_db_op_t *o = db_q_pop(&db->writes);
-                o->solo = false;
-                db_unit_add(u, o);
-                dispatch(c, u, &db->writes);
-            }
-            continue;
-        }
-        dbconn_t *c = pick(db, true);
-        unit_t *u = c ? db_unit_new(true) : NULL;
-        if (u == NULL)
-            break; /* every connection has a batch in flight: keep gathering (group commit) */
-        while (db->writes.head && !db->writes.head->solo && u->nops < OG_DB_MAX_BATCH)
-            db_unit_add(u, db_q_pop(&db->writes));
-        dispatch(c, u, &db->writes);
-    }
+    run_writes(db, &db->writes);
+    run_writes(db, &db->bg_writes);
 }
 
 static void on_check(uv_check_t *h)
@@ -308,7 +322,7 @@ static void on_check(uv_check_t *h)
     if (db->metrics != NULL) {
         og_db_metrics_t *m = db->metrics;
         og_metrics_gauge(db->reader ? &m->db_read_queue : &m->db_queue,
-                         (uint64_t)(db->reads.len + db->writes.len));
+                         (uint64_t)(db->reads.len + db->writes.len + db->bg_writes.len));
         og_metrics_gauge(db->reader ? &m->db_read_connected : &m->db_connected,
                          (uint64_t)db->nstate[C_READY]);
     }
@@ -337,7 +351,7 @@ static void wake(og_db_t *db)
 
 void db_schedule(og_db_t *db)
 {
-    if (!db->closing && (db->reads.len || db->writes.len || db->failed.len))
+    if (!db->closing && (db->reads.len || db->writes.len || db->bg_writes.len || db->failed.len))
         uv_idle_start(&db->idle, on_idle);
 }
 
@@ -473,7 +487,7 @@ void og_db_submit(og_db_t *db, og_db_op_t *op)
     if (db->closing)
         db_q_push(&db->failed, op);
     else
-        db_q_push(op->write && !db->reader ? &db->writes : &db->reads, op);
+        db_q_push(!op->write || db->reader ? &db->reads : op->background ? &db->bg_writes : &db->writes, op);
     wake(db); /* the queue's length is read from the queues (og_db_stats) */
 }
 
@@ -488,7 +502,7 @@ bool og_db_ready(og_db_t *db)
 void og_db_stats(const og_db_t *db, og_db_stats_t *out)
 {
     *out = db->stats;
-    out->queued = db->reads.len + db->writes.len;
+    out->queued = db->reads.len + db->writes.len + db->bg_writes.len;
     out->connected = db->nstate[C_READY];
 }
 

@@ -238,6 +238,7 @@ static void attempted(og_attempt_t *a)
     n += og_stored_sms_stmt(&r->sa, res, op, n);
     op->nstmts = n;
     op->write = true;
+    op->background = true; /* never in a request's transaction */
     op->done = recorded;
     op->arg = r;
     og_db_submit(r->q->gw->db, op);
@@ -382,7 +383,7 @@ static void claim(og_queue_t *q)
     q->claiming = true;
     uv_timer_stop(&q->timer);
     og_db_op_t *op = &q->claim;
-    *op = (og_db_op_t){.nstmts = 1, .write = true, .done = claimed};
+    *op = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = claimed};
     og_q_queue_claim(&op->stmts[0], &(og_q_queue_claim_t){.owner = og_jobs_owner(q->gw->jobs),
                                                           .lease_ms = q->lease_s,
                                                           .max = q->max_s,
@@ -460,7 +461,7 @@ static void flush_debits(og_queue_t *q)
         return; /* kept for the next tick */
     q->ndebits = 0;
     q->debiting = true;
-    q->debit = (og_db_op_t){.nstmts = 1, .write = true, .done = debited};
+    q->debit = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = debited};
     og_q_queue_debit(&q->debit.stmts[0], &(og_q_queue_debit_t){.debits = q->debit_text});
     og_db_submit(q->gw->db, &q->debit);
 }
