@@ -208,7 +208,8 @@ $$;
 -- message becomes 'pending' and its attempt is recorded 'pending' (attemptedAt = now), all in
 -- this transaction. Also ends the leases of holders that died (og_queue_abandon). Returns, per
 -- message, what its attempt needs.
-CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer)
+CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer,
+                               p_abandon boolean)
 RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint, channel text,
                "to" text, text text, wa_from text, sender text, template text, settings text)
 LANGUAGE plpgsql
@@ -235,7 +236,9 @@ DECLARE
     l_due  timestamptz; -- the last entry read at this priority: the next page starts after it
     l_id   bigint;
 BEGIN
-    PERFORM og_queue_abandon(p_max);
+    IF p_abandon THEN
+        PERFORM og_queue_abandon(p_max);
+    END IF;
     -- Senders locked FOR NO KEY UPDATE: the KEY SHARE lock of an enqueue in flight does not
     -- keep a claim from taking their due entries (og_queue_wake_sender).
     FOR s IN SELECT * FROM queue_senders qs

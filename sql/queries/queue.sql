@@ -62,6 +62,8 @@ SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 -- $2 lease_ms = the lease, which covers one attempt and its writes
 -- $3 max = at most this many messages
 -- $4 senders = at most this many senders
+-- $5 abandon = 'true': end the leases of holders that died first (og_queue_abandon); a worker
+--    asks so about once a second (OG_QUEUE_ABANDON_MS), not with every claim
 -- Returns per message: tenant id, reference, the channel's place (= the attempt's seq), lag in
 -- ms, priority (0 high, 1 normal, 2 low), the channel, to, text, the WhatsApp number, the SMS
 -- sender, Meta's template object ('' without one), the tenant's settings.
@@ -69,7 +71,7 @@ SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 --     template, settings
 SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, c.channel, c."to", c.text, c.wa_from, c.sender,
     c.template, c.settings
-FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer) AS c;
+FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer, $5::boolean) AS c;
 
 -- name: queue_done
 -- The outcome of a claimed message's attempt and what follows it (og_queue_done_many: the

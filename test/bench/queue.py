@@ -657,8 +657,8 @@ def claim_plan(psql):
     """The join the claim statement gets planned with now (EXPLAIN, nothing executed): its
     parameters do not change its estimates, so this is the plan a gateway connection makes
     when it plans the statement again (after the tables' next ANALYZE)."""
-    out = psql("BEGIN; PREPARE qclaim(text, integer, integer, integer) AS %s; "
-               "EXPLAIN EXECUTE qclaim('bench', 60000, 64, 32); DEALLOCATE qclaim; ROLLBACK" % claim_statement())
+    out = psql("BEGIN; PREPARE qclaim(text, integer, integer, integer, boolean) AS %s; "
+               "EXPLAIN EXECUTE qclaim('bench', 60000, 64, 32, true); DEALLOCATE qclaim; ROLLBACK" % claim_statement())
     return "hash join, Seq Scan on messages" if "Seq Scan on messages" in out else (
         "nested loop, messages_pkey" if "messages_pkey" in out else "?")
 
@@ -708,15 +708,15 @@ def time_claims(url, claims, stale_join=False):
     script = "\\set ON_ERROR_STOP 1\n"
     if stale_join:
         script += "SET plan_cache_mode = force_generic_plan;\nSET enable_nestloop = off;\nSET enable_mergejoin = off;\n"
-    script += "PREPARE claim(text, integer, integer, integer) AS %s;\n" % claim_statement()
+    script += "PREPARE claim(text, integer, integer, integer, boolean) AS %s;\n" % claim_statement()
     if stale_join:
-        script += ("EXPLAIN EXECUTE claim('bench-scale', 3600000, 64, 32);\n"
+        script += ("EXPLAIN EXECUTE claim('bench-scale', 3600000, 64, 32, true);\n"
                    "RESET enable_nestloop;\nRESET enable_mergejoin;\n")
-    script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32);\n\\o\n\\timing on\n"
+    script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32, true);\n\\o\n\\timing on\n"
     for _ in range(claims):
-        script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32);\n\\o\n"
+        script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32, true);\n\\o\n"
     script += ("\\timing off\nSELECT 'EXPLAIN';\n"
-               "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim('bench-scale', 3600000, 64, 32);\n")
+               "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim('bench-scale', 3600000, 64, 32, true);\n")
     out = logscale.psql(url, script)
     times = [float(x) for x in re.findall(r"^Time: ([\d.]+) ms", out, re.M)]
     plan = out.split("\nEXPLAIN\n", 1)[-1]

@@ -85,6 +85,7 @@ struct og_queue {
     og_db_op_t sample;
     bool claiming, again, sampling, closing, timer_closed;
     uint64_t sampled_ms;
+    uint64_t abandoned_ms; /* the last claim that ended dead holders' leases */
     int in_flight;
     int asked; /* messages the claim in flight asked for */
     /* Due times of scheduled messages this worker committed (og_queue_due), ascending, ms since
@@ -384,10 +385,15 @@ static void claim(og_queue_t *q)
     uv_timer_stop(&q->timer);
     og_db_op_t *op = &q->claim;
     *op = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = claimed};
+    uint64_t now = og_ids_now_ms();
+    bool abandon = now - q->abandoned_ms >= OG_QUEUE_ABANDON_MS;
+    if (abandon)
+        q->abandoned_ms = now;
     og_q_queue_claim(&op->stmts[0], &(og_q_queue_claim_t){.owner = og_jobs_owner(q->gw->jobs),
                                                           .lease_ms = q->lease_s,
                                                           .max = q->max_s,
-                                                          .senders = q->senders_s});
+                                                          .senders = q->senders_s,
+                                                          .abandon = abandon ? "true" : "false"});
     og_db_submit(q->gw->db, op);
 }
 

@@ -24,6 +24,7 @@
 #define OG_QUEUE_CLAIM_MAX     64   /* messages one claim takes, at most */
 #define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
 #define OG_QUEUE_SAMPLE_MS     2000 /* the depth gauges: sampled this often by worker 0 */
+#define OG_QUEUE_ABANDON_MS    1000 /* a worker's claims end dead holders' leases this often */
 #define OG_QUEUE_DEBITS        128  /* senders a worker gathers sync sends' calls for between ticks */
 #define OG_QUEUE_DUE_SLOTS     8    /* scheduled due times a worker claims at, the earliest kept */
 #define OG_QUEUE_DUE_MARGIN_MS 2    /* ... that long after each (the loop's clock may run behind) */
