@@ -7,11 +7,12 @@
 -- transaction, under the sender row's lock: every worker of every instance shares the rate
 -- without a coordinator, and two workers never claim for one sender at once.
 --
--- An entry claimed is leased to its worker and its attempt is recorded 'pending' in the claim's
--- own transaction: the provider is called only after that commit, and a worker that dies
--- leaves a lease that expires and an attempt that becomes 'unknown' (never a second call, the
--- rule of §15). The outcome (og_queue_done_many) deletes, moves or retries the entry under
--- the lease.
+-- An entry claimed is leased to its worker in the claim's own transaction, and the lease
+-- stands for its attempt in flight (the message resource shows it 'pending'): the provider is
+-- called only after that commit, and a worker that dies leaves a lease that expires and an
+-- attempt written 'unknown' (never a second call, the rule of §15). The outcome
+-- (og_queue_done_many) writes the attempt's row, once, and deletes, moves or retries the entry
+-- under the lease.
 --
 -- Cost flat in the backlog: the claim reads each sender's entries through
 -- queue_entries_next by (sender, priority, due) and stops after what the tokens allow; the
@@ -60,6 +61,7 @@ CREATE TABLE queue_entries (
     throttles   smallint    NOT NULL DEFAULT 0,
     lease_owner text,
     lease_until timestamptz,
+    leased_at   timestamptz, -- the lease's start: its attempt's attemptedAt
     -- No foreign key to messages (sql/012: its lock costs every insert a WAL record); an
     -- entry whose message was pruned is claimed, not returned (no message to send), and
     -- deleted when its lease ends (og_queue_abandon).
@@ -204,10 +206,10 @@ $$;
 -- Claims due queued messages for worker p_owner: for up to p_senders senders whose claim is
 -- due, oldest wake-up first, refills the sender's bucket and takes its due entries in order
 -- (high, normal, low; oldest due first) while its tokens last, at most p_max in all. Entries
--- past their validity end 'expired' instead. Each entry taken is leased for p_lease_ms, its
--- message becomes 'pending' and its attempt is recorded 'pending' (attemptedAt = now), all in
--- this transaction. Also ends the leases of holders that died (og_queue_abandon). Returns, per
--- message, what its attempt needs.
+-- past their validity end 'expired' instead. Each entry taken is leased for p_lease_ms (its
+-- lease standing for its attempt until the outcome writes it), a scheduled message becoming
+-- 'queued', in this transaction. With p_abandon, first ends the leases of holders that died
+-- (og_queue_abandon). Returns, per message, what its attempt needs.
 CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer,
                                p_abandon boolean)
 RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint, channel text,
@@ -294,7 +296,7 @@ BEGIN
         END IF;
         -- This sender's entries taken, leased in one statement (before the next-due probe).
         UPDATE queue_entries q
-        SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond'
+        SET lease_owner = p_owner, lease_until = now() + p_lease_ms * interval '1 millisecond', leased_at = now()
         FROM unnest(c_t[first:], c_r[first:], c_ch[first:]) AS x(t, r, c)
         WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c;
         -- Its next wake-up, decided under FOR UPDATE: when an enqueue, a fallback or a retry
@@ -316,7 +318,7 @@ BEGIN
     IF taken = 0 THEN
         RETURN;
     END IF;
-    -- A message stays 'queued' while its attempt is in flight (the attempt says 'pending'): one
+    -- A message stays 'queued' while its attempt is in flight (its lease says 'pending'): one
     -- write of its row fewer; a scheduled one that came due says so now, unless its row is busy
     -- (a cancel, which then finds its entry leased; its completion will write its status).
     UPDATE messages m SET status = 'queued'
@@ -325,17 +327,9 @@ BEGIN
             ON mm.tenant_id = x.t AND mm.reference = x.r
         WHERE mm.status = 'scheduled'
         FOR UPDATE OF mm SKIP LOCKED);
-    -- The attempt, 'pending' before its provider is called; a retry after a throttle reuses
-    -- its channel's row.
-    INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content)
-    SELECT x.t, x.r, x.c, m.channels[x.c + 1], 'pending', 0, now(),
-        CASE WHEN m.channels[x.c + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END
-    FROM unnest(c_t, c_r, c_ch) AS x(t, r, c)
-    JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
-    ON CONFLICT (tenant_id, reference, seq) DO UPDATE
-    SET status = 'pending', attempted_at = now(), latency_ms = 0, provider_message_id = NULL,
-        error_code = NULL, error_message = NULL, provider_code = NULL, http_status = NULL,
-        throttles = a.throttles + 1;
+    -- No attempt row yet: the lease stands for the attempt in flight (og_message_item shows it
+    -- 'pending'); its row is written once, with its outcome (og_queue_done_many), or 'unknown'
+    -- when its holder died (og_queue_abandon).
     -- What the attempts need, read here: a statement of this function sees the messages it has
     -- just locked, which the snapshot of the statement that called it may predate (a message
     -- committed meanwhile would be claimed and never released).
@@ -369,7 +363,7 @@ BEGIN
     -- The entry, then its message (the order of a completion and a cancel), each skipped when
     -- another holds it: the claim this runs in never waits; an entry whose message is gone
     -- (retention) is deleted all the same.
-    FOR e IN SELECT q.tenant_id, q.reference, q.ch FROM queue_entries q
+    FOR e IN SELECT q.tenant_id, q.reference, q.ch, q.leased_at, q.throttles FROM queue_entries q
              WHERE q.lease_owner IS NOT NULL AND q.lease_until < now()
              ORDER BY q.lease_until LIMIT p_max FOR UPDATE SKIP LOCKED LOOP
         PERFORM 1 FROM messages m WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference
@@ -378,10 +372,18 @@ BEGIN
                                  WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference) THEN
             CONTINUE;
         END IF;
-        UPDATE attempts
-        SET status = 'unknown', error_code = 'outcome_unknown',
-            error_message = 'the instance making this attempt stopped before recording its outcome'
-        WHERE tenant_id = e.tenant_id AND reference = e.reference AND seq = e.ch AND status = 'pending';
+        -- Its attempt, written now (a claim writes none): the lease stood for it.
+        INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content,
+                                   throttles, error_code, error_message)
+        SELECT e.tenant_id, e.reference, e.ch, m.channels[e.ch + 1], 'unknown', 0, e.leased_at,
+            CASE WHEN m.channels[e.ch + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END,
+            e.throttles, 'outcome_unknown',
+            'the instance making this attempt stopped before recording its outcome'
+        FROM messages m WHERE m.tenant_id = e.tenant_id AND m.reference = e.reference
+        ON CONFLICT (tenant_id, reference, seq) DO UPDATE
+        SET status = 'unknown', attempted_at = EXCLUDED.attempted_at, latency_ms = 0, provider_message_id = NULL,
+            error_code = EXCLUDED.error_code, error_message = EXCLUDED.error_message, provider_code = NULL,
+            http_status = NULL, throttles = EXCLUDED.throttles;
         DELETE FROM queue_entries WHERE tenant_id = e.tenant_id AND reference = e.reference AND ch = e.ch;
         PERFORM og_queue_settle(e.tenant_id, e.reference, 'unknown');
         n := n + 1;
@@ -449,19 +451,31 @@ BEGIN
     IF coalesce(cardinality(e_r), 0) <> cardinality(p_ref) THEN
         RAISE EXCEPTION 'a queue entry of this batch is not leased by its releaser any more' USING ERRCODE = 'P0001';
     END IF;
-    -- The attempts, as fallback_end completes one.
-    UPDATE attempts a
-    SET status = CASE WHEN x.o = 'sent' THEN 'sent' ELSE 'failed' END, provider_message_id = x.pid,
-        error_code = x.ec, error_message = x.em, provider_code = x.pc, http_status = x.http, latency_ms = x.lat,
-        delivery_status = CASE WHEN x.o = 'sent' THEN coalesce(d.status, 'sent') END,
-        delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
-        delivery_provider_code = d.provider_code, delivery_message = d.error_message
+    -- The attempts, written once each, with their outcome (the lease stood for them in flight),
+    -- adopting delivery statuses that came first as fallback_end does; a retry after a throttle
+    -- writes its channel's row again. attemptedAt is the lease's start; throttles, the 429s its
+    -- channel answered before (the entry's count).
+    INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content,
+                               throttles, provider_message_id, error_code, error_message, provider_code,
+                               http_status, delivery_status, delivered_at, read_at, delivery_error,
+                               delivery_provider_code, delivery_message)
+    SELECT x.t, x.r, x.c, m.channels[x.c + 1], CASE WHEN x.o = 'sent' THEN 'sent' ELSE 'failed' END, x.lat,
+        q.leased_at, CASE WHEN m.channels[x.c + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END,
+        q.throttles, x.pid, x.ec, x.em, x.pc, x.http, CASE WHEN x.o = 'sent' THEN coalesce(d.status, 'sent') END,
+        d.delivered_at, d.read_at, d.delivery_error, d.provider_code, d.error_message
     FROM unnest(p_tenant, p_ref, p_ch, p_outcome, p_pid, p_error_code, p_error_message, p_provider_code, p_http,
                 p_latency) AS x(t, r, c, o, pid, ec, em, pc, http, lat)
-    LEFT JOIN LATERAL og_delivery_of((SELECT channel FROM attempts
-                                      WHERE tenant_id = x.t AND reference = x.r AND seq = x.c), x.pid) AS d
-        ON x.o = 'sent'
-    WHERE a.tenant_id = x.t AND a.reference = x.r AND a.seq = x.c;
+    JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
+    JOIN queue_entries q ON q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c
+    LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], x.pid) AS d ON x.o = 'sent'
+    ON CONFLICT (tenant_id, reference, seq) DO UPDATE
+    SET status = EXCLUDED.status, latency_ms = EXCLUDED.latency_ms, attempted_at = EXCLUDED.attempted_at,
+        throttles = EXCLUDED.throttles, provider_message_id = EXCLUDED.provider_message_id,
+        error_code = EXCLUDED.error_code, error_message = EXCLUDED.error_message,
+        provider_code = EXCLUDED.provider_code, http_status = EXCLUDED.http_status,
+        delivery_status = EXCLUDED.delivery_status, delivered_at = EXCLUDED.delivered_at,
+        read_at = EXCLUDED.read_at, delivery_error = EXCLUDED.delivery_error,
+        delivery_provider_code = EXCLUDED.delivery_provider_code, delivery_message = EXCLUDED.delivery_message;
     -- The senders a provider throttled, locked in key order (as every writer of senders does).
     PERFORM 1 FROM queue_senders s
     WHERE s.id IN (SELECT x.s FROM unnest(e_s, e_o) AS x(s, o) WHERE x.o IN ('throttled', 'retry'))
@@ -636,8 +650,26 @@ LANGUAGE sql STABLE AS $$
                     'deliveryStatus', NULL, 'deliveredAt', NULL, 'readAt', NULL,
                     'deliveryError', NULL, 'statusHistory', '[]'::json) END
                 ORDER BY a.seq)
-            FROM attempts a
-            WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference), '[]'::json),
+            -- A queued message's attempt in flight has no row yet (it is written with its
+            -- outcome): its lease stands for it, 'pending' since the lease began; a retry's row
+            -- of its last try gives way to it.
+            FROM (SELECT a.seq, a.channel, a.status, a.latency_ms, a.content, a.throttles, a.provider_message_id,
+                      a.fallback_reason, a.attempted_at, a.delivery_status, a.delivered_at, a.read_at,
+                      a.delivery_error, a.delivery_provider_code, a.delivery_message, a.error_code,
+                      a.error_message, a.provider_code, a.http_status
+                  FROM attempts a
+                  WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference
+                      AND NOT (m.status = 'queued' AND EXISTS (
+                          SELECT 1 FROM queue_entries q
+                          WHERE q.tenant_id = a.tenant_id AND q.reference = a.reference AND q.ch = a.seq
+                              AND q.lease_owner IS NOT NULL))
+                  UNION ALL
+                  SELECT q.ch, m.channels[q.ch + 1], 'pending', 0,
+                      CASE WHEN m.channels[q.ch + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END,
+                      q.throttles, NULL, NULL, q.leased_at, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+                  FROM queue_entries q
+                  WHERE m.status = 'queued' AND q.tenant_id = m.tenant_id AND q.reference = m.reference
+                      AND q.lease_owner IS NOT NULL) a), '[]'::json),
         'skipped', m.skipped,
         'createdAt', to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
         'completedAt', to_char(m.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))

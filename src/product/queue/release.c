@@ -3,7 +3,7 @@
  * sql/queries/queue.sql and sql/018_queue.sql.
  *
  * A released message's life here:
- *   claim   queue_claim leased it to this worker and recorded its attempt 'pending' (committed);
+ *   claim   queue_claim leased it to this worker (committed; the lease stands for its attempt);
  *   call    its channel's provider, with the message's senders and the tenant's settings;
  *   record  queue_done (+ the SMS record) in one write, under the lease; the releases of one
  *           write batch share one call of its set form (queue_done_many).
@@ -252,7 +252,7 @@ static char *dup_col(const PGresult *res, int row, int col)
     return strdup(PQgetvalue(res, row, col));
 }
 
-/* Row `i` of a claim: its attempt is committed 'pending'; call its provider. */
+/* Row `i` of a claim: its lease is committed; call its provider. */
 static void release(og_queue_t *q, const PGresult *res, int i)
 {
     og_channel_t ch;

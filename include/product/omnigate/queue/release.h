@@ -1,7 +1,7 @@
 /*
  * The release of queued messages (API.md §19), one per worker: claims due messages with their
  * senders' tokens (queue_claim: og_queue_claim in sql/018_queue.sql, which leases each message
- * to this worker and records its attempt 'pending' in the claim's transaction), calls each one's
+ * to this worker in the claim's transaction, the lease standing for its attempt), calls each one's
  * provider, and records the outcome with what follows it (queue_done: the next channel, a
  * retry after a throttle, the final status) under the lease. Responsible for moving queued
  * messages to providers at their senders' rates; not for accepting them (messaging/send.c) or
