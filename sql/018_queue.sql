@@ -396,7 +396,7 @@ $$;
 -- of queue_done; its single form calls this with one of each), under the leases of p_owner:
 -- when an entry is not leased by its owner any more the transaction fails, and the batch is
 -- retried one release at a time, so a holder whose lease ran out records nothing. Per release:
--- the attempt's row completed (adopting delivery statuses that came first, as fallback_end),
+-- the attempt's row written (adopting delivery statuses that came first, as fallback_end),
 -- then by p_outcome ('sent', 'failed', or 'throttled' = provider_rate_limited, with the
 -- provider's Retry-After in p_retry_ms, NULL: 1, 2, 4 ... 60 s by the entry's throttles):
 --   sent       the entry is done; the message settles (a delivery-based fallback goes on);
@@ -427,6 +427,9 @@ DECLARE
     e_at  timestamptz[];
     e_all boolean[];
     e_on  boolean[];
+    e_i   integer[];     -- its place in the parameters
+    e_la  timestamptz[]; -- its lease's start: its attempt's attemptedAt
+    e_th  smallint[];    -- the 429s its channel answered before
     f     record;
 BEGIN
     -- The entries, locked in key order, each only while its releaser holds it.
@@ -436,12 +439,15 @@ BEGIN
         array_agg(CASE WHEN y.o IN ('failed', 'throttled') AND NOT y.a AND y.c + 1 < cardinality(y.ss)
                        THEN y.ss[y.c + 2] END ORDER BY y.t, y.r, y.c),
         array_agg(y.at ORDER BY y.t, y.r, y.c), array_agg(y.a ORDER BY y.t, y.r, y.c),
-        array_agg(y.o = 'sent' AND NOT y.a AND y.c + 1 < cardinality(y.ss) ORDER BY y.t, y.r, y.c)
-    INTO e_t, e_r, e_c, e_o, e_s, e_nxt, e_at, e_all, e_on
+        array_agg(y.o = 'sent' AND NOT y.a AND y.c + 1 < cardinality(y.ss) ORDER BY y.t, y.r, y.c),
+        array_agg(y.i ORDER BY y.t, y.r, y.c), array_agg(y.la ORDER BY y.t, y.r, y.c),
+        array_agg(y.th ORDER BY y.t, y.r, y.c)
+    INTO e_t, e_r, e_c, e_o, e_s, e_nxt, e_at, e_all, e_on, e_i, e_la, e_th
     FROM (SELECT q.tenant_id AS t, q.reference AS r, q.ch AS c, q.sender_id AS s, q.senders AS ss, q.all_mode AS a,
-              CASE WHEN x.o = 'throttled' AND z.at < q.valid_until THEN 'retry' ELSE x.o END AS o, z.at
-          FROM (SELECT * FROM unnest(p_tenant, p_ref, p_ch, p_owner, p_outcome, p_retry_ms)
-                    AS x(t, r, c, w, o, retry) ORDER BY 1, 2, 3) x
+              CASE WHEN x.o = 'throttled' AND z.at < q.valid_until THEN 'retry' ELSE x.o END AS o, z.at,
+              x.i, q.leased_at AS la, q.throttles AS th
+          FROM (SELECT * FROM unnest(p_tenant, p_ref, p_ch, p_owner, p_outcome, p_retry_ms) WITH ORDINALITY
+                    AS x(t, r, c, w, o, retry, i) ORDER BY 1, 2, 3) x
           JOIN LATERAL (SELECT * FROM queue_entries q
                         WHERE q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c AND q.lease_owner = x.w
                         FOR UPDATE) q ON true
@@ -459,15 +465,16 @@ BEGIN
                                throttles, provider_message_id, error_code, error_message, provider_code,
                                http_status, delivery_status, delivered_at, read_at, delivery_error,
                                delivery_provider_code, delivery_message)
-    SELECT x.t, x.r, x.c, m.channels[x.c + 1], CASE WHEN x.o = 'sent' THEN 'sent' ELSE 'failed' END, x.lat,
-        q.leased_at, CASE WHEN m.channels[x.c + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END,
-        q.throttles, x.pid, x.ec, x.em, x.pc, x.http, CASE WHEN x.o = 'sent' THEN coalesce(d.status, 'sent') END,
+    -- The entries as read above (in key order, with their place in the parameters).
+    SELECT x.t, x.r, x.c, m.channels[x.c + 1], CASE WHEN p_outcome[x.i] = 'sent' THEN 'sent' ELSE 'failed' END,
+        p_latency[x.i], x.la,
+        CASE WHEN m.channels[x.c + 1] = 'whatsapp_meta' AND m.template IS NOT NULL THEN 'template' END, x.th,
+        p_pid[x.i], p_error_code[x.i], p_error_message[x.i], p_provider_code[x.i], p_http[x.i],
+        CASE WHEN p_outcome[x.i] = 'sent' THEN coalesce(d.status, 'sent') END,
         d.delivered_at, d.read_at, d.delivery_error, d.provider_code, d.error_message
-    FROM unnest(p_tenant, p_ref, p_ch, p_outcome, p_pid, p_error_code, p_error_message, p_provider_code, p_http,
-                p_latency) AS x(t, r, c, o, pid, ec, em, pc, http, lat)
+    FROM unnest(e_t, e_r, e_c, e_i, e_la, e_th) AS x(t, r, c, i, la, th)
     JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
-    JOIN queue_entries q ON q.tenant_id = x.t AND q.reference = x.r AND q.ch = x.c
-    LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], x.pid) AS d ON x.o = 'sent'
+    LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], p_pid[x.i]) AS d ON p_outcome[x.i] = 'sent'
     ON CONFLICT (tenant_id, reference, seq) DO UPDATE
     SET status = EXCLUDED.status, latency_ms = EXCLUDED.latency_ms, attempted_at = EXCLUDED.attempted_at,
         throttles = EXCLUDED.throttles, provider_message_id = EXCLUDED.provider_message_id,
@@ -554,7 +561,7 @@ BEGIN
        OR EXISTS (SELECT 1 FROM queue_entries
                   WHERE tenant_id = p_tenant AND reference = p_ref AND lease_owner IS NOT NULL)
        OR EXISTS (SELECT 1 FROM attempts
-                  WHERE tenant_id = p_tenant AND reference = p_ref AND status IN ('sent', 'pending', 'unknown')) THEN
+                  WHERE tenant_id = p_tenant AND reference = p_ref AND status IN ('sent', 'unknown')) THEN
         RETURN st;
     END IF;
     DELETE FROM queue_entries WHERE tenant_id = p_tenant AND reference = p_ref;

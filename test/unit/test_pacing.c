@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "omnigate/providers/provider.h"
 #include "omnigate/queue/pacing.h"
 #include "omnigate/tenants/settings.h"
 
@@ -163,11 +164,24 @@ static void test_cost(void **state)
     assert_int_equal(og_pacing_cost(OG_CH_WHATSAPP_QR, 7), 1);
 }
 
+/* The bucket's key: the SMS sender, the WAHA session (WAHA's default when none), Meta's phone
+ * number id. */
+static void test_sender_key(void **state)
+{
+    assert_string_equal(og_pacing_sender(OG_CH_SMS, "ACME", "s1", "109"), "ACME");
+    assert_string_equal(og_pacing_sender(OG_CH_WHATSAPP_QR, "ACME", "s1", "109"), "s1");
+    assert_string_equal(og_pacing_sender(OG_CH_WHATSAPP_QR, "ACME", NULL, "109"), OG_WAHA_DEFAULT_SESSION);
+    assert_string_equal(og_pacing_sender(OG_CH_WHATSAPP_QR, "ACME", "", "109"), OG_WAHA_DEFAULT_SESSION);
+    assert_string_equal(og_pacing_sender(OG_CH_WHATSAPP_META, "ACME", "s1", "109"), "109");
+    assert_null(og_pacing_sender(OG_CH_WHATSAPP_META, "ACME", "s1", NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_without_settings),
         cmocka_unit_test(test_cost),
+        cmocka_unit_test(test_sender_key),
         cmocka_unit_test(test_defaults_follow_the_configuration),
         cmocka_unit_test(test_meta_number_setting),
         cmocka_unit_test(test_qr_per_minute),

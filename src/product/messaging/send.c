@@ -376,9 +376,7 @@ static int tried(const send_ctx_t *c, og_channel_t ch)
  * session, the SMS sender id. */
 static const char *pacing_sender(const send_ctx_t *c, int k)
 {
-    return c->ch[k] == OG_CH_SMS           ? c->sender
-           : c->ch[k] == OG_CH_WHATSAPP_QR ? (c->qr_session ? c->qr_session : OG_WAHA_DEFAULT_SESSION)
-                                           : c->meta_phone_number_id;
+    return og_pacing_sender(c->ch[k], c->sender, c->qr_session, c->meta_phone_number_id);
 }
 
 /* Drops channel ch from the plan, reporting it skipped for `reason`. */

@@ -14,6 +14,7 @@
 #include "omnigate/app/errors.h"
 #include "omnigate/json.h"
 #include "omnigate/messaging/budget.h"
+#include "omnigate/queue/pacing.h"
 #include "omnigate/queue/release.h"
 #include "omnigate/tenants/settings.h"
 
@@ -169,8 +170,8 @@ static void attempt_ended(og_attempt_t *a)
 {
     og_smsreq_t *c = a->arg;
     og_queue_debit(c->gw->queue, c->auth.tenant->id, c->att_ch,
-                   c->att_ch == OG_CH_SMS ? c->sender : c->params.phone_number_id, c->sms.segments,
-                   &a->result);
+                   og_pacing_sender(c->att_ch, c->sender, c->params.session, c->params.phone_number_id),
+                   c->sms.segments, &a->result);
     c->att_done(a);
 }
 

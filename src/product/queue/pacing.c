@@ -5,11 +5,21 @@
  */
 #include "omnigate/queue/pacing.h"
 
+#include "omnigate/providers/provider.h"
 #include "omnigate/tenants/settings.h"
 
 int og_pacing_cost(og_channel_t ch, size_t segments)
 {
     return ch == OG_CH_SMS && segments > 1 ? (int)segments : 1;
+}
+
+const char *og_pacing_sender(og_channel_t ch, const char *sms_sender, const char *qr_session,
+                             const char *phone_number_id)
+{
+    return ch == OG_CH_SMS ? sms_sender
+           : ch == OG_CH_WHATSAPP_QR
+               ? (qr_session != NULL && qr_session[0] != '\0' ? qr_session : OG_WAHA_DEFAULT_SESSION)
+               : phone_number_id;
 }
 
 double og_pacing_rate(const og_config_t *cfg, const json_t *settings, og_channel_t ch, const char *from)

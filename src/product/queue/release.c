@@ -378,14 +378,14 @@ static void claim(og_queue_t *q)
         schedule(q);
         return;
     }
-    drop_due(q, (int64_t)og_ids_now_ms());
+    uint64_t now = og_ids_now_ms();
+    drop_due(q, (int64_t)now);
     q->asked = room < OG_QUEUE_CLAIM_MAX ? room : OG_QUEUE_CLAIM_MAX;
     snprintf(q->max_s, sizeof(q->max_s), "%d", q->asked);
     q->claiming = true;
     uv_timer_stop(&q->timer);
     og_db_op_t *op = &q->claim;
     *op = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = claimed};
-    uint64_t now = og_ids_now_ms();
     bool abandon = now - q->abandoned_ms >= OG_QUEUE_ABANDON_MS;
     if (abandon)
         q->abandoned_ms = now;

@@ -25,4 +25,11 @@ double og_pacing_rate(const og_config_t *cfg, const json_t *settings, og_channel
  * SMS or OTP request's (sql/018's claim takes an entry's as recorded). */
 int og_pacing_cost(og_channel_t ch, size_t segments);
 
+/* The sender whose bucket a call on `ch` takes from (API.md §19), the key of queue_senders: the
+ * SMS sender id on sms, the WAHA session on whatsapp_qr (NULL or "": OG_WAHA_DEFAULT_SESSION, as waha.c
+ * sends), Meta's phone number id on whatsapp_meta. The one rule for queued and sync sends, SMS and OTP
+ * requests. Borrowed from the arguments; NULL when that channel's is. */
+const char *og_pacing_sender(og_channel_t ch, const char *sms_sender, const char *qr_session,
+                             const char *phone_number_id);
+
 #endif
