@@ -363,7 +363,9 @@ def test_sync_sends_count_against_the_rate(gw):
     for i in range(5):
         assert_ok(send(gw, {"to": TO, "text": "sync %d" % i, "channels": ["sms"]}))
     assert time.time() - t0 < 3  # never held
-    time.sleep(0.5)  # the debits ride on the workers' next tick (every 150-250 ms)
+    # The debits ride on the workers' next tick (every 150-250 ms): the bucket is in debt then.
+    assert wait_for(lambda: db(gw, "SELECT tokens < -2 FROM queue_senders WHERE channel = 'sms' AND sender = 'ACME' "
+                                   "AND tenant_id = '%s'" % gw.tenant["id"]) == [("t",)], 5)
     t1 = time.time()
     ref = send(gw, {"to": TO, "text": "q1", "channels": ["sms"], "queue": True}).json()["data"]["reference"]
     m = until_status(gw, ref, ("sent", "delivered", "read"), 15)
