@@ -55,7 +55,7 @@ SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 
 -- name: queue_claim
 -- Claims due queued messages with their senders' tokens (og_queue_claim) and returns what
--- their attempts need: each is leased to this worker, its attempt recorded 'pending'. Nothing
+-- their attempts need: each is leased to this worker, the lease standing for its attempt. Nothing
 -- is joined here: the function reads the messages itself (this statement's snapshot may
 -- predate a message it claims).
 -- $1 owner = this worker (its lease owner)
@@ -66,7 +66,8 @@ SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 --    asks so about once a second (OG_QUEUE_ABANDON_MS), not with every claim
 -- Returns per message: tenant id, reference, the channel's place (= the attempt's seq), lag in
 -- ms, priority (0 high, 1 normal, 2 low), the channel, to, text, the WhatsApp number, the SMS
--- sender, Meta's template object ('' without one), the tenant's settings.
+-- sender, Meta's template object ('' without one), the tenant's settings (with the first of its
+-- messages in the result only; '' with the others).
 -- columns: tenant_id, reference, ch, lag_ms, priority, channel, to, text, wa_from, sender,
 --     template, settings
 SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, c.channel, c."to", c.text, c.wa_from, c.sender,

@@ -881,6 +881,7 @@ def restart_pg(b, bench, preload):
     else:
         b.psql_super("ALTER SYSTEM RESET shared_preload_libraries")
         b.psql_super("ALTER SYSTEM RESET pg_stat_statements.track")
+        b.psql_super("ALTER SYSTEM RESET pg_stat_statements.track_planning")
     port = b.db_url.rsplit(":", 1)[1].split("/")[0]
     pg = os.path.join(bench.ROOT, "deploy/pg.sh")
     subprocess.run(["bash", pg, "stop", b.pg_dir], check=True, capture_output=True)
@@ -890,6 +891,7 @@ def restart_pg(b, bench, preload):
     if preload:
         b.psql_super("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         b.psql_super("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+        b.psql_super("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
         b.psql_super("SELECT pg_reload_conf()")
     end = time.monotonic() + 30
     while time.monotonic() < end:
@@ -902,15 +904,16 @@ def restart_pg(b, bench, preload):
 
 def statements(b, n):
     """pg_stat_statements since its last reset, the gateway's database: per statement (nested
-    ones too: PL/pgSQL's), calls per message, mean and total execution ms, top 14 by total."""
-    out = b.psql_super("SELECT calls, total_exec_time, toplevel, regexp_replace(left(query, 110), '\\s+', ' ', 'g') "
+    ones too: PL/pgSQL's), calls per message, rows, mean and total execution ms, top 30 by total."""
+    out = b.psql_super("SELECT calls, rows, total_exec_time, total_plan_time, toplevel, regexp_replace(left(query, 110), '\\s+', ' ', 'g') "
                        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = "
-                       "current_database()) AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time DESC "
-                       "LIMIT 14")
+                       "current_database()) AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time + total_plan_time DESC "
+                       "LIMIT 30")
     rows = []
     for line in out.splitlines():
-        calls, total, top, q = line.split("|", 3)
-        rows.append({"calls": int(calls), "per_msg": int(calls) / max(n, 1), "total_ms": float(total),
+        calls, nrows, total, plan, top, q = line.split("|", 5)
+        rows.append({"calls": int(calls), "rows": int(nrows), "per_msg": int(calls) / max(n, 1), "total_ms": float(total),
+                     "plan_ms": float(plan), "mean_plan_ms": float(plan) / max(int(calls), 1),
                      "mean_ms": float(total) / max(int(calls), 1), "toplevel": top == "t", "query": q})
     return rows
 
@@ -963,7 +966,9 @@ def sc_statements(b, bench):
         restart_pg(b, bench, False)
     for phase, v in out.items():
         log("queue_statements: %s, %d messages: %s" % (phase, v["messages"], "; ".join(
-            "%.3f x %.3f ms %s" % (r["per_msg"], r["mean_ms"], r["query"][:60]) for r in v["statements"][:6])))
+            "%.3f x %.3f ms (planning %.3f ms; %d rows) %s" % (
+                r["per_msg"], r["mean_ms"], r["mean_plan_ms"], r["rows"], r["query"][:90])
+            for r in v["statements"])))
     b.results.append({"scenario": "queue_statements", "note": "diagnostic: pg_stat_statements of a sync send, a "
                       "queued accept and the drain", "conns": b.args.conns, "duration_s": 0, "rps": 0,
                       "requests": 0, "errors": 0, "non2xx": 0, "expect_errors": False, "p50_ms": float("nan"),

@@ -331,6 +331,37 @@ def test_all_mode_queued(gw):
     assert all(a["status"] == "sent" for a in m["attempts"])
 
 
+def test_queued_delivery_based_fallback(gw):
+    """A queued send with fallbackOn: accepted on WhatsApp and then failed by the provider's
+    status, it goes on to SMS as a sync send's chain does (API.md §11), and ends delivered."""
+    gw.sim.rule("whatsapp_meta", "ok", to=TO, callback="not_on_whatsapp")
+    gw.sim.rule("sms", "ok", to=TO, callback="delivered_read")
+    ref = send(gw, {"to": TO, "text": "chain", "channels": ["whatsapp_meta", "sms"], "fallbackOn": "delivered",
+                    "queue": True}).json()["data"]["reference"]
+    m = until_status(gw, ref, ("delivered", "read"), 15)
+    assert [a["channel"] for a in m["attempts"]] == ["whatsapp_meta", "sms"]
+    assert m["attempts"][0]["deliveryStatus"] == "failed" and m["attempts"][1]["fallbackReason"] == "status_failed"
+    assert m["winningChannel"] == "sms"
+
+
+def test_validity_passed_while_waiting_expires_at_the_claim(gw):
+    """A scheduled message whose validity has passed when its sender's claim reaches it ends
+    `expired` without any provider call (the claim sets it apart from what it takes). Its
+    validUntil is moved into the past in the database, standing in for hours of waiting."""
+    due = time.time() + 3
+    ref = send(gw, {"to": TO, "text": "late", "channels": ["whatsapp_meta", "sms"], "queue": True,
+                    "sendAt": iso(due)}).json()["data"]["reference"]
+    kept = send(gw, {"to": TO, "text": "kept", "channels": ["whatsapp_meta"], "queue": True,
+                     "sendAt": iso(due)}).json()["data"]["reference"]
+    db(gw, "UPDATE queue_entries SET valid_until = now() - interval '1 second' WHERE reference = '%s'" % ref)
+    db(gw, "UPDATE messages SET valid_until = now() - interval '1 second' WHERE reference = '%s'" % ref)
+    assert until_status(gw, kept, ("sent", "delivered", "read"), 15)["attempts"][0]["status"] == "sent"
+    m = until_status(gw, ref, ("expired",), 10)
+    assert m["attempts"] == [] and m["completedAt"] is not None
+    assert [r["body"] for r in gw.sim.requests() if "late" in r["body"]] == []
+    assert db(gw, "SELECT count(*) FROM queue_entries WHERE reference = '%s'" % ref) == [("0",)]
+
+
 def test_holder_killed_mid_attempt(make_server, fresh_db, tmp_path):
     """kill -9 of the instance whose release is at the provider: the other instance takes the
     claim over when its lease ends and records the attempt unknown, never calling again."""

@@ -87,7 +87,6 @@ struct og_queue {
     uint64_t sampled_ms;
     uint64_t abandoned_ms; /* the last claim that ended dead holders' leases */
     int in_flight;
-    int asked; /* messages the claim in flight asked for */
     /* Due times of scheduled messages this worker committed (og_queue_due), ascending, ms since
      * the epoch: the timer fires at the first. */
     int64_t due[OG_QUEUE_DUE_SLOTS];
@@ -252,14 +251,27 @@ static char *dup_col(const PGresult *res, int row, int col)
     return strdup(PQgetvalue(res, row, col));
 }
 
+/* The tenant's settings of row `i` of a claim: a claim returns them with the first of each
+ * tenant's messages only (og_queue_claim, sql/019). */
+static const char *settings_text(const PGresult *res, int i)
+{
+    const char *tenant_id = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID);
+    for (int j = i; j >= 0; j--) {
+        const char *text = PQgetvalue(res, j, OG_C_QUEUE_CLAIM_SETTINGS);
+        if (text[0] && strcmp(PQgetvalue(res, j, OG_C_QUEUE_CLAIM_TENANT_ID), tenant_id) == 0)
+            return text;
+    }
+    return ""; /* does not parse: not released (its lease expires) */
+}
+
 /* Row `i` of a claim: its lease is committed; call its provider. */
 static void release(og_queue_t *q, const PGresult *res, int i)
 {
     og_channel_t ch;
     rel_t *r = calloc(1, sizeof(*r));
     const char *reference = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_REFERENCE);
-    const json_t *settings = settings_of(q, PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID),
-                                         PQgetvalue(res, i, OG_C_QUEUE_CLAIM_SETTINGS));
+    const json_t *settings =
+        settings_of(q, PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID), settings_text(res, i));
     if (r == NULL || settings == NULL ||
         !og_channel_parse(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_CHANNEL), &ch) ||
         (r->reference = dup_col(res, i, OG_C_QUEUE_CLAIM_REFERENCE)) == NULL ||
@@ -357,7 +369,7 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
         return;
     }
     /* A full batch: more is due now. */
-    if (st == OG_DB_OK && (rows == q->asked || q->again)) {
+    if (st == OG_DB_OK && (rows == OG_QUEUE_CLAIM_MAX || q->again)) {
         q->again = false;
         claim(q);
         return;
@@ -373,15 +385,15 @@ static void claim(og_queue_t *q)
         q->again = true;
         return;
     }
-    int room = OG_QUEUE_IN_FLIGHT - q->in_flight;
-    if (room <= 0 || !og_db_ready(q->gw->db)) {
+    /* A full claim or none: near the in-flight cap, claims asking for the few places each
+     * outcome frees would run back to back, each paying a claim's fixed cost for a handful of
+     * messages; rel_free claims again once a full claim's room is free. */
+    if (OG_QUEUE_IN_FLIGHT - q->in_flight < OG_QUEUE_CLAIM_MAX || !og_db_ready(q->gw->db)) {
         schedule(q);
         return;
     }
     uint64_t now = og_ids_now_ms();
     drop_due(q, (int64_t)now);
-    q->asked = room < OG_QUEUE_CLAIM_MAX ? room : OG_QUEUE_CLAIM_MAX;
-    snprintf(q->max_s, sizeof(q->max_s), "%d", q->asked);
     q->claiming = true;
     uv_timer_stop(&q->timer);
     og_db_op_t *op = &q->claim;
@@ -512,6 +524,7 @@ og_queue_t *og_queue_start(og_gw_t *gw, bool sampler)
     q->m = og_worker_metrics(gw->w, &og_queue_metrics_block);
     /* A lease covers one attempt and the writes around it (messaging/budget.h). */
     snprintf(q->lease_s, sizeof(q->lease_s), "%u", og_send_budget_ms(gw->w->cfg, 1));
+    snprintf(q->max_s, sizeof(q->max_s), "%d", OG_QUEUE_CLAIM_MAX);
     snprintf(q->senders_s, sizeof(q->senders_s), "%d", OG_QUEUE_CLAIM_SENDERS);
     uv_timer_init(&gw->w->loop, &q->timer);
     uv_unref((uv_handle_t *)&q->timer);
