@@ -311,8 +311,14 @@ BEGIN
     FROM u;
     -- The messages of `all` sends, after every attempt of the batch is written (two channels of
     -- one message may end in one batch): 'queued' while an entry waits; else the final status,
-    -- from their accepted attempts.
+    -- from their accepted attempts. Two channels of one message may also end in two batches at
+    -- once, each deleting its entry and seeing the other's: so the messages are locked first (in
+    -- key order), and the statement after, with a snapshot taken once the other has committed,
+    -- sees what it left (before, both could decide 'queued', and the message stayed so).
     IF true = ANY (e_all) THEN
+        PERFORM 1 FROM messages m
+        WHERE (m.tenant_id, m.reference) IN (SELECT x.t, x.r FROM unnest(e_t, e_r, e_all) AS x(t, r, al) WHERE x.al)
+        ORDER BY m.tenant_id, m.reference FOR UPDATE;
         UPDATE messages m
         SET winning_channel = CASE WHEN x.o = 'sent' THEN m.channels[x.c + 1] ELSE m.winning_channel END,
             status = CASE
@@ -339,8 +345,10 @@ $$;
 
 -- og_queue_insert_many (sql/018) reading each message's senders once: its JSON (p_queue) was
 -- parsed by every statement that needed a part of it (the json type is parsed on every
--- access), and the senders' wake-up read the entries just written back. Now one pass turns
--- the senders into arrays, one row per (message, channel), which the statements share.
+-- access), the senders were upserted and looked up once per (message, channel), and their
+-- wake-up read the entries just written back. Now one pass turns the senders into arrays, one
+-- row per (message, channel), which the statements share, and the batch's distinct senders are
+-- read once and written only when one is new or its rate changed.
 CREATE OR REPLACE FUNCTION og_queue_insert_many(p_tenant uuid[], p_ref text[], p_to text[], p_text text[],
                                                 p_mode text[], p_channels text[], p_skipped jsonb[],
                                                 p_fallback_on text[], p_fallback_after integer[], p_wa_from text[],
@@ -361,6 +369,14 @@ DECLARE
     s_r  double precision[];
     s_n  smallint[];
     s_id bigint[];
+    -- The batch's senders, each once, in key order: tenant, channel, name, the rate wanted, and
+    -- the row's id and rate.
+    u_t    uuid[];
+    u_c    text[];
+    u_s    text[];
+    u_r    double precision[];
+    u_id   bigint[];
+    u_rate double precision[];
 BEGIN
     SELECT array_agg(x.i ORDER BY x.i, j.k), array_agg(j.k::integer ORDER BY x.i, j.k),
         array_agg(x.t ORDER BY x.i, j.k), array_agg(j.c ORDER BY x.i, j.k), array_agg(j.s ORDER BY x.i, j.k),
@@ -376,20 +392,36 @@ BEGIN
     FROM unnest(p_tenant, p_ref, p_to, p_text, p_mode, p_channels, p_skipped, p_fallback_on, p_fallback_after,
                 p_wa_from, p_sms_sender, p_template, p_due_ms, p_valid_ms, p_priority, p_queue)
         AS x(t, r, n, b, d, c, s, o, a, w, e, p, due, valid, pri, q);
-    -- The senders, made on first use in key order (two batches making the same new senders never
-    -- wait for each other in a cycle); a rate kept to the settings', written only when it changed.
-    INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
-    SELECT DISTINCT ON (y.t, y.c, y.s) y.t, y.c, y.s, y.r, og_queue_burst(y.r)
-    FROM unnest(s_t, s_c, s_s, s_r) AS y(t, c, s, r)
-    ORDER BY y.t, y.c, y.s
-    ON CONFLICT (tenant_id, channel, sender) DO NOTHING;
-    UPDATE queue_senders qs SET rate = w.r
+    -- The batch's senders, each once, in key order: made on first use (two batches making the
+    -- same new senders never wait for each other in a cycle), a rate kept to the settings'
+    -- (written only when it changed). Read once; written only when one is missing or changed.
+    SELECT array_agg(d.t ORDER BY d.t, d.c, d.s), array_agg(d.c ORDER BY d.t, d.c, d.s),
+        array_agg(d.s ORDER BY d.t, d.c, d.s), array_agg(d.r ORDER BY d.t, d.c, d.s),
+        array_agg(qs.id ORDER BY d.t, d.c, d.s), array_agg(qs.rate ORDER BY d.t, d.c, d.s)
+    INTO u_t, u_c, u_s, u_r, u_id, u_rate
     FROM (SELECT DISTINCT ON (y.t, y.c, y.s) y.t, y.c, y.s, y.r
-          FROM unnest(s_t, s_c, s_s, s_r) AS y(t, c, s, r) ORDER BY y.t, y.c, y.s) w
-    WHERE qs.tenant_id = w.t AND qs.channel = w.c AND qs.sender = w.s AND qs.rate <> w.r;
-    SELECT array_agg(qs.id ORDER BY y.o) INTO s_id
-    FROM unnest(s_t, s_c, s_s) WITH ORDINALITY AS y(t, c, s, o)
-    JOIN queue_senders qs ON qs.tenant_id = y.t AND qs.channel = y.c AND qs.sender = y.s;
+          FROM unnest(s_t, s_c, s_s, s_r) AS y(t, c, s, r) ORDER BY y.t, y.c, y.s) d
+    LEFT JOIN queue_senders qs ON qs.tenant_id = d.t AND qs.channel = d.c AND qs.sender = d.s;
+    IF array_position(u_id, NULL) IS NOT NULL THEN
+        INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
+        SELECT y.t, y.c, y.s, y.r, og_queue_burst(y.r)
+        FROM unnest(u_t, u_c, u_s, u_r, u_id) WITH ORDINALITY AS y(t, c, s, r, id, o)
+        WHERE y.id IS NULL ORDER BY y.o
+        ON CONFLICT (tenant_id, channel, sender) DO NOTHING;
+        SELECT array_agg(qs.id ORDER BY y.o), array_agg(qs.rate ORDER BY y.o) INTO u_id, u_rate
+        FROM unnest(u_t, u_c, u_s) WITH ORDINALITY AS y(t, c, s, o)
+        JOIN queue_senders qs ON qs.tenant_id = y.t AND qs.channel = y.c AND qs.sender = y.s;
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(u_rate, u_r) AS y(was, r) WHERE y.was <> y.r) THEN
+        UPDATE queue_senders qs SET rate = y.r
+        FROM unnest(u_id, u_r) AS y(id, r)
+        WHERE qs.id = y.id AND qs.rate <> y.r;
+    END IF;
+    -- Each (message, channel)'s sender id, by its place among the batch's senders.
+    SELECT array_agg(u_id[(SELECT k.o FROM unnest(u_t, u_c, u_s) WITH ORDINALITY AS k(t, c, s, o)
+                           WHERE k.t = y.t AND k.c = y.c AND k.s = y.s)] ORDER BY y.o)
+    INTO s_id
+    FROM unnest(s_t, s_c, s_s) WITH ORDINALITY AS y(t, c, s, o);
     -- The entries: one for the first channel (fallback) or one per channel (all), each behind its
     -- sender, whose claim is made due no later than the entry (og_queue_wake_sender).
     INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at,

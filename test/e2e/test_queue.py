@@ -331,6 +331,20 @@ def test_all_mode_queued(gw):
     assert all(a["status"] == "sent" for a in m["attempts"])
 
 
+def test_all_mode_channels_ending_at_once(gw):
+    """Many `all` sends at once: their two channels' outcomes are recorded by different write
+    batches at the same time, each deleting its entry and seeing the other's until it commits.
+    Every message still ends in its final status (before the messages were locked first, a
+    message could stay 'queued' forever with both attempts sent: this test failed one run in
+    three that way)."""
+    refs = [send(gw, {"to": "+62812345002%02d" % i, "text": "all %d" % i, "channels": ["whatsapp_meta", "sms"],
+                      "deliveryMode": "all", "queue": True}).json()["data"]["reference"] for i in range(40)]
+    for ref in refs:
+        m = until_status(gw, ref, ("sent", "delivered", "read"), 15)
+        assert sorted(a["channel"] for a in m["attempts"]) == ["sms", "whatsapp_meta"], m
+        assert m["completedAt"] is not None
+
+
 def test_queued_delivery_based_fallback(gw):
     """A queued send with fallbackOn: accepted on WhatsApp and then failed by the provider's
     status, it goes on to SMS as a sync send's chain does (API.md §11), and ends delivered."""
