@@ -700,7 +700,7 @@ def claim_plan(psql):
     out = psql("BEGIN; PREPARE qclaim(text, integer, integer, integer, boolean) AS %s; "
                "EXPLAIN EXECUTE qclaim('bench', 60000, 64, 32, true); DEALLOCATE qclaim; ROLLBACK" % claim_statement())
     return "hash join, Seq Scan on messages" if "Seq Scan on messages" in out else (
-        "nested loop, messages_pkey" if "messages_pkey" in out else "?")
+        "nested loop, messages_pkey" if "messages_pkey" in out else "none outside og_queue_claim")
 
 
 INNER = [
@@ -764,7 +764,7 @@ def time_claims(url, claims, stale_join=False):
     buffers = sum(int(x) for x in re.findall(r"(?:hit|read)=(\d+)", buf.group(1))) if buf else 0
     rows = re.search(r"rows=(\d+) loops=1\)", plan)
     join = "hash join, Seq Scan on messages" if "Seq Scan on messages" in plan else (
-        "nested loop, messages_pkey" if "messages_pkey" in plan else "?")
+        "nested loop, messages_pkey" if "messages_pkey" in plan else "none outside og_queue_claim")
     return {"times": times, "buffers": buffers, "rows": int(rows.group(1)) if rows else -1, "join": join}
 
 

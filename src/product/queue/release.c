@@ -85,7 +85,8 @@ struct og_queue {
     og_db_op_t sample;
     bool claiming, again, sampling, closing, timer_closed;
     uint64_t sampled_ms;
-    uint64_t abandoned_ms; /* the last claim that ended dead holders' leases */
+    uint64_t abandoned_ms;                /* the last claim that ended dead holders' leases */
+    uint64_t started_ms, prev_started_ms; /* the start of the last claim, and of the one before */
     int in_flight;
     /* Due times of scheduled messages this worker committed (og_queue_due), ascending, ms since
      * the epoch: the timer fires at the first. */
@@ -337,16 +338,33 @@ static uint64_t until_due(const og_queue_t *q, int64_t now, uint64_t ms)
     return d <= 0 ? 0 : (uint64_t)d < ms ? (uint64_t)d : ms;
 }
 
-/* The next claim in about OG_QUEUE_TICK_MS (jittered, so that workers spread out), or at the
- * first due time this worker knows of when that comes first. */
-static void schedule(og_queue_t *q)
+/* The next claim in about `ms` (jittered by +-25%, so that workers spread out), or at the first
+ * due time this worker knows of when that comes first. */
+static void schedule_in(og_queue_t *q, uint64_t ms)
 {
     if (q->closing)
         return;
     uint32_t jitter;
     og_ids_random(&jitter, sizeof(jitter));
-    uint64_t ms = OG_QUEUE_TICK_MS * 3 / 4 + jitter % (OG_QUEUE_TICK_MS / 2 + 1);
+    ms = ms * 3 / 4 + jitter % (ms / 2 + 1);
     uv_timer_start(&q->timer, on_tick, until_due(q, (int64_t)og_ids_now_ms(), ms), 0);
+}
+
+static void schedule(og_queue_t *q)
+{
+    schedule_in(q, OG_QUEUE_TICK_MS);
+}
+
+/* After a claim that took `rows` (fewer than a full claim: its senders' tokens or due messages
+ * ran out): the next one when about half a claim's worth has come due again at the pace this
+ * one found (rows since the previous claim started), between OG_QUEUE_PACED_MIN_MS and a tick.
+ * A sender paced at 1,000/s is then released about 32 at a time every 32 ms instead of 200 at
+ * once every tick, which the sync sends of the same instances would wait behind. */
+static uint64_t paced_delay(const og_queue_t *q, int rows)
+{
+    uint64_t since = q->prev_started_ms != 0 ? q->started_ms - q->prev_started_ms : OG_QUEUE_TICK_MS;
+    uint64_t ms = since * (OG_QUEUE_CLAIM_MAX / 2) / (uint64_t)rows;
+    return ms < OG_QUEUE_PACED_MIN_MS ? OG_QUEUE_PACED_MIN_MS : ms > OG_QUEUE_TICK_MS ? OG_QUEUE_TICK_MS : ms;
 }
 
 static void claimed(og_db_op_t *op, og_db_status_t st)
@@ -374,7 +392,7 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
         claim(q);
         return;
     }
-    schedule(q);
+    schedule_in(q, st == OG_DB_OK && rows > 0 ? paced_delay(q, rows) : OG_QUEUE_TICK_MS);
 }
 
 static void claim(og_queue_t *q)
@@ -394,6 +412,8 @@ static void claim(og_queue_t *q)
     }
     uint64_t now = og_ids_now_ms();
     drop_due(q, (int64_t)now);
+    q->prev_started_ms = q->started_ms;
+    q->started_ms = now;
     q->claiming = true;
     uv_timer_stop(&q->timer);
     og_db_op_t *op = &q->claim;

@@ -7,10 +7,11 @@
  * messages to providers at their senders' rates; not for accepting them (messaging/send.c) or
  * for the rates themselves (pacing.h).
  *
- * When: a jittered timer (OG_QUEUE_TICK_MS, +-25%), at once after a claim that filled its
- * batch, at once after this worker commits a message due now (og_queue_due), and at the sendAt
- * of the scheduled messages it committed (the next OG_QUEUE_DUE_SLOTS of them). Other
- * instances find them at their next tick, well within the second API.md §19 allows.
+ * When: a jittered timer (OG_QUEUE_TICK_MS, +-25%; sooner after a claim that took something, at
+ * the pace it found, so that a paced sender is released in small steps), at once after a claim
+ * that filled its batch, at once after this worker commits a message due now (og_queue_due), and at the
+ * sendAt of the scheduled messages it committed (the next OG_QUEUE_DUE_SLOTS of them). Other instances find
+ * them at their next tick, well within the second API.md §19 allows.
  */
 #ifndef OMNIGATE_QUEUE_RELEASE_H
 #define OMNIGATE_QUEUE_RELEASE_H
@@ -20,6 +21,7 @@
 #include "omnigate/providers/provider.h"
 
 #define OG_QUEUE_TICK_MS       200  /* a worker's claims with nothing woken: every 150-250 ms */
+#define OG_QUEUE_PACED_MIN_MS  20   /* ... after a claim that took some: sooner, as its pace says */
 #define OG_QUEUE_IN_FLIGHT     256  /* released messages one worker has at providers at once, at most */
 #define OG_QUEUE_CLAIM_MAX     64   /* messages one claim takes, at most */
 #define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
