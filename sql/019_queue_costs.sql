@@ -1,6 +1,24 @@
 -- PostgreSQL's work per queued message (issue 31's target; docs/performance.md, queue_statements):
 -- the same rules as sql/018, in fewer and cheaper statements.
 
+-- og_queue_next_due (sql/018) in PL/pgSQL, so that its statement keeps its plan (a SQL function
+-- called from PL/pgSQL is planned again on every call: 0.1 ms, once per sender of every claim).
+CREATE OR REPLACE FUNCTION og_queue_next_due(p_sender bigint) RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+BEGIN
+    RETURN (SELECT min(d) FROM (
+        (SELECT due_at AS d FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 0 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)
+        UNION ALL
+        (SELECT due_at FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 1 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)
+        UNION ALL
+        (SELECT due_at FROM queue_entries
+         WHERE sender_id = p_sender AND priority = 2 AND lease_owner IS NULL ORDER BY due_at LIMIT 1)) x);
+END
+$$;
+
 -- og_queue_claim (sql/018) taking a sender's due entries a page at a time in one statement
 -- each, not a row at a time in a PL/pgSQL loop (whose per-row expressions cost more than the
 -- rows themselves): a page is locked (SKIP LOCKED), its expired entries set apart, and its live
@@ -9,9 +27,9 @@
 -- settings are returned with the first of its messages only ('' with the others): the worker
 -- opens them once per claim (src/product/queue/release.c). Its statements keep their plans
 -- (sql/018 planned each afresh on every call: about a third of a claim's time, and most of an
--- empty claim's), generic plans by key only whatever the tables' sizes when first planned: no sequential
--- scan, no hash or merge join (a join planned while messages was small would otherwise read
--- it whole on every claim; test/bench queue_scale checks the cached plans).
+-- empty claim's): generic plans by key only, whatever the tables' sizes when first planned (no
+-- sequential scan, no hash or merge join: a join planned while messages was small would
+-- otherwise read it whole on every claim; test/bench queue_scale checks the cached plans).
 CREATE OR REPLACE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer,
                                           p_abandon boolean)
 RETURNS TABLE (tenant_id uuid, reference text, ch smallint, lag_ms bigint, priority smallint, channel text,
@@ -125,17 +143,7 @@ BEGIN
         -- after every such writer committed, sees all of its entries.
         PERFORM 1 FROM queue_senders qs WHERE qs.id = s.id FOR UPDATE SKIP LOCKED;
         IF FOUND THEN
-            -- The earliest due entry not leased (og_queue_next_due, written out here so that
-            -- its plan is kept): one index probe per priority.
-            SELECT min(d.d) INTO nxt FROM (
-                (SELECT q.due_at AS d FROM queue_entries q
-                 WHERE q.sender_id = s.id AND q.priority = 0 AND q.lease_owner IS NULL ORDER BY q.due_at LIMIT 1)
-                UNION ALL
-                (SELECT q.due_at FROM queue_entries q
-                 WHERE q.sender_id = s.id AND q.priority = 1 AND q.lease_owner IS NULL ORDER BY q.due_at LIMIT 1)
-                UNION ALL
-                (SELECT q.due_at FROM queue_entries q
-                 WHERE q.sender_id = s.id AND q.priority = 2 AND q.lease_owner IS NULL ORDER BY q.due_at LIMIT 1)) d;
+            nxt := og_queue_next_due(s.id);
         ELSE
             nxt := now();
         END IF;
@@ -322,18 +330,16 @@ BEGIN
         UPDATE messages m
         SET winning_channel = CASE WHEN x.o = 'sent' THEN m.channels[x.c + 1] ELSE m.winning_channel END,
             status = CASE
-                WHEN EXISTS (SELECT 1 FROM queue_entries q
-                             WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference) THEN 'queued'
+                WHEN w.waits THEN 'queued'
                 WHEN EXISTS (SELECT 1 FROM attempts a
                              WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'sent')
                     THEN og_message_status(m.tenant_id, m.reference)
                 WHEN x.o = 'throttled' THEN 'expired'
                 ELSE 'failed' END,
-            completed_at = CASE
-                WHEN EXISTS (SELECT 1 FROM queue_entries q
-                             WHERE q.tenant_id = m.tenant_id AND q.reference = m.reference) THEN NULL
-                ELSE now() END
+            completed_at = CASE WHEN w.waits THEN NULL ELSE now() END
         FROM unnest(e_t, e_r, e_c, e_o, e_all) AS x(t, r, c, o, al)
+        CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM queue_entries q
+                                           WHERE q.tenant_id = x.t AND q.reference = x.r) AS waits) w
         WHERE x.al AND m.tenant_id = x.t AND m.reference = x.r;
     END IF;
     -- A delivery-based fallback (API.md §11) goes on from an accepted attempt as a sync send's.
@@ -396,22 +402,22 @@ BEGIN
     -- same new senders never wait for each other in a cycle), a rate kept to the settings'
     -- (written only when it changed). Read once; written only when one is missing or changed.
     SELECT array_agg(d.t ORDER BY d.t, d.c, d.s), array_agg(d.c ORDER BY d.t, d.c, d.s),
-        array_agg(d.s ORDER BY d.t, d.c, d.s), array_agg(d.r ORDER BY d.t, d.c, d.s),
-        array_agg(qs.id ORDER BY d.t, d.c, d.s), array_agg(qs.rate ORDER BY d.t, d.c, d.s)
-    INTO u_t, u_c, u_s, u_r, u_id, u_rate
+        array_agg(d.s ORDER BY d.t, d.c, d.s), array_agg(d.r ORDER BY d.t, d.c, d.s)
+    INTO u_t, u_c, u_s, u_r
     FROM (SELECT DISTINCT ON (y.t, y.c, y.s) y.t, y.c, y.s, y.r
-          FROM unnest(s_t, s_c, s_s, s_r) AS y(t, c, s, r) ORDER BY y.t, y.c, y.s) d
-    LEFT JOIN queue_senders qs ON qs.tenant_id = d.t AND qs.channel = d.c AND qs.sender = d.s;
-    IF array_position(u_id, NULL) IS NOT NULL THEN
+          FROM unnest(s_t, s_c, s_s, s_r) AS y(t, c, s, r) ORDER BY y.t, y.c, y.s) d;
+    -- Twice at most: the second time every sender exists, made here or by a batch that committed.
+    LOOP
+        SELECT array_agg(qs.id ORDER BY y.o), array_agg(qs.rate ORDER BY y.o) INTO u_id, u_rate
+        FROM unnest(u_t, u_c, u_s) WITH ORDINALITY AS y(t, c, s, o)
+        LEFT JOIN queue_senders qs ON qs.tenant_id = y.t AND qs.channel = y.c AND qs.sender = y.s;
+        EXIT WHEN array_position(u_id, NULL) IS NULL;
         INSERT INTO queue_senders (tenant_id, channel, sender, rate, tokens)
         SELECT y.t, y.c, y.s, y.r, og_queue_burst(y.r)
         FROM unnest(u_t, u_c, u_s, u_r, u_id) WITH ORDINALITY AS y(t, c, s, r, id, o)
         WHERE y.id IS NULL ORDER BY y.o
         ON CONFLICT (tenant_id, channel, sender) DO NOTHING;
-        SELECT array_agg(qs.id ORDER BY y.o), array_agg(qs.rate ORDER BY y.o) INTO u_id, u_rate
-        FROM unnest(u_t, u_c, u_s) WITH ORDINALITY AS y(t, c, s, o)
-        JOIN queue_senders qs ON qs.tenant_id = y.t AND qs.channel = y.c AND qs.sender = y.s;
-    END IF;
+    END LOOP;
     IF EXISTS (SELECT 1 FROM unnest(u_rate, u_r) AS y(was, r) WHERE y.was <> y.r) THEN
         UPDATE queue_senders qs SET rate = y.r
         FROM unnest(u_id, u_r) AS y(id, r)
