@@ -257,7 +257,6 @@ static void fail_queued(og_db_t *db)
 static void run_writes(og_db_t *db, opq_t *q)
 {
     while (q->len) {
-        /* Ops being retried alone go out one per unit, pipelined on one connection. */
         if (q->head->solo) {
             dbconn_t *c = pick(db, false);
             if (c == NULL)

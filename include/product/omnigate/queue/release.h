@@ -8,10 +8,10 @@
  * for the rates themselves (pacing.h).
  *
  * When: a jittered timer (OG_QUEUE_TICK_MS, +-25%; sooner after a claim that took something, at
- * the pace it found, so that a paced sender is released in small steps), at once after a claim
- * that filled its batch, at once after this worker commits a message due now (og_queue_due), and at the
- * sendAt of the scheduled messages it committed (the next OG_QUEUE_DUE_SLOTS of them). Other instances find
- * them at their next tick, well within the second API.md §19 allows.
+ * the pace it found, so that a paced sender is released in small steps); at once after a claim
+ * that filled its batch; at once after this worker commits a message due now (og_queue_due);
+ * at the sendAt of the scheduled messages it committed (the next OG_QUEUE_DUE_SLOTS of them).
+ * Other instances find them at their next tick, well within the second API.md §19 allows.
  */
 #ifndef OMNIGATE_QUEUE_RELEASE_H
 #define OMNIGATE_QUEUE_RELEASE_H
