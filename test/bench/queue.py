@@ -382,18 +382,20 @@ def drain_now(b, bench, ids, tokens, n):
         own[0] += pg_ticks(b, bench) - q0
         return v
     sim0 = b.sim_stats()["channels"]["whatsapp_meta"]["requests"]
-    p0, t0 = pg_ticks(b, bench), time.monotonic()
+    p0 = pg_ticks(b, bench)
     acc = wrk_count(b, bench, "qd_now", body, tokens, n, b.args.conns)
-    time.sleep(0.3)  # the accepts wrk stopped waiting for commit all the same
-    accepted = count("SELECT count(*) FROM messages WHERE " + where)
+    # Done when the simulator has had at least the calls of the sends wrk saw answered (it polls
+    # cheaply) and the database has none of them waiting (accepts wrk stopped waiting for count
+    # too: they are queued, or already done, by then).
     complete, end = False, time.monotonic() + 120
     while time.monotonic() < end:
-        if (b.sim_stats()["channels"]["whatsapp_meta"]["requests"] - sim0 >= accepted
+        if (b.sim_stats()["channels"]["whatsapp_meta"]["requests"] - sim0 >= acc["requests"]
                 and count("SELECT count(*) FROM messages WHERE %s AND status IN %s" % (where, WAITING)) == 0):
             complete = True
             break
         time.sleep(0.05)
     p1 = pg_ticks(b, bench)
+    accepted = count("SELECT count(*) FROM messages WHERE " + where)
     last = float(b.psql("SELECT extract(epoch FROM max(completed_at) - min(created_at)) FROM messages WHERE " + where)
                  or "nan")
     return {"accepted": accepted, "answered": acc["requests"], "complete": complete, "wall_s": last,
@@ -944,16 +946,18 @@ def restart_pg(b, bench, preload):
 
 def statements(b, n):
     """pg_stat_statements since its last reset, the gateway's database: per statement (nested
-    ones too: PL/pgSQL's), calls per message, rows, mean and total execution ms, top 30 by total."""
-    out = b.psql_super("SELECT calls, rows, total_exec_time, total_plan_time, toplevel, regexp_replace(left(query, 110), '\\s+', ' ', 'g') "
-                       "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = "
-                       "current_database()) AND query NOT LIKE '%%pg_stat_statements%%' ORDER BY total_exec_time + total_plan_time DESC "
-                       "LIMIT 30")
+    ones too: PL/pgSQL's), calls per message, rows, mean and total execution ms and planning ms,
+    top 30 by execution and planning time."""
+    out = b.psql_super("SELECT calls, rows, total_exec_time, total_plan_time, toplevel, "
+                       "regexp_replace(left(query, 110), '\\s+', ' ', 'g') FROM pg_stat_statements "
+                       "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                       "AND query NOT LIKE '%%pg_stat_statements%%' "
+                       "ORDER BY total_exec_time + total_plan_time DESC LIMIT 30")
     rows = []
     for line in out.splitlines():
         calls, nrows, total, plan, top, q = line.split("|", 5)
-        rows.append({"calls": int(calls), "rows": int(nrows), "per_msg": int(calls) / max(n, 1), "total_ms": float(total),
-                     "plan_ms": float(plan), "mean_plan_ms": float(plan) / max(int(calls), 1),
+        rows.append({"calls": int(calls), "rows": int(nrows), "per_msg": int(calls) / max(n, 1),
+                     "total_ms": float(total), "plan_ms": float(plan), "mean_plan_ms": float(plan) / max(int(calls), 1),
                      "mean_ms": float(total) / max(int(calls), 1), "toplevel": top == "t", "query": q})
     return rows
 

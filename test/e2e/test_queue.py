@@ -363,7 +363,7 @@ def test_validity_passed_while_waiting_expires_at_the_claim(gw):
     `expired` without any provider call (the claim sets it apart from what it takes). Its
     validUntil is moved into the past in the database, standing in for hours of waiting."""
     due = time.time() + 3
-    ref = send(gw, {"to": TO, "text": "late", "channels": ["whatsapp_meta", "sms"], "queue": True,
+    ref = send(gw, {"to": TO, "text": "validity-passed", "channels": ["whatsapp_meta", "sms"], "queue": True,
                     "sendAt": iso(due)}).json()["data"]["reference"]
     kept = send(gw, {"to": TO, "text": "kept", "channels": ["whatsapp_meta"], "queue": True,
                      "sendAt": iso(due)}).json()["data"]["reference"]
@@ -372,7 +372,7 @@ def test_validity_passed_while_waiting_expires_at_the_claim(gw):
     assert until_status(gw, kept, ("sent", "delivered", "read"), 15)["attempts"][0]["status"] == "sent"
     m = until_status(gw, ref, ("expired",), 10)
     assert m["attempts"] == [] and m["completedAt"] is not None
-    assert [r["body"] for r in gw.sim.requests() if "late" in r["body"]] == []
+    assert [r["body"] for r in gw.sim.requests() if "validity-passed" in r["body"]] == []
     assert db(gw, "SELECT count(*) FROM queue_entries WHERE reference = '%s'" % ref) == [("0",)]
 
 
@@ -468,12 +468,14 @@ def test_enqueue_racing_a_claim_is_not_lost(gw):
     ((sender, rate),) = db(gw, "SELECT id, rate FROM queue_senders WHERE channel = 'whatsapp_meta'")
     ((t0,),) = db(gw, "SELECT clock_timestamp()")
     to, ref, now_ms = "+6281234500077", "kf_01M8FVCHV3DCCS9F3SK6A3RACE", int(time.time() * 1000)
-    queue = json.dumps({"status": "queued", "senders": [{"c": "whatsapp_meta", "s": META_ID, "r": float(rate), "n": 1}]})
+    queue = json.dumps({"status": "queued",
+                        "senders": [{"c": "whatsapp_meta", "s": META_ID, "r": float(rate), "n": 1}]})
     enqueue = ("SELECT FROM og_queue_insert_many(ARRAY['%s'::uuid], ARRAY['%s'], ARRAY['%s'], ARRAY['race'], "
                "ARRAY['fallback'], ARRAY['{whatsapp_meta}'], ARRAY['[]'::jsonb], ARRAY[NULL::text], "
                "ARRAY[NULL::integer], ARRAY['%s'], ARRAY[NULL::text], ARRAY[NULL::jsonb], ARRAY[%d::bigint], "
                "ARRAY[%d::bigint], ARRAY['normal'], ARRAY['%s'::json]);"
-               % (gw.tenant["id"], ref, to, gw.tenant["settings"]["defaultWhatsappFrom"], now_ms, now_ms + 3600000, queue))
+               % (gw.tenant["id"], ref, to, gw.tenant["settings"]["defaultWhatsappFrom"], now_ms, now_ms + 3600000,
+                  queue))
     p = subprocess.Popen(["psql", gw.db_url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
