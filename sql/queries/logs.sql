@@ -139,6 +139,31 @@ CROSS JOIN LATERAL (SELECT * FROM og_log_omni v
                     WHERE v.tenant_id = $1 AND v.reference = p.reference OFFSET 0) v
 ORDER BY p.reference DESC;
 
+-- name: logs_omni_batch
+-- One page of a batch's sends (batchId, API.md §20; messages_tenant_batch): the batch ranks
+-- above every other filter (it holds at most OMNIGATE_BATCH_MAX messages), which are checked on
+-- its messages, newest first.
+-- $1 tenant_id
+-- $2 lo = lowest reference
+-- $3 hi = references below this one
+-- $4 limit
+-- $5 batch_id
+-- $6 reference = reference, or NULL
+-- $7 to = the number (E.164), or NULL
+-- $8 status = status, or NULL
+-- $9 channel = channel some attempt used, or NULL
+-- columns: page row
+SELECT v.reference AS cursor, v.item::text AS item
+FROM og_log_omni v
+WHERE v.tenant_id = $1 AND v.batch_id = $5 AND v.reference >= $2 AND v.reference < $3
+    AND ($6::text IS NULL OR v.reference = $6)
+    AND ($7::text IS NULL OR v.to_number = $7)
+    AND ($8::text IS NULL OR v.status = $8)
+    AND ($9::text IS NULL OR $9 IN (SELECT a.channel FROM attempts a
+        WHERE a.tenant_id = v.tenant_id AND a.reference = v.reference))
+ORDER BY v.reference DESC
+LIMIT $4;
+
 -- name: logs_sms
 -- One page of SMS records, whichever route sent them: by time only.
 -- $1 tenant_id

@@ -21,13 +21,14 @@ ORDER BY id;
 
 -- name: prune_batch
 -- Deletes one batch of a tenant's log data created before a time: records whose reference is
--- below the smallest reference of that time's millisecond (omnigate_prune_batch, sql/009).
+-- below the smallest reference of that time's millisecond (omnigate_prune_batch, sql/009), and
+-- completed batches (API.md §20) made before it (og_batch_prune, sql/020).
 -- $1 tenant_id
 -- $2 before = the time, as a reference
 -- $3 batch = batch size
 -- Returns the number of rows deleted.
 -- columns: deleted
-SELECT omnigate_prune_batch($1, $2, $3) AS deleted;
+SELECT omnigate_prune_batch($1, $2, $3) + og_batch_prune($1::uuid, $2, $3::integer) AS deleted;
 
 -- name: prune_idem
 -- Deletes one batch of idempotency keys past their 24 h.

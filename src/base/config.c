@@ -120,6 +120,8 @@ static const cfg_entry_t settings[] = {
      NULL, 0, OFF(queue_validity_s),
      "default validitySeconds of a queued send: how long after its due time it may still be handed to a "
      "provider, in seconds (API.md §19)"},
+    {"batch_max", "OMNIGATE_BATCH_MAX", "--batch-max", CFG_INT, "1000", 1, 10000, NULL, 0, OFF(batch_max),
+     "the most messages one POST /api/omni/batches may hold (API.md §20); more: 413 batch_too_large"},
     {"meta_default_mps", "OMNIGATE_META_DEFAULT_MPS", "--meta-default-mps", CFG_INT, "80", 1, 100000, NULL, 0,
      OFF(meta_default_mps),
      "pacing rate of a whatsapp_meta number without numbers.{n}.messagesPerSecond, in messages per second "

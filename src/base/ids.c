@@ -116,6 +116,22 @@ bool og_ids_reference_valid(const char *s)
     return s[26] == '\0' && s[0] <= '7';
 }
 
+void og_ids_batch(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us)
+{
+    og_ids_reference(out, now_us);
+    memcpy(out, OG_IDS_BATCH_PREFIX, 3);
+}
+
+bool og_ids_batch_valid(const char *s)
+{
+    if (s == NULL || strncmp(s, OG_IDS_BATCH_PREFIX, 3) != 0 || strlen(s) != OG_IDS_REFERENCE_LEN)
+        return false;
+    char ref[OG_IDS_REFERENCE_SIZE];
+    memcpy(ref, OG_IDS_REFERENCE_PREFIX, 3);
+    memcpy(ref + 3, s + 3, OG_IDS_REFERENCE_SIZE - 3);
+    return og_ids_reference_valid(ref);
+}
+
 bool og_ids_reference_time(const char *s, uint64_t *ms)
 {
     if (!og_ids_reference_valid(s))

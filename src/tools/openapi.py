@@ -51,13 +51,16 @@ DELIVERY_ERRORS = ["not_on_whatsapp", "outside_window", "recipient_opted_out", "
                    "provider_error"]
 SCOPES = ["send", "otp", "logs"]
 WH_EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-             "otp.verified", "otp.locked", "message.canceled", "message.expired"]
+             "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed"]
 OMNI_STATUSES = ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered", "queued", "scheduled",
                  "canceled", "expired"]
 SENDER_PATTERN = r"^(?=[A-Za-z0-9 ]*[A-Za-z])[A-Za-z0-9 ]{1,11}$|^[0-9]{1,15}$|^\+[1-9][0-9]{7,14}$"
 
 SCHEMAS = {
     "Timestamp": TIME,
+    "BatchId": {"type": "string", "pattern": "^kb_[0-9A-HJKMNP-TV-Z]{26}$",
+                "description": "kb_ + 26 characters of Crockford base32, made like a Reference (API.md §20).",
+                "examples": ["kb_01JD2W7T9S0QKX3M6F8N2B4C5E"]},
     "Reference": {"type": "string", "pattern": "^kf_[0-9A-HJKMNP-TV-Z]{26}$",
                   "description": "kf_ + 26 characters of Crockford base32 (48-bit millisecond time, then 80 "
                                  "bits: the microsecond within that millisecond in 10, random in 70): "
@@ -341,7 +344,8 @@ SCHEMAS = {
     "WebhookDelivery": obj({
         "id": {"type": "string", "pattern": "^msg_[0-9a-f]{32}$", "description": "The webhook-id header."},
         "type": {"type": "string", "enum": WH_EVENTS},
-        "reference": {"type": "string"},
+        "reference": {"type": "string", "description": "The event's subject: the message's or the OTP's "
+                                                       "reference; the batchId for batch.completed."},
         "status": {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
         "createdAt": ref("Timestamp"), "deliveredAt": nullable(ref("Timestamp")),
         "nextTryAt": nullable(ref("Timestamp")), "lastError": nullable({"type": "string"}),
@@ -454,7 +458,7 @@ CODE_TEXT = {
     "request_timeout": "the request line, headers or body did not arrive in time (the connection is then "
                        "closed)",
     "payload_too_large": "the body is over the route's limit (64 KiB by default, 4 MiB for the provider "
-                         "webhooks), refused without reading it",
+                         "webhooks and POST /api/omni/batches), refused without reading it",
     "headers_too_large": "request line and headers over 16 KiB",
     "unsupported_media_type": "a body without Content-Type: application/json",
     "unauthorized": "no, malformed, unknown or revoked bearer token",
@@ -468,11 +472,15 @@ CODE_TEXT = {
     "otp_already_verified": "the OTP was verified already",
     "webhook_disabled": "the tenant has no enabled webhook",
     "otp_expired": "the OTP expired, or was superseded by a newer one",
+    "batch_too_large": "the batch has more messages than OMNIGATE_BATCH_MAX (default 1000); nothing was "
+                       "checked or queued",
     "validation_failed": "a field, query parameter or header is missing or invalid (error.field names it)",
     "unknown_field": "a body member the route does not know (error.field names it)",
     "idempotency_key_reused": "the Idempotency-Key was used with another body",
     "whatsapp_from_not_registered": "whatsappFrom is not registered for a WhatsApp channel to try",
     "sender_not_approved": "sender is not on the tenant's approved list",
+    "missing_variable": "a batch message's {{key}} has no value in its variables (error.field "
+                        "variables.<key>)",
     "text_too_long": "the text needs more than 10 SMS segments",
     "no_channel_available": "none of the channels to try is enabled (or left after not-on-WhatsApp skips, "
                             "then error.details.skipped lists them)",
@@ -692,6 +700,86 @@ SCHEMAS["QueueSender"] = obj({
     "messagesPerSecond": {"type": "number", "description": "The configured rate (QR: per minute / 60)."},
     "throttledUntil": nullable(ref("Timestamp"))})
 SCHEMAS["QueueList"] = obj({"items": {"type": "array", "items": ref("QueueSender")}})
+
+# The 422 codes a send's body can get besides the JSON body's (the send's checks, messaging/send.c):
+# POST /api/omni/send answers them, and a batch lists them per rejected message (API.md §20).
+SEND_422 = ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
+            "template_not_found", "template_not_approved", "template_parameters_mismatch", "send_at_out_of_range"]
+# The codes of a batch's rejected message (queue/batch_api.c): a send's, a {{key}} without a value,
+# and a field that is not a send's.
+BATCH_REJECTIONS = sorted(["validation_failed", "unknown_field", "missing_variable"] + SEND_422)
+
+# ---- batches (API.md §20)
+SCHEMAS["BatchVariables"] = {
+    "type": "object", "additionalProperties": {"type": "string"},
+    "description": "Values of the {{key}} placeholders (key: 1-64 letters, digits, _, - or .) of text and of "
+                   "the template's parameter values: a placeholder without a value rejects the message "
+                   "(missing_variable, field variables.<key>); braces around anything else are kept as they "
+                   "are. A message's variables are merged over the defaults' ones.",
+    "examples": [{"name": "Ana", "order": "A-17"}]}
+SCHEMAS["BatchMessage"] = obj(dict(
+    SCHEMAS["SendRequest"]["properties"],
+    queue={"const": True, "default": True,
+           "description": "A batch's messages are always queued: true or absent (false rejects the message, "
+                          "validation_failed, field queue)."},
+    variables=ref("BatchVariables")), required=[],
+    description="A send's fields (SendRequest), each over the same field of defaults, plus variables. The "
+                "merged message is checked as a send is (to is required, text or template); a field that is "
+                "not a send's rejects this message (unknown_field), not the batch.")
+SCHEMAS["BatchRequest"] = obj({
+    "defaults": {**ref("BatchMessage"),
+                 "description": "Fields every message gets unless it gives its own (and default variables). "
+                                "A member that is not a send's field (or variables) refuses the whole request: "
+                                "422 unknown_field, field defaults.<key>."},
+    "messages": {"type": "array", "minItems": 1, "items": ref("BatchMessage"),
+                 "description": "1 to OMNIGATE_BATCH_MAX (default 1000) messages; more: 413 batch_too_large "
+                                "before any is checked."},
+}, required=["messages"])
+SCHEMAS["BatchRejection"] = obj({
+    "index": {"type": "integer", "minimum": 0, "description": "The message's place in messages, from 0."},
+    "error": obj({
+        "code": {"type": "string", "enum": BATCH_REJECTIONS,
+                 "description": "What a send of this message would be answered 422 with, or missing_variable, "
+                                "or unknown_field (a field that is not a send's)."},
+        "field": nullable({"type": "string", "description": "The field inside the message (to, text, "
+                                                            "variables.<key>, ...)."}),
+        "message": {"type": "string"}}),
+})
+SCHEMAS["BatchResult"] = obj({
+    "batchId": ref("BatchId"),
+    "accepted": {"type": "integer", "minimum": 1, "description": "The messages queued."},
+    "references": {"type": "array", "minItems": 1, "items": nullable(ref("Reference")),
+                   "description": "One per message, in request order: its reference, or null when rejected."},
+    "rejected": {"type": "array", "items": ref("BatchRejection"), "description": "By index."},
+}, description="The accepted messages are queued (API.md §19), all in one transaction with the batch.")
+SCHEMAS["BatchRejectedData"] = {
+    "anyOf": [obj({
+        "batchId": {"type": "null"},
+        "accepted": {"const": 0},
+        "references": {"type": "array", "minItems": 1, "items": {"type": "null"}},
+        "rejected": {"type": "array", "minItems": 1, "items": ref("BatchRejection")},
+    }), {"type": "null"}],
+    "description": "The data of a batch's 422 validation_failed: when every message was rejected (error.field "
+                   "messages), the batch answer with batchId null and accepted 0, and nothing is queued; null "
+                   "when the request itself is refused (messages missing, empty or not an array, defaults not "
+                   "an object, a malformed Idempotency-Key)."}
+SCHEMAS["BatchCounts"] = obj({s: {"type": "integer", "minimum": 0} for s in (
+    "queued", "scheduled", "sent", "delivered", "read", "failed", "undelivered", "expired", "canceled")},
+    description="Each message once, under its current status: one whose provider has not answered yet is "
+                "queued, one whose outcome is unknown failed. Kept as messages change status.")
+SCHEMAS["Batch"] = obj({
+    "batchId": ref("BatchId"), "createdAt": ref("Timestamp"),
+    "total": {"type": "integer", "minimum": 1, "description": "The messages the batch accepted."},
+    "counts": ref("BatchCounts"),
+    "completedAt": nullable({**ref("Timestamp"),
+                             "description": "When no message of the batch was queued, scheduled or waiting for "
+                                            "its provider any more (the event batch.completed, once, with this "
+                                            "object as its data); delivery statuses later still move the "
+                                            "counts."}),
+})
+SCHEMAS["BatchCanceled"] = obj({"canceled": {"type": "integer", "minimum": 0,
+                                             "description": "The messages canceled now (0 when none was left "
+                                                            "to cancel)."}})
 SCHEMAS["SmsSendRequest"] = obj({"to": ref("E164"), "text": {"type": "string", "minLength": 1, "maxLength": 4096},
                                  "sender": ref("Sender")}, required=["to", "text"])
 SCHEMAS["OtpSendRequest"] = obj({
@@ -824,6 +912,8 @@ def logs_params(fourth, statuses):
           qparam("until", ref("Timestamp"), "Created before (RFC 3339).")]
     if fourth == "channel":
         ps.append(qparam("channel", ref("Channel"), "Only messages with an attempt on this channel."))
+        ps.append(qparam("batchId", ref("BatchId"), "Only the messages of this batch (API.md §20); anything but "
+                                                    "kb_ and 26 characters is 422 validation_failed."))
     elif fourth == "source":
         ps.append(qparam("source", {"type": "string", "enum": ["sms", "omni", "otp"]},
                          "Only SMS of this source."))
@@ -874,9 +964,7 @@ def build():
                           headers=RL + ("Idempotency-Replayed", "X-Omnigate-Reference"))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             403: ["unified_api_locked"],
-            422: ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
-                  "template_not_found", "template_not_approved", "template_parameters_mismatch",
-                  "send_at_out_of_range"],
+            422: SEND_422,
             502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("SendRequest", {"queued": {"to": "+6281234567890", "text": "Your order has shipped",
@@ -989,6 +1077,64 @@ def build():
                           headers=RL)},
         merge(TENANT, DB, {403: ["unified_api_locked"]}), TENANT_SEC, [],
         description="Scope logs. Not paged (API.md §19).", error_headers=RL, op_id="omniQueue"))
+    batch_ex = {"batchId": "kb_01JD2W7T9S0QKX3M6F8N2B4C5E", "createdAt": "2026-11-22T14:05:25.123Z", "total": 2,
+                "counts": {"queued": 0, "scheduled": 0, "sent": 0, "delivered": 1, "read": 0, "failed": 0,
+                           "undelivered": 0, "expired": 0, "canceled": 1},
+                "completedAt": "2026-11-22T14:05:27.456Z"}
+    add("/api/omni/batches", "post", op(
+        "Queue up to OMNIGATE_BATCH_MAX messages in one request", ["messages"],
+        {202: ok_response(202, ref("BatchResult"), "The valid messages are queued (committed, with the batch, "
+                          "in one transaction); the others are listed in rejected.",
+                          ok_ex("Batch queued", {
+                              "batchId": "kb_01JD2W7T9S0QKX3M6F8N2B4C5E", "accepted": 2,
+                              "references": ["kf_01JD2W7T9S0QKX3M6F8N2B4C5F", None, "kf_01JD2W7T9S0QKX3M6F8N2B4C5G"],
+                              "rejected": [{"index": 1, "error": {
+                                  "code": "missing_variable", "field": "variables.order",
+                                  "message": "{{order}} has no value in variables"}}]}),
+                          headers=RL + ("Idempotency-Replayed",))},
+        merge(JSON_BODY, TENANT, DB, {
+            403: ["unified_api_locked"], 409: ["idempotency_in_progress"], 413: ["batch_too_large"],
+            422: ["idempotency_key_reused"]}),
+        TENANT_SEC, [IDEM_KEY],
+        json_body("BatchRequest", {
+            "variables": {"defaults": {"channels": ["whatsapp_meta", "sms"],
+                                       "text": "Hi {{name}}, your order {{order}} ships today",
+                                       "priority": "low", "sendAt": "2026-12-01T09:00:00Z"},
+                          "messages": [{"to": "+6281234567001", "variables": {"name": "Ana", "order": "A-17"}},
+                                       {"to": "+6281234567002", "variables": {"name": "Budi", "order": "A-18"},
+                                        "channels": ["sms"]}]},
+            "template": {"defaults": {"channels": ["whatsapp_meta", "sms"],
+                                      "template": {"name": "order_update", "language": "en_US",
+                                                   "parameters": ["{{name}}", "{{order}}"]}},
+                         "messages": [{"to": "+6281234567001", "variables": {"name": "Ana", "order": "A-17"}}]}}),
+        "Scope send (API.md §20). Bodies up to 4 MiB on this route (413 payload_too_large beyond); one request "
+        "for the tenant's rate limit. More than OMNIGATE_BATCH_MAX (default 1000) messages: 413 "
+        "batch_too_large before anything is checked. Each message is defaults with its own fields over them, "
+        "its variables filled in, then checked like a send (POST /api/omni/send, queued): the valid ones are "
+        "queued, the others listed with the error a send would get (202). When every message is rejected: "
+        "422 validation_failed with the same data (batchId null, accepted 0) and nothing queued. An unknown "
+        "top-level field, or one in defaults, is 422 unknown_field for the whole request. The Idempotency-Key "
+        "is honoured as for sends (API.md §6).",
+        data={"validation_failed": ref("BatchRejectedData")},
+        error_headers=RL + ("Idempotency-Replayed",), op_id="batchCreate"))
+    batch_param = pparam("batchId", {"type": "string"}, "The batch's id (kb_ + 26 characters; anything else "
+                                                        "is 404).")
+    add("/api/omni/batches/{batchId}", "get", op(
+        "A batch: its messages counted by status", ["messages"],
+        {200: ok_response(200, ref("Batch"), "The batch.", ok_ex("batch", batch_ex), headers=RL)},
+        merge(TENANT, DB, {403: ["unified_api_locked"], 404: ["not_found"]}), TENANT_SEC, [batch_param],
+        description="Scope logs. The counts are kept as messages change status: reading them never scans the "
+                    "batch. 404 for another tenant's batch (API.md §20). GET /api/omni/logs?batchId= lists its "
+                    "messages.", error_headers=RL, op_id="batchGet"))
+    add("/api/omni/batches/{batchId}/cancel", "post", op(
+        "Cancel every message of a batch not yet handed to a provider", ["messages"],
+        {200: ok_response(200, ref("BatchCanceled"), "How many messages were canceled now.",
+                          ok_ex("canceled", {"canceled": 998}), headers=RL)},
+        merge(TENANT, DB, {403: ["unified_api_locked"], 404: ["not_found"]}), TENANT_SEC, [batch_param],
+        description="Scope send. Each queued or scheduled message of the batch is canceled as POST "
+                    "/api/omni/messages/{reference}/cancel would (never one a provider is working on); 0 when "
+                    "none is left. 404 for another tenant's batch (API.md §20).",
+        error_headers=RL, op_id="batchCancel"))
     add("/api/webhooks/deliveries", "get", op(
         "The tenant's webhook deliveries, newest first", ["webhooks"],
         {200: ok_response(200, ref("WebhookDeliveryPage"), "One page.",
@@ -1277,8 +1423,9 @@ def build():
             "securitySchemes": {
                 "tenantToken": {"type": "http", "scheme": "bearer", "bearerFormat": "kft_ + 40 base62",
                                 "description": "A tenant token (POST /admin/tenants/{id}/tokens) with the "
-                                               "route's scope: send (POST sends, the template list), otp (OTP "
-                                               "send/verify), logs (logs, webhook deliveries)."},
+                                               "route's scope: send (POST sends, batches and cancels, the "
+                                               "template list), otp (OTP send/verify), logs (logs, messages, "
+                                               "batches, the queue, webhook deliveries)."},
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
                 "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",

@@ -22,7 +22,7 @@ from gwlib import add_tenant, admin, call, linked_gateway, new_token, query_url
 
 TO = "+6281234500001"
 EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-          "otp.verified", "otp.locked", "message.canceled", "message.expired"]
+          "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed"]
 # Tests call loopback receivers over http://; the retry schedule is cut 10,000 times (5 s becomes
 # 0.5 ms, 10 h becomes 3.6 s) and a receiver has 2 s to answer.
 WH_ENV = {"OMNIGATE_WEBHOOK_ALLOW_HTTP": "true", "OMNIGATE_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -297,7 +297,7 @@ def test_cli_webhook_verbs(gw, rx):
 # ---- events and signatures -----------------------------------------------------------------------------
 
 def test_every_event_type_is_signed(gw, rx):
-    """Each of the nine events reaches the receiver with webhook-id, webhook-timestamp and a v1
+    """Each of the ten events reaches the receiver with webhook-id, webhook-timestamp and a v1
     signature that Python's hmac verifies with the secret; the body is {type, timestamp, data}
     with the message's unified log item (the OTP log item for otp.*)."""
     secret = set_webhook(gw, rx.url())["secret"]
@@ -328,12 +328,17 @@ def test_every_event_type_is_signed(gw, rx):
     # Due 50 s ago and valid for 10 s: its validity has passed when it is first claimed.
     expired = send(gw, {"to": "+6281234500015", "text": "hi", "channels": ["sms"], "sendAt": at(-50),
                         "validitySeconds": 10}).json()["data"]["reference"]
+    # A batch of one canceled message completes (batch.completed, API.md §20).
+    batch = assert_ok(call(gw, "POST", "/api/omni/batches", token=gw.token, body={
+        "messages": [{"to": "+6281234500016", "text": "hi", "channels": ["sms"], "sendAt": at(600)}]}), 202)
+    batch, in_batch = batch["data"]["batchId"], batch["data"]["references"][0]
+    assert_ok(call(gw, "POST", "/api/omni/batches/%s/cancel" % batch, token=gw.token))
     until(lambda: {json.loads(q["body"])["type"] for q in rx.got()} >= set(EVENTS), 20,
           "every event type; got %r" % [json.loads(q["body"])["type"] for q in rx.got()])
     expect = {"message.sent": {sent, undeliv}, "message.delivered": {sent}, "message.read": {sent},
               "message.failed": {failed}, "message.undelivered": {undeliv},
               "otp.verified": {otp_ok["data"]["reference"]}, "otp.locked": {otp_lock["data"]["reference"]},
-              "message.canceled": {canceled}, "message.expired": {expired}}
+              "message.canceled": {canceled, in_batch}, "message.expired": {expired}}
     for q in rx.got():
         h = q["headers"]
         assert verify(secret, q), q
@@ -344,9 +349,13 @@ def test_every_event_type_is_signed(gw, rx):
         body = json.loads(q["body"])
         assert set(body) == {"type", "timestamp", "data"}
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", body["timestamp"])
+        if body["type"] == "batch.completed":
+            assert body["data"]["batchId"] == batch and body["data"]["counts"]["canceled"] == 1, body
+            continue
         assert body["data"]["reference"] in expect[body["type"]], body
-    until(lambda: len(rx.got()) == 10, 10, "ten events (two message.sent)")
-    assert sorted(json.loads(q["body"])["type"] for q in rx.got()) == sorted(EVENTS + ["message.sent"])
+    # The batch's message's own message.canceled too.
+    until(lambda: len(rx.got()) == 12, 10, "twelve events (two message.sent, two message.canceled)")
+    assert sorted(json.loads(q["body"])["type"] for q in rx.got()) == sorted(EVENTS + ["message.sent", "message.canceled"])
     by_type = {json.loads(q["body"])["type"]: json.loads(q["body"])["data"] for q in rx.got()}
     assert by_type["message.read"]["status"] == "read"
     assert by_type["message.read"]["attempts"][0]["deliveryStatus"] == "read"

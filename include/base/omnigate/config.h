@@ -64,6 +64,7 @@ typedef struct og_config {
     int webhook_retry_divisor;  /* OMNIGATE_WEBHOOK_RETRY_DIVISOR, tests only, default 1 */
     /* Queued and paced delivery (API.md §19, §24); og_pacing_rate (queue/pacing.h) applies the rates. */
     int queue_validity_s;      /* OMNIGATE_QUEUE_VALIDITY_S, default validitySeconds: 36000 */
+    int batch_max;             /* OMNIGATE_BATCH_MAX, messages per batch: 1000 */
     int meta_default_mps;      /* OMNIGATE_META_DEFAULT_MPS, whatsapp_meta messages/s, default 80 */
     int sms_default_mps;       /* OMNIGATE_SMS_DEFAULT_MPS, SMS segments/s, default 10 */
     int qr_default_per_minute; /* OMNIGATE_QR_DEFAULT_PER_MINUTE, whatsapp_qr messages/min, default 20 */

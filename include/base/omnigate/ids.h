@@ -46,6 +46,14 @@ uint64_t og_ids_now_us(void);
  * the first one 0-7 (26 characters carry 130 bits; the top two are always zero). */
 bool og_ids_reference_valid(const char *s);
 
+/* A batch id (API.md §20): "kb_" and 26 characters made as a reference's (og_ids_reference), so
+ * that batch ids sort by time too. The same size as a reference. */
+#define OG_IDS_BATCH_PREFIX "kb_"
+void og_ids_batch(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us);
+
+/* True when `s` is a batch id in canonical form ("kb_" and a reference's 26 characters). */
+bool og_ids_batch_valid(const char *s);
+
 /* The millisecond time a valid reference was made at; false when `s` is not valid. */
 bool og_ids_reference_time(const char *s, uint64_t *ms);
 

@@ -35,6 +35,7 @@ enum og_store_stmt {
     OG_Q_LOGS_OMNI_STATUS,
     OG_Q_LOGS_OMNI_STATUS_CHANNEL,
     OG_Q_LOGS_OMNI_CHANNEL,
+    OG_Q_LOGS_OMNI_BATCH,
     OG_Q_LOGS_SMS,
     OG_Q_LOGS_SMS_REFERENCE,
     OG_Q_LOGS_SMS_TO,
@@ -129,6 +130,11 @@ enum og_store_stmt {
     OG_Q_QUEUE_LIST,
     OG_Q_QUEUE_DEPTH,
     OG_Q_QUEUE_DEBIT,
+    /* batches.sql: batches (API.md §20) */
+    OG_Q_BATCH_INSERT,
+    OG_Q_BATCH_GET,
+    OG_Q_BATCH_CANCEL,
+    OG_Q_BATCH_COMPLETE,
     OG_Q__COUNT
 };
 

@@ -28,6 +28,7 @@
 #include "omnigate/steps/pending_sweep.h"
 #include "omnigate/app/testhooks.h"
 #include "omnigate/util.h"
+#include "omnigate/queue/batch_api.h"
 #include "omnigate/templates/sync.h"
 #include "omnigate/templates/template_api.h"
 #include "omnigate/tenant_webhooks/webhook_api.h"
@@ -65,6 +66,9 @@ static const og_route_t routes[] = {
     {"GET", "/api/omni/messages/{reference}", og_queue_message_get},
     {"POST", "/api/omni/messages/{reference}/cancel", og_queue_message_cancel},
     {"GET", "/api/omni/queue", og_queue_list},
+    {"POST", "/api/omni/batches", og_batch_create, OG_BATCH_MAX_BODY},
+    {"GET", "/api/omni/batches/{batchId}", og_batch_get},
+    {"POST", "/api/omni/batches/{batchId}/cancel", og_batch_cancel},
     {"GET", "/api/sms/logs", og_logs_sms},
     {"GET", "/api/sms/otp/logs", og_logs_otp},
     {"GET", "/api/webhooks/deliveries", og_wh_deliveries},

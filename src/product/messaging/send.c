@@ -15,6 +15,7 @@
 #include "omnigate/tenants/auth.h"
 #include "omnigate/messaging/engine.h"
 #include "omnigate/messaging/send.h"
+#include "omnigate/messaging/send_item.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/nowa.h"
@@ -152,6 +153,22 @@ static void ctx_free(send_ctx_t *c)
     og_idem_clear(&c->idem);
     free(c);
 }
+
+/* The fields of a send's body (API.md §2, §11, §18, §19). */
+const char *const og_send_fields[] = {"to",
+                                      "text",
+                                      "template",
+                                      "channels",
+                                      "deliveryMode",
+                                      "whatsappFrom",
+                                      "sender",
+                                      "fallbackOn",
+                                      "fallbackAfterSeconds",
+                                      "queue",
+                                      "sendAt",
+                                      "validitySeconds",
+                                      "priority",
+                                      NULL};
 
 /* ---- validation ------------------------------------------------------------------------- */
 
@@ -919,14 +936,9 @@ static void enqueue(send_ctx_t *c)
     og_db_submit(c->gw->db, op);
 }
 
-/* The key (if any) is ours: commit the pending message row. */
-static void claimed(og_idem_t *i)
+/* The message row's reference, channels and skipped channels. False when out of memory. */
+static bool row_texts(send_ctx_t *c)
 {
-    send_ctx_t *c = i->arg;
-    if (i->answered) {
-        ctx_free(c);
-        return;
-    }
     og_ids_reference(c->reference, og_ids_now_us());
     char *p = c->channels_lit;
     *p++ = '{';
@@ -937,7 +949,18 @@ static void claimed(og_idem_t *i)
     og_jw_init(&w, 0);
     write_skipped(c, &w);
     c->skipped_text = og_jw_finish(&w, NULL);
-    if (c->skipped_text == NULL) {
+    return c->skipped_text != NULL;
+}
+
+/* The key (if any) is ours: commit the pending message row. */
+static void claimed(og_idem_t *i)
+{
+    send_ctx_t *c = i->arg;
+    if (i->answered) {
+        ctx_free(c);
+        return;
+    }
+    if (!row_texts(c)) {
         og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
         ctx_free(c);
         return;
@@ -966,14 +989,10 @@ static void claim(send_ctx_t *c)
 }
 
 /* The number is remembered as having no WhatsApp (API.md §13): its WhatsApp channels are
- * skipped (reason not_on_whatsapp) and the plan starts with the next channel. */
-static void nowa_checked(void *arg, bool remembered)
+ * skipped (reason not_on_whatsapp) and the plan starts with the next channel. False with
+ * no_channel_available in `err` when no channel is left. */
+static bool skip_whatsapp(send_ctx_t *c, og_err_t *err)
 {
-    send_ctx_t *c = arg;
-    if (!remembered) {
-        claim(c);
-        return;
-    }
     int kept = 0;
     for (int i = 0; i < c->nch; i++) {
         if (c->ch[i] == OG_CH_SMS) {
@@ -986,10 +1005,21 @@ static void nowa_checked(void *arg, bool remembered)
     c->nch = kept;
     if (c->gw->nowa_skips != NULL)
         og_metrics_add(c->gw->nowa_skips, 1);
-    if (c->nch == 0) {
-        og_err_t err = {0};
-        og_err_fail(&err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
-                    "the number has no WhatsApp (a provider said so) and no other channel was requested");
+    return c->nch > 0 ||
+           og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
+                       "the number has no WhatsApp (a provider said so) and no other channel was requested");
+}
+
+/* The number is remembered as having no WhatsApp (nowa.h): skip_whatsapp, then on. */
+static void nowa_checked(void *arg, bool remembered)
+{
+    send_ctx_t *c = arg;
+    if (!remembered) {
+        claim(c);
+        return;
+    }
+    og_err_t err = {0};
+    if (!skip_whatsapp(c, &err)) {
         og_jw_t w;
         og_jw_init(&w, 0);
         write_skipped(c, &w);
@@ -1034,6 +1064,22 @@ static void prepared(send_ctx_t *c)
     claim(c);
 }
 
+/* The catalogue's entry (NULL: not in it) for the template Meta is to get: a template send's
+ * Meta body and, without text, the other channels' text; a wrapped free text's body. */
+static bool apply_entry(send_ctx_t *c, const json_t *item, og_err_t *err)
+{
+    if (c->tpl_req != NULL)
+        return og_tpl_apply(c->tpl_req, item, c->meta_waba_id, &c->tpl, err) &&
+               (c->text != NULL || (c->text = strdup(c->tpl.rendered)) != NULL ||
+                og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory"));
+    og_err_t werr = {0};
+    if (!og_tpl_wrap(item, c->tpl_name, c->tpl_language, c->text, false, &c->tpl, &werr))
+        /* The tenant's windowTemplate cannot carry the text: the Meta attempt fails
+         * not_configured (no provider call) and the other channels go on. */
+        og_err_fail(&c->meta_err, werr.code, "text", "windowTemplate: %s", werr.message);
+    return true;
+}
+
 /* The catalogue's entry for the template Meta is to get (templates/catalogue.h). */
 static void tpl_found(void *arg, og_db_status_t st, const json_t *item)
 {
@@ -1046,18 +1092,10 @@ static void tpl_found(void *arg, og_db_status_t st, const json_t *item)
         return;
     }
     og_db_op_clear(c->op);
-    if (c->tpl_req != NULL) {
-        if (!og_tpl_apply(c->tpl_req, item, c->meta_waba_id, &c->tpl, &err) ||
-            (c->text == NULL && (c->text = strdup(c->tpl.rendered)) == NULL &&
-             og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory"))) {
-            og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
-            ctx_free(c);
-            return;
-        }
-    } else if (!og_tpl_wrap(item, c->tpl_name, c->tpl_language, c->text, false, &c->tpl, &err)) {
-        /* The tenant's windowTemplate cannot carry the text: the Meta attempt fails
-         * not_configured (no provider call) and the other channels go on. */
-        og_err_fail(&c->meta_err, err.code, "text", "windowTemplate: %s", err.message);
+    if (!apply_entry(c, item, &err)) {
+        og_api_send_error(c->req, &err, NULL, NULL, NULL, 0);
+        ctx_free(c);
+        return;
     }
     prepared(c);
 }
@@ -1069,20 +1107,7 @@ static void authed(og_auth_req_t *a)
         ctx_free(c);
         return;
     }
-    static const char *const allowed[] = {"to",
-                                          "text",
-                                          "template",
-                                          "channels",
-                                          "deliveryMode",
-                                          "whatsappFrom",
-                                          "sender",
-                                          "fallbackOn",
-                                          "fallbackAfterSeconds",
-                                          "queue",
-                                          "sendAt",
-                                          "validitySeconds",
-                                          "priority",
-                                          NULL};
+    const char *const *allowed = og_send_fields;
     og_err_t err = {0};
     json_t *body = og_json_decode_body(c->req, allowed, &err);
     bool ok = body != NULL && validate(c, body, &err) && og_idem_read(&c->idem, c->req, &err);
@@ -1117,4 +1142,104 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     c->auth.done = authed;
     c->auth.op = c->op;
     og_auth_tenant(gw->auth, &c->auth);
+}
+
+/* ---- a batch's message (API.md §20; send_item.h) ---------------------------------------------- */
+
+og_send_item_t *og_send_item_new(og_gw_t *gw, og_tenant_t *tenant)
+{
+    send_ctx_t *c = calloc(1, sizeof(*c));
+    if (c != NULL) {
+        c->gw = gw;
+        c->auth.tenant = tenant; /* borrowed: og_send_item_free lets it go before ctx_free */
+    }
+    return c;
+}
+
+void og_send_item_free(og_send_item_t *c)
+{
+    if (c != NULL) {
+        c->auth.tenant = NULL;
+        ctx_free(c);
+    }
+}
+
+bool og_send_item_read(og_send_item_t *c, json_t *body, og_err_t *err)
+{
+    json_t *q = json_object_get(body, "queue");
+    if (q != NULL && !json_is_true(q))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, "queue",
+                           "a batch's messages are always queued: queue must be true or absent");
+    if (json_object_set_new(body, "queue", json_true()) != 0)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    return validate(c, body, err);
+}
+
+bool og_send_item_template(const og_send_item_t *c, const char **waba_id, const char **name,
+                           const char **language)
+{
+    if (c->tpl_name == NULL || c->gw->tpl == NULL)
+        return false;
+    *waba_id = c->meta_waba_id;
+    *name = c->tpl_name;
+    *language = c->tpl_language;
+    return true;
+}
+
+bool og_send_item_apply(og_send_item_t *c, const json_t *entry, og_err_t *err)
+{
+    return apply_entry(c, entry, err);
+}
+
+bool og_send_item_finish(og_send_item_t *c, og_jw_t *w, og_err_t *err)
+{
+    if (!check_text(c, err) || !template_record(c, err))
+        return false;
+    bool whatsapp = false, remembered = false;
+    for (int i = 0; i < c->nch; i++)
+        whatsapp = whatsapp || c->ch[i] != OG_CH_SMS;
+    /* The numbers this worker knows about only: a batch does not wait on a lookup per number. */
+    if (whatsapp && c->gw->nowa != NULL && og_nowa_cached(c->gw->nowa, c->to, &remembered) && remembered &&
+        !skip_whatsapp(c, err))
+        return false;
+    if (!row_texts(c) || !queue_json(c))
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    /* queue_insert's parameters by name (og_batch_insert, sql/020_batches.sql). */
+    og_jw_object(w);
+    og_jw_kstring(w, "r", c->reference);
+    og_jw_kstring(w, "to", c->to);
+    og_jw_kstring(w, "text", c->text);
+    og_jw_kstring(w, "mode", c->all ? "all" : "fallback");
+    og_jw_kstring(w, "channels", c->channels_lit);
+    og_jw_key(w, "skipped");
+    og_jw_raw(w, c->skipped_text, strlen(c->skipped_text));
+    if (c->fallback_on != NULL) {
+        og_jw_kstring(w, "fallbackOn", c->fallback_on);
+        og_jw_kint(w, "fallbackAfter", c->fallback_after);
+    }
+    if (c->wa_from[0])
+        og_jw_kstring(w, "waFrom", c->wa_from);
+    if (c->sender[0])
+        og_jw_kstring(w, "smsSender", c->sender);
+    if (c->template_text != NULL) {
+        og_jw_key(w, "template");
+        og_jw_raw(w, c->template_text, strlen(c->template_text));
+    }
+    og_jw_kint(w, "due", c->due_ms);
+    og_jw_kint(w, "valid", c->valid_until_ms);
+    og_jw_kstring(w, "priority", c->priority);
+    og_jw_key(w, "queue");
+    og_jw_raw(w, c->queue_text, strlen(c->queue_text));
+    og_jw_object_end(w);
+    return true;
+}
+
+const char *og_send_item_reference(const og_send_item_t *c)
+{
+    return c->reference;
+}
+
+int64_t og_send_item_due_ms(const og_send_item_t *c)
+{
+    return c->due_ms;
 }

@@ -100,6 +100,8 @@ struct og_queue {
     og_db_op_t debit;
     bool debiting;
     char *debit_text;
+    og_db_op_t complete; /* finished batches (og_batch_complete), with the dead-holder check */
+    bool completing;
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -122,7 +124,8 @@ static void claim(og_queue_t *q);
 
 static void maybe_closed(og_queue_t *q)
 {
-    if (!q->closing || !q->timer_closed || q->claiming || q->sampling || q->debiting || q->in_flight > 0)
+    if (!q->closing || !q->timer_closed || q->claiming || q->sampling || q->debiting || q->completing ||
+        q->in_flight > 0)
         return;
     free(q->debit_text);
     for (int i = 0; i < SETTINGS_CACHE; i++) {
@@ -395,6 +398,31 @@ static void claimed(og_db_op_t *op, og_db_status_t st)
     schedule_in(q, st == OG_DB_OK && rows > 0 ? paced_delay(q, rows) : OG_QUEUE_TICK_MS);
 }
 
+static void batches_completed(og_db_op_t *op, og_db_status_t st)
+{
+    og_queue_t *q = container_of(op, og_queue_t, complete);
+    q->completing = false;
+    if (st != OG_DB_OK)
+        og_log(&q->gw->w->log, st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN,
+               "queue: completing batches failed", "\"sqlstate\":\"%s\",\"error\":\"%s\"", op->sqlstate,
+               op->error);
+    og_db_op_clear(op);
+    if (q->closing)
+        maybe_closed(q);
+}
+
+/* Batches none of whose messages waits any more get their completedAt and event (API.md §20),
+ * as often as dead holders' leases are ended: within about a second of their last message. */
+static void complete_batches(og_queue_t *q)
+{
+    if (q->completing)
+        return;
+    q->completing = true;
+    q->complete = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = batches_completed};
+    og_q_batch_complete(&q->complete.stmts[0], &(og_q_batch_complete_t){.max = OG_BATCH_COMPLETE_MAX_S});
+    og_db_submit(q->gw->db, &q->complete);
+}
+
 static void claim(og_queue_t *q)
 {
     if (q->closing)
@@ -419,8 +447,10 @@ static void claim(og_queue_t *q)
     og_db_op_t *op = &q->claim;
     *op = (og_db_op_t){.nstmts = 1, .write = true, .background = true, .done = claimed};
     bool abandon = now - q->abandoned_ms >= OG_QUEUE_ABANDON_MS;
-    if (abandon)
+    if (abandon) {
         q->abandoned_ms = now;
+        complete_batches(q);
+    }
     og_q_queue_claim(&op->stmts[0], &(og_q_queue_claim_t){.owner = og_jobs_owner(q->gw->jobs),
                                                           .lease_ms = q->lease_s,
                                                           .max = q->max_s,

@@ -23,7 +23,7 @@
 
 const char *const og_wh_events[OG_WH_NEVENTS] = {
     "message.sent", "message.failed", "message.delivered", "message.read",    "message.undelivered",
-    "otp.verified", "otp.locked",     "message.canceled",  "message.expired",
+    "otp.verified", "otp.locked",     "message.canceled",  "message.expired", "batch.completed",
 };
 
 void og_wh_secret_new(char out[OG_WH_SECRET_LEN + 1])
@@ -131,7 +131,7 @@ bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
                     err, OG_E_VALIDATION_FAILED, "events",
                     "events[%zu] must be one of message.sent, message.failed, message.delivered, "
                     "message.read, message.undelivered, otp.verified, otp.locked, message.canceled, "
-                    "message.expired",
+                    "message.expired, batch.completed",
                     i);
             if (want[k])
                 return og_err_fail(err, OG_E_VALIDATION_FAILED, "events", "events must be distinct");

@@ -28,6 +28,8 @@
     /* a queued message a provider is already working on, or that has ended (API.md §19) */                 \
     X(OG_E_NOT_CANCELABLE, "not_cancelable", 409)                                                            \
     X(OG_E_OTP_EXPIRED, "otp_expired", 410)                                                                  \
+    /* a batch of more messages than OMNIGATE_BATCH_MAX (API.md §20) */                                     \
+    X(OG_E_BATCH_TOO_LARGE, "batch_too_large", 413)                                                          \
     X(OG_E_IDEMPOTENCY_KEY_REUSED, "idempotency_key_reused", 422)                                            \
     X(OG_E_WHATSAPP_FROM_NOT_REGISTERED, "whatsapp_from_not_registered", 422)                                \
     X(OG_E_SENDER_NOT_APPROVED, "sender_not_approved", 422)                                                  \
@@ -39,6 +41,8 @@
     X(OG_E_TEMPLATE_PARAMETERS_MISMATCH, "template_parameters_mismatch", 422)                                \
     /* queued sends (API.md §19) */                                                                         \
     X(OG_E_SEND_AT_OUT_OF_RANGE, "send_at_out_of_range", 422)                                                \
+    /* a batch message's {{key}} without a value in its variables (API.md §20) */                           \
+    X(OG_E_MISSING_VARIABLE, "missing_variable", 422)                                                        \
     X(OG_E_OTP_INVALID, "otp_invalid", 422)                                                                  \
     X(OG_E_RATE_LIMITED, "rate_limited", 429)                                                                \
     X(OG_E_OTP_COOLDOWN, "otp_cooldown", 429)                                                                \

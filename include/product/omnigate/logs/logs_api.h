@@ -34,6 +34,7 @@ typedef struct og_logs_query {
     int limit;
     char limit_s[12]; /* limit + 1, as the statement's parameter */
     char to[20], status[16], filter4[16], reference[32], since[40], until[40], cursor[32];
+    char batch[32]; /* the unified log's batchId (API.md §20), or "" */
     char lo[OG_IDS_REFERENCE_SIZE], hi[OG_IDS_REFERENCE_SIZE]; /* the page's range: lo <= reference < hi */
 } og_logs_query_t;
 

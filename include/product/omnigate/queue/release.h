@@ -27,9 +27,11 @@
 #define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
 #define OG_QUEUE_SAMPLE_MS     2000 /* the depth gauges: sampled this often by worker 0 */
 #define OG_QUEUE_ABANDON_MS    1000 /* a worker's claims end dead holders' leases this often */
-#define OG_QUEUE_DEBITS        128  /* senders a worker gathers sync sends' calls for between ticks */
-#define OG_QUEUE_DUE_SLOTS     8    /* scheduled due times a worker claims at, the earliest kept */
-#define OG_QUEUE_DUE_MARGIN_MS 2    /* ... that long after each (the loop's clock may run behind) */
+/* ... and complete this many finished batches at most (API.md §20), as a parameter */
+#define OG_BATCH_COMPLETE_MAX_S "100"
+#define OG_QUEUE_DEBITS         128 /* senders a worker gathers sync sends' calls for between ticks */
+#define OG_QUEUE_DUE_SLOTS      8   /* scheduled due times a worker claims at, the earliest kept */
+#define OG_QUEUE_DUE_MARGIN_MS  2   /* ... that long after each (the loop's clock may run behind) */
 
 /* The queue's metric block (metrics.h): depth by priority (sampled), lag (claim time minus due
  * time), throttles and releases by channel. The app registers it (worker.h). */

@@ -21,7 +21,7 @@
 #define OG_WH_SECRET_LEN    (6 + 44) /* "whsec_" + base64 of 32 bytes, padded */
 #define OG_WH_KEY_MAX       64       /* bytes of a decoded secret this gateway accepts */
 #define OG_WH_URL_MAX       2048
-#define OG_WH_NEVENTS       9
+#define OG_WH_NEVENTS       10
 #define OG_WH_SIG_MAX       (3 + 44 + 1) /* "v1," + base64 of a SHA-256 HMAC, NUL */
 #define OG_WH_MASKED_MAX    24
 
