@@ -11,7 +11,6 @@
  */
 #include "omnigate/queue/batch_api.h"
 
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,9 +26,9 @@
 #include "omnigate/queue/release.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/catalogue.h"
+#include "omnigate/templates/render.h"
 #include "omnigate/tenants/auth.h"
 
-#define VARIABLE_KEY_MAX 64 /* the longest {{key}} */
 /* The Idempotency-Key's lease of a batch (idem.h): the longest its one write may take. */
 #define OG_BATCH_CLAIM_MS 30000
 
@@ -92,73 +91,22 @@ static void reject(batch_msg_t *m, const og_err_t *e)
 
 /* ---- variables ------------------------------------------------------------------------------- */
 
-static bool key_char(char c)
-{
-    return isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.';
-}
-
-/* A growing string (fill's output). */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text_t;
-
-static void put(text_t *t, const char *s, size_t n)
-{
-    if (t->oom)
-        return;
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = (t->len + n + 1) * 2;
-        char *p = realloc(t->s, cap);
-        if (p == NULL) {
-            t->oom = true;
-            return;
-        }
-        t->s = p;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, s, n);
-    t->len += n;
-    t->s[t->len] = '\0';
-}
-
-/* `s` with each {{key}} replaced by the string vars[key], as a new JSON string; NULL with
- * missing_variable (field variables.<key>) when a key has no value. Braces around anything but a
- * key are kept as they are. */
+/* `s` with each {{key}} replaced by the string vars[key] (the placeholders of a template's
+ * body: og_tpl_fill), as a new JSON string; NULL with missing_variable (field
+ * variables.<key>) when a key has no value. */
 static json_t *fill(const char *s, const json_t *vars, og_err_t *err)
 {
-    if (strstr(s, "{{") == NULL)
-        return json_string(s);
-    text_t t = {0};
-    const char *p = s, *o;
-    while ((o = strstr(p, "{{")) != NULL) {
-        const char *k = o + 2, *q = k;
-        while (key_char(*q))
-            q++;
-        size_t klen = (size_t)(q - k);
-        if (klen == 0 || klen > VARIABLE_KEY_MAX || q[0] != '}' || q[1] != '}') {
-            put(&t, p, (size_t)(o + 2 - p));
-            p = o + 2;
-            continue;
-        }
-        char key[VARIABLE_KEY_MAX + 1];
-        memcpy(key, k, klen);
-        key[klen] = '\0';
-        const char *v = json_string_value(json_object_get(vars, key));
-        if (v == NULL) {
-            free(t.s);
-            og_err_fail(err, OG_E_MISSING_VARIABLE, NULL, "{{%s}} has no value in variables", key);
-            snprintf(err->field, sizeof(err->field), "variables.%s", key);
-            return NULL;
-        }
-        put(&t, p, (size_t)(o - p));
-        put(&t, v, strlen(v));
-        p = q + 2;
+    char missing[64] = "";
+    char *text = og_tpl_fill(s, vars, missing, sizeof(missing));
+    if (text == NULL) {
+        if (missing[0] == '\0')
+            return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory"), NULL;
+        og_err_fail(err, OG_E_MISSING_VARIABLE, NULL, "{{%s}} has no value in variables", missing);
+        snprintf(err->field, sizeof(err->field), "variables.%s", missing);
+        return NULL;
     }
-    put(&t, p, strlen(p));
-    json_t *out = t.oom ? NULL : json_stringn(t.s, t.len);
-    free(t.s);
+    json_t *out = json_string(text);
+    free(text);
     if (out == NULL)
         og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     return out;

@@ -202,9 +202,7 @@ static void buf_put(buf_t *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-/* `body` with each placeholder whose key `values` has (an object of key -> string) replaced by
- * its value; others are kept as written. malloc'd, NULL when out of memory. */
-static char *render(const char *body, const json_t *values)
+char *og_tpl_fill(const char *body, const json_t *values, char *missing, size_t missing_size)
 {
     buf_t b = {0};
     const char *at = body, *done = body, *ks, *ke, *ps, *pe;
@@ -212,8 +210,13 @@ static char *render(const char *body, const json_t *values)
         char key[64];
         snprintf(key, sizeof(key), "%.*s", (int)(ke - ks < 63 ? ke - ks : 63), ks);
         json_t *v = json_object_get(values, key);
-        if (!json_is_string(v))
-            continue;
+        if (!json_is_string(v)) {
+            if (missing == NULL)
+                continue;
+            snprintf(missing, missing_size, "%s", key);
+            free(b.p);
+            return NULL;
+        }
         buf_put(&b, done, (size_t)(ps - done));
         buf_put(&b, json_string_value(v), json_string_length(v));
         done = pe;
@@ -420,7 +423,7 @@ static bool finish(og_tpl_out_t *out, const char *name, const char *language, co
 {
     out->meta = meta_object(name, language, item, values, buttons);
     const char *body = json_string_value(json_object_get(item, "body"));
-    out->rendered = render(body != NULL ? body : "", values);
+    out->rendered = og_tpl_fill(body != NULL ? body : "", values, NULL, 0);
     json_decref(values);
     if (out->meta == NULL || out->rendered == NULL) {
         og_tpl_out_clear(out);

@@ -59,6 +59,13 @@ bool og_tpl_wrap(const json_t *item, const char *name, const char *language, con
  * text, url?, parameter}], meta_id}. NULL when it has no name or language (or out of memory). */
 json_t *og_tpl_from_meta(const json_t *meta);
 
+/* `body` with each {{key}} placeholder (a key of letters, digits and _, spaces around it
+ * ignored: a template body's rule) whose key `values` (an object of key -> string) has replaced
+ * by its value. Others are kept as written; with `missing`, the first of them instead makes
+ * this return NULL with its key in `missing` (a batch's variables, API.md §20). malloc'd; NULL
+ * with `missing` left untouched when out of memory. */
+char *og_tpl_fill(const char *body, const json_t *values, char *missing, size_t missing_size);
+
 /* The body's placeholders: for `named`, each {{name}} once in order of appearance; else each
  * {{n}} once, in increasing order, as strings. A new array, or NULL when out of memory. */
 json_t *og_tpl_placeholders(const char *body, bool named);
