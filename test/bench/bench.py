@@ -57,6 +57,10 @@ while --scale-backlog messages drain at each of --scale-rates; `queue_statements
 restarts PostgreSQL with pg_stat_statements and lists the statements of a sync send, a queued
 accept and the drain.
 
+`batch_accept` (issue 32; test/bench/batches.py) posts --batch-count batches of 1,000 messages
+from 4 threads: the answers' p99, PostgreSQL CPU per batched message (accept and drain) against
+fallback_first's per send in the same scenario, and the batch counts' reads while it drains.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
@@ -84,6 +88,7 @@ import time
 import urllib.request
 
 import logscale
+import batches as batches_bench
 import queue as queue_bench
 import readers
 import statuses
@@ -1292,6 +1297,10 @@ def sc_queue_statements(b):
     queue_bench.sc_statements(b, sys.modules[__name__])
 
 
+def sc_batch_accept(b):
+    batches_bench.sc_accept(b, sys.modules[__name__])
+
+
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
@@ -1321,6 +1330,8 @@ SCENARIOS = {
     "queue_priority": sc_queue_priority,
     "queue_pacing": sc_queue_pacing,
     "queue_scale": sc_queue_scale,
+    # Batches (issue 32, test/bench/batches.py).
+    "batch_accept": sc_batch_accept,
     # A diagnostic: restarts PostgreSQL with pg_stat_statements, and again without.
     "queue_statements": sc_queue_statements,
     # After every load scenario: the idle window needs nothing else running.
@@ -1778,6 +1789,8 @@ def main():
                          "is the backlog's growth, not the outbox's")
     ap.add_argument("--queue-messages", type=int, default=20000,
                     help="queue_drain: queued sends accepted, then drained unpaced")
+    ap.add_argument("--batch-count", type=int, default=24,
+                    help="batch_accept: batches of 1,000 messages posted from 4 threads")
     ap.add_argument("--queue-cold", action="store_true",
                     help="queue_drain: no VACUUM ANALYZE and CHECKPOINT before the queued phases (the cold "
                          "case: statistics as the references' runs left them, autovacuum's work inside the "

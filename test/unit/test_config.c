@@ -523,7 +523,7 @@ static void test_markdown_table(void **state)
     int rows = 0;
     for (const char *p = buf; (p = strchr(p, '\n')) != NULL; p++)
         rows++;
-    assert_int_equal(rows, 2 + 47);
+    assert_int_equal(rows, 2 + 48);
     free(buf);
 }
 

@@ -82,7 +82,7 @@ static void test_events(void **state)
     assert_true(og_wh_events_parse(NULL, lit, &err));
     assert_string_equal(lit,
                         "{message.sent,message.failed,message.delivered,message.read,message.undelivered,"
-                        "otp.verified,otp.locked,message.canceled,message.expired}");
+                        "otp.verified,otp.locked,message.canceled,message.expired,batch.completed}");
     json_t *e = json_pack("[s,s]", "otp.locked", "message.sent");
     assert_true(og_wh_events_parse(e, lit, &err));
     assert_string_equal(lit, "{message.sent,otp.locked}");
