@@ -3,10 +3,10 @@
 -- A batch is a row (its id, total, the latest due time of its messages, when it completed) and
 -- its messages, queued sends like any other (sql/018, sql/019) that carry its id. Its counts by
 -- status are kept as its messages change status, so a read sums a few rows, never its
--- messages: the accept writes each status's count once (shard 0), and a trigger on a batch
--- message's status change adds -1 and +1 to rows of the backend that made it (shard = its
--- pid). A backend runs one transaction at a time, so two transactions never write one count row
--- and never wait for each other on it, whichever messages of a batch they end together.
+-- messages: the accept writes its row (shard 0), and a trigger on a batch message's status
+-- change adds -1 and +1 to the row of the backend that made it (shard = its pid). A backend runs
+-- one transaction at a time, so two transactions never write one count row and never wait for
+-- each other on it, whichever messages of a batch they end together.
 --
 -- A batch completes (completedAt, the event batch.completed, once) when none of its messages is
 -- queued or scheduled (one whose attempt is in flight stays 'queued'): og_batch_complete, run
@@ -32,12 +32,21 @@ CREATE TABLE batches (
 );
 CREATE INDEX batches_open ON batches (last_due_at) WHERE completed_at IS NULL;
 
+-- A batch's counts by status, in rows of (batch, shard): one per status would take two writes
+-- per status change instead of one.
 CREATE TABLE batch_counts (
-    batch_id text    NOT NULL,
-    shard    integer NOT NULL, -- 0: written by the accept; else the pid of the backend that moved them
-    status   text    NOT NULL, -- og_batch_status
-    n        integer NOT NULL,
-    PRIMARY KEY (batch_id, shard, status)
+    batch_id    text    NOT NULL,
+    shard       integer NOT NULL, -- 0: written by the accept; else the pid of the backend that moved them
+    queued      integer NOT NULL DEFAULT 0,
+    scheduled   integer NOT NULL DEFAULT 0,
+    sent        integer NOT NULL DEFAULT 0,
+    delivered   integer NOT NULL DEFAULT 0,
+    read        integer NOT NULL DEFAULT 0,
+    failed      integer NOT NULL DEFAULT 0,
+    undelivered integer NOT NULL DEFAULT 0,
+    expired     integer NOT NULL DEFAULT 0,
+    canceled    integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (batch_id, shard)
 );
 
 -- The status a batch counts a message under (API.md §20): one whose provider has not answered
@@ -47,7 +56,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE s WHEN 'pending' THEN 'queued' WHEN 'unknown' THEN 'failed' ELSE s END
 $$;
 
--- A batch message's status change, counted in its backend's rows.
+-- A batch message's status change, counted in its backend's row: one write (HOT: nothing of it
+-- is indexed but its key).
 CREATE FUNCTION og_batch_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -57,9 +67,22 @@ BEGIN
     IF was = now_ THEN
         RETURN NULL;
     END IF;
-    INSERT INTO batch_counts AS c (batch_id, shard, status, n)
-    VALUES (NEW.batch_id, pg_backend_pid(), was, -1), (NEW.batch_id, pg_backend_pid(), now_, 1)
-    ON CONFLICT (batch_id, shard, status) DO UPDATE SET n = c.n + EXCLUDED.n;
+    INSERT INTO batch_counts AS c (batch_id, shard, queued, scheduled, sent, delivered, read, failed, undelivered,
+                                   expired, canceled)
+    VALUES (NEW.batch_id, pg_backend_pid(), (now_ = 'queued')::integer - (was = 'queued')::integer,
+            (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
+            (now_ = 'sent')::integer - (was = 'sent')::integer,
+            (now_ = 'delivered')::integer - (was = 'delivered')::integer,
+            (now_ = 'read')::integer - (was = 'read')::integer,
+            (now_ = 'failed')::integer - (was = 'failed')::integer,
+            (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
+            (now_ = 'expired')::integer - (was = 'expired')::integer,
+            (now_ = 'canceled')::integer - (was = 'canceled')::integer)
+    ON CONFLICT (batch_id, shard) DO UPDATE
+    SET queued = c.queued + EXCLUDED.queued, scheduled = c.scheduled + EXCLUDED.scheduled,
+        sent = c.sent + EXCLUDED.sent, delivered = c.delivered + EXCLUDED.delivered, read = c.read + EXCLUDED.read,
+        failed = c.failed + EXCLUDED.failed, undelivered = c.undelivered + EXCLUDED.undelivered,
+        expired = c.expired + EXCLUDED.expired, canceled = c.canceled + EXCLUDED.canceled;
     RETURN NULL;
 END
 $$;
@@ -77,15 +100,11 @@ LANGUAGE sql STABLE AS $$
         'createdAt', to_char(b.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
         'total', b.total,
         'counts', (SELECT json_build_object(
-                       'queued', coalesce(sum(c.n) FILTER (WHERE c.status = 'queued'), 0),
-                       'scheduled', coalesce(sum(c.n) FILTER (WHERE c.status = 'scheduled'), 0),
-                       'sent', coalesce(sum(c.n) FILTER (WHERE c.status = 'sent'), 0),
-                       'delivered', coalesce(sum(c.n) FILTER (WHERE c.status = 'delivered'), 0),
-                       'read', coalesce(sum(c.n) FILTER (WHERE c.status = 'read'), 0),
-                       'failed', coalesce(sum(c.n) FILTER (WHERE c.status = 'failed'), 0),
-                       'undelivered', coalesce(sum(c.n) FILTER (WHERE c.status = 'undelivered'), 0),
-                       'expired', coalesce(sum(c.n) FILTER (WHERE c.status = 'expired'), 0),
-                       'canceled', coalesce(sum(c.n) FILTER (WHERE c.status = 'canceled'), 0))
+                       'queued', coalesce(sum(c.queued), 0), 'scheduled', coalesce(sum(c.scheduled), 0),
+                       'sent', coalesce(sum(c.sent), 0), 'delivered', coalesce(sum(c.delivered), 0),
+                       'read', coalesce(sum(c.read), 0), 'failed', coalesce(sum(c.failed), 0),
+                       'undelivered', coalesce(sum(c.undelivered), 0), 'expired', coalesce(sum(c.expired), 0),
+                       'canceled', coalesce(sum(c.canceled), 0))
                    FROM batch_counts c WHERE c.batch_id = b.id),
         'completedAt', to_char(b.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
 $$;
@@ -109,10 +128,10 @@ BEGIN
         valid bigint, priority text, queue json);
     SELECT count(*), max(x.due) INTO n, last_ms FROM json_to_recordset(p_rows) AS x(due bigint);
     INSERT INTO batches (tenant_id, id, total, last_due_at) VALUES (p_tenant, p_batch, n, to_timestamp(last_ms / 1000.0));
-    INSERT INTO batch_counts (batch_id, shard, status, n)
-    SELECT p_batch, 0, x.queue ->> 'status', count(*)
-    FROM json_to_recordset(p_rows) AS x(queue json)
-    GROUP BY 1, 2, 3;
+    INSERT INTO batch_counts (batch_id, shard, queued, scheduled)
+    SELECT p_batch, 0, count(*) FILTER (WHERE x.queue ->> 'status' = 'queued'),
+        count(*) FILTER (WHERE x.queue ->> 'status' = 'scheduled')
+    FROM json_to_recordset(p_rows) AS x(queue json);
 END
 $$;
 
@@ -155,8 +174,7 @@ BEGIN
         UPDATE batches b SET completed_at = now()
         FROM (SELECT o.tenant_id, o.id FROM batches o
               WHERE o.completed_at IS NULL AND o.last_due_at <= now()
-                  AND coalesce((SELECT sum(c.n) FROM batch_counts c
-                                WHERE c.batch_id = o.id AND c.status IN ('queued', 'scheduled')), 0) = 0
+                  AND coalesce((SELECT sum(c.queued + c.scheduled) FROM batch_counts c WHERE c.batch_id = o.id), 0) = 0
               ORDER BY o.last_due_at
               LIMIT p_max
               FOR UPDATE OF o SKIP LOCKED) o

@@ -1268,6 +1268,12 @@ def build():
                           ok_ex("templates", {"items": [TEMPLATE_EX], "nextCursor": None}))},
         merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + template_params(),
         description="The admin mirror of GET /api/whatsapp/templates.", op_id="adminTemplateList"))
+    add("/admin/tenants/{id}/batches/{batchId}", "get", op(
+        "A tenant's batch: its messages counted by status", ["admin", "messages"],
+        {200: ok_response(200, ref("Batch"), "The batch.", ok_ex("batch", batch_ex))},
+        merge(ADMIN, not_found, DB), ADMIN_SEC, [TENANT_ID, batch_param],
+        description="The admin mirror of GET /api/omni/batches/{batchId} (the console's batch view). 404 when "
+                    "the tenant has no such batch.", op_id="adminBatchGet"))
     add("/admin/tenants/{id}/templates/sync", "post", op(
         "Read a tenant's WhatsApp templates from Meta now", ["admin", "templates"],
         {200: ok_response(200, ref("TemplateSync"), "Every WABA was read and its catalogue replaced.",

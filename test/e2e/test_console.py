@@ -523,6 +523,100 @@ def test_console_queued(make_server, fresh_db, tmp_path, browser):
         srv.sim.stop()
 
 
+# ---- a batch (API.md §20) ------------------------------------------------------------------------------
+
+def batch_counts(d):
+    """The batch summary's counts as {status: (n, badge colour)}, read in one script."""
+    return {k: tuple(v) for k, v in d.execute_script("""
+        return Array.from(document.querySelectorAll('#batch-counts li')).map(function (li) {
+          var b = li.querySelector('.badge');
+          return [li.getAttribute('data-status'), [Number(li.querySelector('.n').textContent),
+                                                   b.className.replace('badge ', '')]];
+        });""")}
+
+
+def test_console_batch(make_server, fresh_db, tmp_path, browser):
+    """A tenant's batch in the console: the unified log filtered by its id lists its messages
+    (one delivered, one scheduled an hour ahead, one canceled; a rejected one is not there), and
+    the batch's summary above them shows its total, when it was made, that it is not complete
+    (one waiting) and its counts by status as the log's badges; then its cancel completes it.
+    A malformed id is the log's error under the field; an unknown one says so. Screenshots
+    batch at 1280 and 375 px."""
+    srv = add_tenant(linked_gateway(make_server, fresh_db, tmp_path))
+    d = browser
+    try:
+        tos = ["+6281234500081", "+6281234500082", "+6281234500083"]
+        srv.sim.rule("sms", "ok", to=tos[0], callback="delivered_only")
+        r = call(srv, "POST", "/api/omni/batches", token=srv.token, body={
+            "defaults": {"channels": ["sms"], "text": "Hi {{name}}, your table is ready"},
+            "messages": [{"to": tos[0], "variables": {"name": "Ana"}},
+                         {"to": tos[1], "variables": {"name": "Budi"}, "sendAt": iso(time.time() + 3600)},
+                         {"to": tos[2], "variables": {"name": "Citra"}, "sendAt": iso(time.time() + 3600)},
+                         {"to": "not a number", "variables": {"name": "Dewi"}}]})
+        data = assert_ok(r, 202)["data"]
+        bid, refs = data["batchId"], data["references"]
+        assert refs[3] is None and len(data["rejected"]) == 1
+        until_status(srv, refs[0], ("delivered",), 20)
+        r = call(srv, "POST", "/api/omni/messages/%s/cancel" % refs[2], token=srv.token)
+        assert r.status == 200, r.body
+        batch = assert_ok(call(srv, "GET", "/api/omni/batches/" + bid, token=srv.token))["data"]
+        assert (batch["counts"]["delivered"], batch["counts"]["scheduled"], batch["counts"]["canceled"]) == (1, 1, 1)
+
+        origin = "http://127.0.0.1:%d" % srv.port
+        d.get(origin + "/console")
+        fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+        fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
+        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
+        click(d, "#tenant-table tbody tr button")
+        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
+        click(d, ".tab[data-tab=logs]")
+        Select(visible(d, "#log-kind")).select_by_value("omni")
+
+        # A malformed id: the log's own error, under the field; no summary.
+        fill(d, "#log-batch", "kb_nope")
+        click(d, "#logs-form button[type=submit]")
+        err = visible(d, "[data-field=batchId] .field-error")
+        assert "kb_" in err.text
+        assert not d.find_element(By.ID, "batch-summary").is_displayed()
+
+        # The batch: its three messages (not the rejected one), and its summary.
+        fill(d, "#log-batch", bid)
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: len(log_badges(d)) == 3)
+        assert log_badges(d) == {refs[0]: ("delivered", "good"), refs[1]: ("scheduled", "info"),
+                                 refs[2]: ("canceled", "neutral")}
+        box = visible(d, "#batch-summary")
+        wait(d, lambda _: batch_counts(d) == {"scheduled": (1, "info"), "delivered": (1, "good"),
+                                              "canceled": (1, "neutral")})
+        assert bid in d.find_element(By.ID, "batch-h").text
+        terms = dict(zip([e.text for e in box.find_elements(By.TAG_NAME, "dt")],
+                         [e.text for e in box.find_elements(By.TAG_NAME, "dd")]))
+        assert terms == {"Messages": "3", "Created": batch["createdAt"], "Completed": "not yet: 1 waiting"}, terms
+        shot(d, "batch", 1280)
+        shot(d, "batch", 375)
+
+        # Canceled whole, it completes (within about a second): the summary says when.
+        assert_ok(call(srv, "POST", "/api/omni/batches/%s/cancel" % bid, token=srv.token))
+        done = wait_for(lambda: assert_ok(call(srv, "GET", "/api/omni/batches/" + bid,
+                                               token=srv.token))["data"]["completedAt"], 10)
+        assert done
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: batch_counts(d) == {"delivered": (1, "good"), "canceled": (2, "neutral")})
+        wait(d, lambda _: "Completed" in d.find_element(By.ID, "batch-facts").text and
+             "not yet" not in d.find_element(By.ID, "batch-facts").text)
+
+        # An id no batch has: nothing listed, and the status line says so.
+        fill(d, "#log-batch", "kb_" + "0" * 26)
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: "No batch" in d.find_element(By.ID, "status").text)
+        assert not d.find_element(By.ID, "batch-summary").is_displayed()
+
+        problems = [x for x in d.get_log("browser") if "Content Security Policy" in x.get("message", "")]
+        assert problems == [], problems
+    finally:
+        srv.sim.stop()
+
+
 # ---- WhatsApp templates (API.md §18) -----------------------------------------------------------------
 
 WABA = "102290129340398"

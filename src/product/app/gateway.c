@@ -47,6 +47,7 @@ static const og_route_t routes[] = {
     {"GET", "/admin/tenants/{id}/omni/logs", og_admin_logs_omni},
     {"GET", "/admin/tenants/{id}/sms/logs", og_admin_logs_sms},
     {"GET", "/admin/tenants/{id}/otp/logs", og_admin_logs_otp},
+    {"GET", "/admin/tenants/{id}/batches/{batchId}", og_batch_admin_get},
     {"PUT", "/admin/tenants/{id}/webhook", og_wh_admin_put},
     {"GET", "/admin/tenants/{id}/webhook", og_wh_admin_get},
     {"DELETE", "/admin/tenants/{id}/webhook", og_wh_admin_delete},

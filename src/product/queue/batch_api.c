@@ -47,12 +47,14 @@ typedef struct batch_req {
     og_db_op_t *op;
     route_t route;
     char id[OG_IDS_REFERENCE_SIZE]; /* the batch */
+    char tenant_id[37];             /* GET: the tenant's (the token's, or the admin route's {id}) */
 
     /* POST: the messages in request order, the next one whose template is to be looked up,
      * and whether the lookup in flight answered before og_tpl_lookup returned. */
     batch_msg_t *msgs;
     size_t n, next;
     bool looking, answered_at_once;
+    bool on_primary; /* GET: read again on the write pool's server (read_done) */
     og_idem_t idem;
     size_t accepted;
     int64_t first_due_ms;
@@ -535,6 +537,19 @@ static void answer_item(batch_req_t *b, const char *message, const char *data)
     free(text);
 }
 
+static void read_done(og_db_op_t *op, og_db_status_t st);
+
+static void submit_get(batch_req_t *b, og_db_t *pool)
+{
+    og_db_op_t *op = b->op;
+    og_db_op_clear(op);
+    og_q_batch_get(&op->stmts[0], &(og_q_batch_get_t){.tenant_id = b->tenant_id, .batch_id = b->id});
+    op->nstmts = 1;
+    op->done = read_done;
+    op->arg = b;
+    og_db_submit(pool, op);
+}
+
 static void read_done(og_db_op_t *op, og_db_status_t st)
 {
     batch_req_t *b = op->arg;
@@ -544,6 +559,13 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
                              "database unavailable");
     } else if (b->route == ROUTE_GET) {
         const PGresult *res = op->res[0];
+        if (PQntuples(res) != 1 && !b->on_primary && b->gw->rdb != b->gw->db) {
+            /* Not (yet) on the read pool's server, which may be a replica behind: a batch just
+             * made is found on the primary. */
+            b->on_primary = true;
+            submit_get(b, b->gw->db);
+            return;
+        }
         if (PQntuples(res) != 1)
             og_api_error(b->req, OG_E_NOT_FOUND, "batchId", "no batch with this id");
         else
@@ -572,28 +594,30 @@ static void authed(og_auth_req_t *a)
         create_authed(b);
         return;
     }
+    if (b->route == ROUTE_GET) {
+        /* Counts are read as the logs are: on the read pool, not behind the write batches. */
+        snprintf(b->tenant_id, sizeof(b->tenant_id), "%s", a->tenant->id);
+        submit_get(b, b->gw->rdb);
+        return;
+    }
     og_db_op_t *op = b->op;
     og_db_op_clear(op);
-    if (b->route == ROUTE_GET)
-        og_q_batch_get(&op->stmts[0], &(og_q_batch_get_t){.tenant_id = a->tenant->id, .batch_id = b->id});
-    else
-        og_q_batch_cancel(&op->stmts[0],
-                          &(og_q_batch_cancel_t){.tenant_id = a->tenant->id, .batch_id = b->id});
+    og_q_batch_cancel(&op->stmts[0], &(og_q_batch_cancel_t){.tenant_id = a->tenant->id, .batch_id = b->id});
     op->nstmts = 1;
-    op->write = b->route == ROUTE_CANCEL;
+    op->write = true;
     op->done = read_done;
     op->arg = b;
     og_db_submit(b->gw->db, op);
 }
 
-static void serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, route_t route)
+/* A request on `route`, its batch id read from the path; NULL after answering. */
+static batch_req_t *req_new(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, route_t route)
 {
-    og_gw_t *gw = og_gw(ctx);
     batch_req_t *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->op = og_db_op_new()) == NULL) {
         free(b);
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return;
+        return NULL;
     }
     b->gw = gw;
     b->req = req;
@@ -603,8 +627,17 @@ static void serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, rout
         (!og_route_param(m, "batchId", b->id, sizeof(b->id)) || !og_ids_batch_valid(b->id))) {
         req_free(b);
         og_api_error(req, OG_E_NOT_FOUND, "batchId", "no batch with this id");
-        return;
+        return NULL;
     }
+    return b;
+}
+
+static void serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, route_t route)
+{
+    og_gw_t *gw = og_gw(ctx);
+    batch_req_t *b = req_new(req, m, gw, route);
+    if (b == NULL)
+        return;
     b->auth.req = req;
     b->auth.scope = route == ROUTE_GET ? OG_SCOPE_LOGS : OG_SCOPE_SEND;
     b->auth.unified = true;
@@ -626,4 +659,21 @@ void og_batch_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 void og_batch_cancel(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     serve(req, m, ctx, ROUTE_CANCEL);
+}
+
+void og_batch_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    char id[37];
+    if (!og_auth_admin_tenant(req, m, gw->w->cfg->admin_token, id))
+        return;
+    if (gw->rdb == NULL) {
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
+        return;
+    }
+    batch_req_t *b = req_new(req, m, gw, ROUTE_GET);
+    if (b == NULL)
+        return;
+    memcpy(b->tenant_id, id, sizeof(b->tenant_id));
+    submit_get(b, gw->rdb);
 }

@@ -20,5 +20,7 @@
 void og_batch_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_batch_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_batch_cancel(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+/* GET /admin/tenants/{id}/batches/{batchId}: the admin mirror of og_batch_get (the console). */
+void og_batch_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 #endif

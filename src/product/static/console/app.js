@@ -36,6 +36,7 @@
     tenant: null,      // the tenant open, as the API answered it
     logKind: "omni",
     logQuery: "",
+    logBatch: "",
     logCursor: null,
     tplQuery: "",
     tplCursor: null
@@ -675,6 +676,7 @@
       return el("th", { scope: "col", text: c[0] });
     }).concat([el("th", { scope: "col" }, [el("span", { className: "sr-only", text: "Actions" })])])));
     $("log-table").tBodies[0].textContent = "";
+    showBatch(null);
     show($("log-more"), false);
     show($("log-empty"), false);
     clearErrors(form);
@@ -691,11 +693,45 @@
     var visible = function (id) { return !$(id).closest(".field").hidden; };
     var params = { limit: $("log-limit").value.trim(), status: $("log-status").value };
     [["to", "log-to"], ["channel", "log-channel"], ["source", "log-source"], ["reference", "log-reference"],
-      ["since", "log-since"], ["until", "log-until"]].forEach(function (p) {
+      ["batchId", "log-batch"], ["since", "log-since"], ["until", "log-until"]].forEach(function (p) {
       if (visible(p[1])) params[p[0]] = $(p[1]).value.trim();
     });
     state.logQuery = q(params);
+    state.logBatch = params.batchId || "";
     loadLogs(false);
+  }
+
+  // -- a batch (API.md §20): its total, when it was made and completed, and its messages counted
+  // by status, above its messages (the unified log filtered by batchId).
+
+  var BATCH_COUNTS = ["queued", "scheduled", "sent", "delivered", "read", "failed", "undelivered", "expired", "canceled"];
+
+  function showBatch(b) {
+    var box = $("batch-summary");
+    if (!b) return show(box, false);
+    $("batch-h").textContent = "Batch " + b.batchId;
+    var facts = $("batch-facts");
+    facts.textContent = "";
+    var waiting = b.counts.queued + b.counts.scheduled;
+    facts.appendChild(dl([["Messages", String(b.total)], ["Created", b.createdAt],
+      ["Completed", b.completedAt || "not yet: " + waiting + " waiting"]]));
+    var list = $("batch-counts");
+    list.textContent = "";
+    BATCH_COUNTS.forEach(function (st) {
+      var n = b.counts[st];
+      if (!n) return;
+      list.appendChild(el("li", { "data-status": st }, [omniBadge(st), el("span", { className: "n", text: String(n) })]));
+    });
+    show(box, true);
+  }
+
+  function loadBatch(id) {
+    if (!id || state.logKind !== "omni") return showBatch(null);
+    api("GET", "/admin/tenants/" + state.tenant.id + "/batches/" + encodeURIComponent(id)).then(function (res) {
+      if (res.status === 200) return showBatch(res.body.data);
+      showBatch(null);
+      status(res.status === 404 ? "No batch " + id + " for this tenant." : messageOf(res));
+    });
   }
 
   // Loads a page (the next one when `more`); `note` replaces the count in the status line.
@@ -713,6 +749,7 @@
       show($("log-more"), !!state.logCursor);
       show($("log-empty"), body.rows.length === 0);
       status(note || (body.rows.length + " shown" + (state.logCursor ? "; more on the next page." : ".")));
+      if (!more) loadBatch(state.logBatch);
     });
   }
 
