@@ -179,6 +179,32 @@ static void test_reference_valid_rejects(void **state)
     assert_false(og_ids_reference_valid("kf_01ARYZ6S41TSV4RRFFQ69G5FA-"));
 }
 
+/* A batch id (API.md §20) is "kb_" and a reference's 26 characters: valid as a batch id only,
+ * ordered by time as references are. */
+static void test_batch_id(void **state)
+{
+    (void)state;
+    char a[OG_IDS_REFERENCE_SIZE], b[OG_IDS_REFERENCE_SIZE];
+    og_ids_batch(a, UINT64_C(1700000000000000));
+    og_ids_batch(b, UINT64_C(1700000000001000));
+    assert_int_equal(strlen(a), OG_IDS_REFERENCE_LEN);
+    assert_memory_equal(a, "kb_", 3);
+    assert_true(og_ids_batch_valid(a));
+    assert_false(og_ids_reference_valid(a));
+    assert_true(strcmp(a, b) < 0);
+    char ref[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference(ref, UINT64_C(1700000000000000));
+    assert_false(og_ids_batch_valid(ref));
+    assert_false(og_ids_batch_valid(NULL));
+    assert_false(og_ids_batch_valid("kb_"));
+    assert_false(og_ids_batch_valid("kb_nope"));
+    assert_false(og_ids_batch_valid("kb_01ARYZ6S41TSV4RRFFQ69G5FA"));   /* 25 characters */
+    assert_false(og_ids_batch_valid("kb_01ARYZ6S41TSV4RRFFQ69G5FAVV")); /* 27 characters */
+    assert_false(og_ids_batch_valid("kb_01aryz6s41tsv4rrffq69g5fav"));  /* lower case */
+    assert_false(og_ids_batch_valid("kb_81ARYZ6S41TSV4RRFFQ69G5FAV"));  /* > 130 bits */
+    assert_true(og_ids_batch_valid("kb_01ARYZ6S41TSV4RRFFQ69G5FAV"));
+}
+
 /* og_ids_random fills exactly the bytes asked for (the guard bytes stay), large requests
  * included, and two draws differ. */
 static void test_random_fills(void **state)
@@ -248,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_reference_crockford_alphabet),
         cmocka_unit_test(test_reference_valid_rejects),
         cmocka_unit_test(test_reference_floor),
+        cmocka_unit_test(test_batch_id),
         cmocka_unit_test(test_random_fills),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -197,14 +197,39 @@ static void test_from_meta(void **state)
     json_decref(p);
 }
 
+/* og_tpl_fill: each {{key}} with a value is replaced (spaces inside the braces ignored, a key
+ * used twice filled twice, a value's own braces left alone); without `missing` the others stay
+ * as written, with it the first key without a value is named and nothing is returned. */
+static void test_fill(void **state)
+{
+    (void)state;
+    json_t *v = req("{\"name\":\"Ana\",\"order\":\"{{name}}-17\",\"n\":\"\"}");
+    char missing[64] = "";
+    char *t = og_tpl_fill("Hi {{name}}, order {{ order }} for {{name}}{{n}}.", v, missing, sizeof(missing));
+    assert_non_null(t);
+    assert_string_equal(t, "Hi Ana, order {{name}}-17 for Ana.");
+    free(t);
+    t = og_tpl_fill("{{x y}} {{-}} {{ {{name}}", v, missing, sizeof(missing));
+    assert_non_null(t);
+    assert_string_equal(t, "{{x y}} {{-}} {{ Ana");
+    free(t);
+    t = og_tpl_fill("Hi {{name}}, {{city}} and {{zip}}", v, NULL, 0);
+    assert_string_equal(t, "Hi Ana, {{city}} and {{zip}}");
+    free(t);
+    assert_null(og_tpl_fill("Hi {{name}}, {{city}} and {{zip}}", v, missing, sizeof(missing)));
+    assert_string_equal(missing, "city");
+    t = og_tpl_fill("", v, missing, sizeof(missing));
+    assert_string_equal(t, "");
+    free(t);
+    json_decref(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_positional_with_url_button),
-        cmocka_unit_test(test_named),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_request_form),
-        cmocka_unit_test(test_wrap),
+        cmocka_unit_test(test_fill),         cmocka_unit_test(test_positional_with_url_button),
+        cmocka_unit_test(test_named),        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_request_form), cmocka_unit_test(test_wrap),
         cmocka_unit_test(test_from_meta),
     };
     return cmocka_run_group_tests_name("tpl_render", tests, NULL, NULL);
