@@ -9,8 +9,11 @@
 -- $3 rows = a JSON array of the accepted messages, each an object of queue_insert's
 --    parameters by name: r (reference), to, text, mode, channels, skipped, fallbackOn,
 --    fallbackAfter, waFrom, smsSender, template, due, valid, priority, queue
+-- $4 queued = how many of them are due now
+-- $5 scheduled = how many are due later
+-- $6 last_due_ms = the latest due time, in ms since the epoch
 -- Returns nothing.
-SELECT FROM og_batch_insert($1::uuid, $2, $3::json);
+SELECT FROM og_batch_insert($1::uuid, $2, $3::json, $4::integer, $5::integer, $6::bigint);
 
 -- name: batch_get
 -- A batch as its resource (GET /api/omni/batches/{batchId}): total, counts, completedAt.

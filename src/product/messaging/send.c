@@ -1243,3 +1243,8 @@ int64_t og_send_item_due_ms(const og_send_item_t *c)
 {
     return c->due_ms;
 }
+
+bool og_send_item_scheduled(const og_send_item_t *c)
+{
+    return c->scheduled;
+}

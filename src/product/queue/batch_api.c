@@ -56,8 +56,9 @@ typedef struct batch_req {
     bool looking, answered_at_once;
     bool on_primary; /* GET: read again on the write pool's server (read_done) */
     og_idem_t idem;
-    size_t accepted;
-    int64_t first_due_ms;
+    size_t accepted, scheduled;
+    int64_t first_due_ms, last_due_ms;
+    char queued_s[12], scheduled_s[12], last_due_s[24];
     char *rows_text;
     char *response_text;
     size_t response_len;
@@ -339,9 +340,15 @@ static void claimed(og_idem_t *i)
         return;
     }
     og_db_op_t *op = b->op;
-    og_q_batch_insert(
-        &op->stmts[0],
-        &(og_q_batch_insert_t){.tenant_id = b->auth.tenant->id, .batch_id = b->id, .rows = b->rows_text});
+    snprintf(b->queued_s, sizeof(b->queued_s), "%zu", b->accepted - b->scheduled);
+    snprintf(b->scheduled_s, sizeof(b->scheduled_s), "%zu", b->scheduled);
+    snprintf(b->last_due_s, sizeof(b->last_due_s), "%lld", (long long)b->last_due_ms);
+    og_q_batch_insert(&op->stmts[0], &(og_q_batch_insert_t){.tenant_id = b->auth.tenant->id,
+                                                            .batch_id = b->id,
+                                                            .rows = b->rows_text,
+                                                            .queued = b->queued_s,
+                                                            .scheduled = b->scheduled_s,
+                                                            .last_due_ms = b->last_due_s});
     int n = 1;
     n += og_idem_reference_stmt(&b->idem, op, n, b->id);
     n += og_idem_complete_stmt(&b->idem, op, n, b->response_status_s, b->response_text);
@@ -370,9 +377,12 @@ static void finish(batch_req_t *b)
             continue;
         }
         b->accepted++;
+        b->scheduled += og_send_item_scheduled(m->item);
         int64_t due = og_send_item_due_ms(m->item);
         if (due < b->first_due_ms)
             b->first_due_ms = due;
+        if (due > b->last_due_ms)
+            b->last_due_ms = due;
     }
     og_jw_array_end(&w);
     b->rows_text = og_jw_finish(&w, NULL);

@@ -49,8 +49,10 @@ bool og_send_item_apply(og_send_item_t *it, const json_t *entry, og_err_t *err);
  * of queue_insert by name, as og_batch_insert reads them). */
 bool og_send_item_finish(og_send_item_t *it, og_jw_t *w, og_err_t *err);
 
-/* After og_send_item_finish: its reference and its due time (ms since the epoch). */
+/* After og_send_item_finish: its reference, its due time (ms since the epoch), and whether it
+ * is due later (status scheduled) rather than now (queued). */
 const char *og_send_item_reference(const og_send_item_t *it);
 int64_t og_send_item_due_ms(const og_send_item_t *it);
+bool og_send_item_scheduled(const og_send_item_t *it);
 
 #endif
