@@ -57,7 +57,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- A batch message's status change, counted in its backend's row: one write (HOT: nothing of it
--- is indexed but its key).
+-- is indexed but its key). The row is updated, made the first time only (an INSERT ... ON
+-- CONFLICT tries the insertion first on every call). No other transaction writes it: it is its
+-- backend's, and a backend runs one transaction at a time.
 CREATE FUNCTION og_batch_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -67,22 +69,30 @@ BEGIN
     IF was = now_ THEN
         RETURN NULL;
     END IF;
-    INSERT INTO batch_counts AS c (batch_id, shard, queued, scheduled, sent, delivered, read, failed, undelivered,
-                                   expired, canceled)
-    VALUES (NEW.batch_id, pg_backend_pid(), (now_ = 'queued')::integer - (was = 'queued')::integer,
-            (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
-            (now_ = 'sent')::integer - (was = 'sent')::integer,
-            (now_ = 'delivered')::integer - (was = 'delivered')::integer,
-            (now_ = 'read')::integer - (was = 'read')::integer,
-            (now_ = 'failed')::integer - (was = 'failed')::integer,
-            (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
-            (now_ = 'expired')::integer - (was = 'expired')::integer,
-            (now_ = 'canceled')::integer - (was = 'canceled')::integer)
-    ON CONFLICT (batch_id, shard) DO UPDATE
-    SET queued = c.queued + EXCLUDED.queued, scheduled = c.scheduled + EXCLUDED.scheduled,
-        sent = c.sent + EXCLUDED.sent, delivered = c.delivered + EXCLUDED.delivered, read = c.read + EXCLUDED.read,
-        failed = c.failed + EXCLUDED.failed, undelivered = c.undelivered + EXCLUDED.undelivered,
-        expired = c.expired + EXCLUDED.expired, canceled = c.canceled + EXCLUDED.canceled;
+    UPDATE batch_counts c
+    SET queued = c.queued + (now_ = 'queued')::integer - (was = 'queued')::integer,
+        scheduled = c.scheduled + (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
+        sent = c.sent + (now_ = 'sent')::integer - (was = 'sent')::integer,
+        delivered = c.delivered + (now_ = 'delivered')::integer - (was = 'delivered')::integer,
+        read = c.read + (now_ = 'read')::integer - (was = 'read')::integer,
+        failed = c.failed + (now_ = 'failed')::integer - (was = 'failed')::integer,
+        undelivered = c.undelivered + (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
+        expired = c.expired + (now_ = 'expired')::integer - (was = 'expired')::integer,
+        canceled = c.canceled + (now_ = 'canceled')::integer - (was = 'canceled')::integer
+    WHERE c.batch_id = NEW.batch_id AND c.shard = pg_backend_pid();
+    IF NOT FOUND THEN
+        INSERT INTO batch_counts (batch_id, shard, queued, scheduled, sent, delivered, read, failed, undelivered,
+                                  expired, canceled)
+        VALUES (NEW.batch_id, pg_backend_pid(), (now_ = 'queued')::integer - (was = 'queued')::integer,
+                (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
+                (now_ = 'sent')::integer - (was = 'sent')::integer,
+                (now_ = 'delivered')::integer - (was = 'delivered')::integer,
+                (now_ = 'read')::integer - (was = 'read')::integer,
+                (now_ = 'failed')::integer - (was = 'failed')::integer,
+                (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
+                (now_ = 'expired')::integer - (was = 'expired')::integer,
+                (now_ = 'canceled')::integer - (was = 'canceled')::integer);
+    END IF;
     RETURN NULL;
 END
 $$;
