@@ -372,6 +372,18 @@ def close_message(d):
     wait(d, lambda _: not d.find_element(By.ID, "timeline").is_displayed())
 
 
+def open_unified_log(d, srv):
+    """Signs in, opens the tenant of `srv` and its Logs tab with the unified log chosen."""
+    d.get("http://127.0.0.1:%d/console" % srv.port)
+    fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+    fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
+    wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
+    click(d, "#tenant-table tbody tr button")
+    wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
+    click(d, ".tab[data-tab=logs]")
+    Select(visible(d, "#log-kind")).select_by_value("omni")
+
+
 def test_console_queued(make_server, fresh_db, tmp_path, browser):
     """A tenant's queued messages in the unified log (API.md §19): a scheduled one (sendAt an hour
     ahead), a canceled one, a queued one delivered after its Meta sender throttled it, one expired
@@ -419,15 +431,7 @@ def test_console_queued(make_server, fresh_db, tmp_path, browser):
         assert throttles >= 1 and item["delivered"]["winningChannel"] == "whatsapp_meta"
 
         # The unified log: every message with its status as a badge.
-        origin = "http://127.0.0.1:%d" % srv.port
-        d.get(origin + "/console")
-        fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
-        fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
-        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
-        click(d, "#tenant-table tbody tr button")
-        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
-        click(d, ".tab[data-tab=logs]")
-        Select(visible(d, "#log-kind")).select_by_value("omni")
+        open_unified_log(d, srv)
         click(d, "#logs-form button[type=submit]")
         wait(d, lambda _: len(log_badges(d)) == len(ref))
         want = {"sync": ("sent", "good"), "sync_qr": ("sent", "good"), "scheduled": ("scheduled", "info"),
@@ -562,15 +566,7 @@ def test_console_batch(make_server, fresh_db, tmp_path, browser):
         batch = assert_ok(call(srv, "GET", "/api/omni/batches/" + bid, token=srv.token))["data"]
         assert (batch["counts"]["delivered"], batch["counts"]["scheduled"], batch["counts"]["canceled"]) == (1, 1, 1)
 
-        origin = "http://127.0.0.1:%d" % srv.port
-        d.get(origin + "/console")
-        fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
-        fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
-        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
-        click(d, "#tenant-table tbody tr button")
-        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
-        click(d, ".tab[data-tab=logs]")
-        Select(visible(d, "#log-kind")).select_by_value("omni")
+        open_unified_log(d, srv)
 
         # A malformed id: the log's own error, under the field; no summary.
         fill(d, "#log-batch", "kb_nope")
