@@ -159,3 +159,84 @@ def sc_accept(b, bench):
                       "expect_errors": False, "p50_ms": d["answer_p50_ms"], "p90_ms": pct(times_ms, 90),
                       "p99_ms": d["answer_p99_ms"], "cpu_us_per_req": gw_accept * size, "pg_cpu_us_per_req": pg,
                       "rss_kib": bench.rss_kib(b.og.pid), "batch_accept": d})
+
+
+def sc_counts(b, bench):
+    """batch_counts: the counts of a 100,000-message batch read while it drains. A real batch of
+    1,000 (through HTTP, scheduled a minute ahead so that nothing of it drains yet) is grown in
+    SQL to --batch-big messages: its message rows copied (reference kq_<n>, to a number each,
+    the batch's id, `queued`, due now, oldest first) with their queue entries as
+    og_queue_insert_many writes them for a fallback send (one, behind the tenant's Meta number),
+    the batch's total and first counts raised as og_batch_insert writes them, then the sender
+    woken. The tenant's senders are unpaced (100,000/s), so it drains at the gateway's pace;
+    meanwhile GET /api/omni/batches/{id} every 50 ms (target: < 10 ms), until nothing of it
+    waits but the 1,000 scheduled; then those are canceled and the batch must complete."""
+    big = b.args.batch_big
+    tid, token = queue_bench.make_tenant(b, bench, "bench-batch-counts",
+                                         queue_bench.rate_settings(b, meta_mps=100000, sms_mps=100000))
+    body = json.dumps({"defaults": {"channels": ["whatsapp_meta", "sms"], "text": TEXT,
+                                    "sendAt": queue_bench.iso_ms(time.time() + 60)},
+                       "messages": [{"to": "+6287000%06d" % i, "variables": {"name": "N%d" % i}}
+                                    for i in range(1000)]})
+    (st, dt, bid), = post_batches(b.og_port, token, [body], 1)
+    assert st == 202, st
+    model = b.psql("SELECT reference FROM messages WHERE batch_id = '%s' ORDER BY reference LIMIT 1" % bid)
+    sid = int(b.psql("SELECT id FROM queue_senders WHERE tenant_id = '%s' AND channel = 'whatsapp_meta'" % tid))
+    n = big - 1000
+    queue_bench.log("batch_counts: batch %s grown by %d messages in SQL" % (bid, n))
+    b.psql("BEGIN; "
+           "INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped, "
+           "fallback_on, fallback_after_s, whatsapp_from, sms_sender, template, status, due_at, valid_until, "
+           "priority, created_at, batch_id) "
+           "SELECT m.tenant_id, 'kq_' || lpad(i::text, 9, '0'), '+6288' || lpad(i::text, 8, '0'), m.body, "
+           "m.delivery_mode, m.channels, m.skipped, m.fallback_on, m.fallback_after_s, m.whatsapp_from, m.sms_sender, "
+           "m.template, 'queued', now() - (%(n)d - i) * interval '1 ms', now() + interval '36000 s', m.priority, "
+           "now(), m.batch_id "
+           "FROM messages m, generate_series(1, %(n)d) i WHERE m.tenant_id = '%(t)s' AND m.reference = '%(r)s'; "
+           "INSERT INTO queue_entries (tenant_id, reference, ch, sender_id, senders, all_mode, priority, due_at, "
+           "valid_until, segments) "
+           "SELECT '%(t)s', 'kq_' || lpad(i::text, 9, '0'), 0, %(s)d, ARRAY[%(s)d]::bigint[], false, 1, "
+           "now() - (%(n)d - i) * interval '1 ms', now() + interval '36000 s', 1 FROM generate_series(1, %(n)d) i; "
+           "UPDATE batches SET total = total + %(n)d, last_due_at = greatest(last_due_at, now()) "
+           "WHERE id = '%(b)s'; "
+           "UPDATE batch_counts SET queued = queued + %(n)d WHERE batch_id = '%(b)s' AND shard = 0; "
+           "SELECT og_queue_wake_sender(%(s)d, now()); COMMIT"
+           % {"t": tid, "r": model, "s": sid, "n": n, "b": bid})
+    reads_ms, seen = [], []
+    conn = http.client.HTTPConnection("127.0.0.1", b.og_port, timeout=10)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 120:
+        s0 = time.monotonic()
+        conn.request("GET", "/api/omni/batches/" + bid, headers={"Authorization": "Bearer " + token})
+        r = conn.getresponse()
+        data = json.loads(r.read())
+        reads_ms.append((time.monotonic() - s0) * 1000)
+        c = data["data"]["counts"]
+        seen.append(c["queued"])
+        if c["queued"] == 0:
+            break
+        time.sleep(0.05)
+    drain_s = time.monotonic() - t0
+    st, j = bench.http_json("POST", b.og_url("/api/omni/batches/%s/cancel" % bid), token, {})
+    canceled = j["data"]["canceled"] if st == 200 else None
+    done = None
+    for _ in range(100):
+        st, j = bench.http_json("GET", b.og_url("/api/omni/batches/" + bid), token)
+        if j["data"]["completedAt"]:
+            done = j["data"]
+            break
+        time.sleep(0.1)
+    total = sum(done["counts"].values()) if done else None
+    ok = done is not None and total == big and canceled == 1000 and done["total"] == big
+    queue_bench.log("batch_counts: %d-message batch drained (queued 0) in %.1f s; %d counts reads meanwhile: p50 "
+                    "%.2f ms, p99 %.2f ms, max %.2f ms (target < 10); then %s canceled, completed: %s, counts sum "
+                    "%s of %d total; %s" % (big, drain_s, len(reads_ms), pct(reads_ms, 50), pct(reads_ms, 99),
+                                            max(reads_ms), canceled, bool(done), total, big,
+                                            "verified" if ok else "NOT VERIFIED: %s" % json.dumps(done)))
+    b.results.append({"scenario": "batch_counts", "note": "GET of a %d-message batch while it drains" % big,
+                      "conns": 1, "duration_s": drain_s, "rps": len(reads_ms) / max(drain_s, 1e-9),
+                      "requests": len(reads_ms), "errors": 0 if ok else 1, "non2xx": 0, "expect_errors": False,
+                      "p50_ms": pct(reads_ms, 50), "p90_ms": pct(reads_ms, 90), "p99_ms": pct(reads_ms, 99),
+                      "cpu_us_per_req": float("nan"), "pg_cpu_us_per_req": float("nan"),
+                      "rss_kib": bench.rss_kib(b.og.pid),
+                      "batch_counts": {"size": big, "reads": len(reads_ms), "drain_s": drain_s, "ok": ok}})

@@ -59,7 +59,9 @@ accept and the drain.
 
 `batch_accept` (issue 32; test/bench/batches.py) posts --batch-count batches of 1,000 messages
 from 4 threads: the answers' p99, PostgreSQL CPU per batched message (accept and drain) against
-fallback_first's per send in the same scenario, and the batch counts' reads while it drains.
+fallback_first's per send in the same scenario, and the batch counts' reads while it drains;
+`batch_counts` reads the counts of a --batch-big (100,000) message batch (1,000 through HTTP, the
+rest generated in SQL) every 50 ms while it drains.
 
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
@@ -1301,6 +1303,10 @@ def sc_batch_accept(b):
     batches_bench.sc_accept(b, sys.modules[__name__])
 
 
+def sc_batch_counts(b):
+    batches_bench.sc_counts(b, sys.modules[__name__])
+
+
 SCENARIOS = {
     "nginx": sc_nginx,
     "healthz": sc_healthz,
@@ -1332,6 +1338,7 @@ SCENARIOS = {
     "queue_scale": sc_queue_scale,
     # Batches (issue 32, test/bench/batches.py).
     "batch_accept": sc_batch_accept,
+    "batch_counts": sc_batch_counts,
     # A diagnostic: restarts PostgreSQL with pg_stat_statements, and again without.
     "queue_statements": sc_queue_statements,
     # After every load scenario: the idle window needs nothing else running.
@@ -1791,6 +1798,9 @@ def main():
                     help="queue_drain: queued sends accepted, then drained unpaced")
     ap.add_argument("--batch-count", type=int, default=24,
                     help="batch_accept: batches of 1,000 messages posted from 4 threads")
+    ap.add_argument("--batch-big", type=int, default=100000,
+                    help="batch_counts: the batch whose counts are read while it drains (1,000 through "
+                         "HTTP, the rest generated in SQL)")
     ap.add_argument("--queue-cold", action="store_true",
                     help="queue_drain: no VACUUM ANALYZE and CHECKPOINT before the queued phases (the cold "
                          "case: statistics as the references' runs left them, autovacuum's work inside the "
