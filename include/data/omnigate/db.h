@@ -117,6 +117,10 @@ struct og_db_op {
      * in a transaction of a request's, so a request's commit never waits for it (sync p99 while
      * a backlog drains, issue 31: 2.4 x alone before, 1.5-1.9 x with). */
     bool background;
+    /* A write too large to share its transaction (a batch's 1,000 messages, API.md §20): its own
+     * write batch, so the requests' commits never wait for it, and two of them run on two
+     * connections rather than one after the other in one transaction. */
+    bool alone;
     og_db_done_fn done;
     void *arg;
 

@@ -276,8 +276,12 @@ static void run_writes(og_db_t *db, opq_t *q)
         unit_t *u = c ? db_unit_new(true) : NULL;
         if (u == NULL)
             break; /* every connection has a batch in flight: keep gathering (group commit) */
-        while (q->head && !q->head->solo && u->nops < OG_DB_MAX_BATCH)
-            db_unit_add(u, db_q_pop(q));
+        while (q->head && !q->head->solo && u->nops < OG_DB_MAX_BATCH && !(q->head->alone && u->nops > 0)) {
+            og_db_op_t *o = db_q_pop(q);
+            db_unit_add(u, o);
+            if (o->alone)
+                break;
+        }
         dispatch(c, u, q);
     }
 }

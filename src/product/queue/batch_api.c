@@ -354,6 +354,7 @@ static void claimed(og_idem_t *i)
     n += og_idem_complete_stmt(&b->idem, op, n, b->response_status_s, b->response_text);
     op->nstmts = n;
     op->write = true;
+    op->alone = true; /* its own transaction: no request's commit waits for its 1,000 rows */
     op->done = inserted;
     op->arg = b;
     og_db_submit(b->gw->db, op);
