@@ -155,20 +155,7 @@ static void ctx_free(send_ctx_t *c)
 }
 
 /* The fields of a send's body (API.md §2, §11, §18, §19). */
-const char *const og_send_fields[] = {"to",
-                                      "text",
-                                      "template",
-                                      "channels",
-                                      "deliveryMode",
-                                      "whatsappFrom",
-                                      "sender",
-                                      "fallbackOn",
-                                      "fallbackAfterSeconds",
-                                      "queue",
-                                      "sendAt",
-                                      "validitySeconds",
-                                      "priority",
-                                      NULL};
+const char *const og_send_fields[] = {OG_SEND_FIELDS, NULL};
 
 /* ---- validation ------------------------------------------------------------------------- */
 

@@ -21,6 +21,7 @@
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
 #include "omnigate/jw.h"
+#include "omnigate/messaging/budget.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/send_item.h"
 #include "omnigate/queue/release.h"
@@ -28,9 +29,6 @@
 #include "omnigate/templates/catalogue.h"
 #include "omnigate/templates/render.h"
 #include "omnigate/tenants/auth.h"
-
-/* The Idempotency-Key's lease of a batch (idem.h): the longest its one write may take. */
-#define OG_BATCH_CLAIM_MS 30000
 
 typedef enum { ROUTE_CREATE, ROUTE_GET, ROUTE_CANCEL } route_t;
 
@@ -53,7 +51,7 @@ typedef struct batch_req {
      * and whether the lookup in flight answered before og_tpl_lookup returned. */
     batch_msg_t *msgs;
     size_t n, next;
-    bool looking, answered_at_once;
+    bool looking;    /* a lookup is in flight: tpl_found answered it only if it clears this first */
     bool on_primary; /* GET: read again on the write pool's server (read_done) */
     og_idem_t idem;
     size_t accepted, scheduled;
@@ -163,13 +161,8 @@ static bool fill_message(json_t *m, const json_t *vars, og_err_t *err)
     return true;
 }
 
-static bool send_field(const char *k)
-{
-    for (const char *const *f = og_send_fields; *f != NULL; f++)
-        if (strcmp(*f, k) == 0)
-            return true;
-    return false;
-}
+/* A message's fields: a send's and its variables. */
+static const char *const message_fields[] = {OG_SEND_FIELDS, "variables", NULL};
 
 /* The variables of a message: its own over the defaults', every value a string. */
 static json_t *variables_of(const json_t *defaults, const json_t *msg, og_err_t *err)
@@ -215,17 +208,14 @@ static json_t *message_body(const json_t *defaults, const json_t *msg, og_err_t 
         return NULL;
     }
     json_object_del(body, "variables");
+    if (!og_json_known_keys(msg, message_fields, NULL, err))
+        goto fail;
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)msg, k, v)
     {
-        if (strcmp(k, "variables") == 0)
-            continue;
-        if (!send_field(k)) {
-            og_err_fail(err, OG_E_UNKNOWN_FIELD, k, "%s is not a field of a message", k);
-            goto fail;
-        }
-        json_object_set(body, k, v);
+        if (strcmp(k, "variables") != 0)
+            json_object_set(body, k, v);
     }
     if ((vars = variables_of(defaults, msg, err)) == NULL || !fill_message(body, vars, err))
         goto fail;
@@ -404,8 +394,9 @@ static void finish(batch_req_t *b)
         req_free(b);
         return;
     }
-    og_idem_claim(&b->idem, b->gw->db, b->op, &b->gw->w->log, b->auth.tenant->id, "batch", OG_BATCH_CLAIM_MS,
-                  claimed, b);
+    /* The key's lease: a request that calls no provider (budget.h), as its one write is. */
+    og_idem_claim(&b->idem, b->gw->db, b->op, &b->gw->w->log, b->auth.tenant->id, "batch",
+                  og_send_budget_ms(b->gw->w->cfg, 0), claimed, b);
 }
 
 static void lookup_next(batch_req_t *b);
@@ -414,13 +405,11 @@ static void lookup_next(batch_req_t *b);
 static void tpl_found(void *arg, og_db_status_t st, const json_t *entry)
 {
     batch_req_t *b = arg;
-    bool at_once = b->looking;
+    bool at_once = b->looking; /* still set: og_tpl_lookup has not returned yet */
     b->looking = false;
-    b->answered_at_once = at_once;
-    if (st != OG_DB_OK) {
+    if (st != OG_DB_OK) { /* a read's failure, never the cache's: not at once */
         og_answer_db_failure(b->req, &b->gw->w->log, b->op, st, "reading a template failed",
                              "database unavailable: nothing was queued");
-        b->answered_at_once = false;
         req_free(b);
         return;
     }
@@ -446,12 +435,10 @@ static void lookup_next(batch_req_t *b)
             continue;
         }
         b->looking = true;
-        b->answered_at_once = false;
         og_tpl_lookup(b->gw->tpl, b->op, waba, name, language, tpl_found, b);
-        if (!b->answered_at_once) {
+        if (b->looking) {
             b->looking = false;
-            return; /* tpl_found goes on (or has answered a failure and freed b: not reached,
-                     * a failure is a read's, never the cache's) */
+            return; /* a read: tpl_found goes on from there */
         }
     }
     finish(b);
@@ -490,17 +477,7 @@ static bool check_form(batch_req_t *b, const json_t *body, og_err_t *err)
         return og_err_fail(err, OG_E_BATCH_TOO_LARGE, "messages", "a batch holds at most %d messages", max);
     if (defaults != NULL && !json_is_object(defaults))
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "defaults", "defaults must be an object");
-    const char *k;
-    json_t *v;
-    json_object_foreach(defaults, k, v)
-    {
-        if (strcmp(k, "variables") != 0 && !send_field(k)) {
-            og_err_fail(err, OG_E_UNKNOWN_FIELD, NULL, "defaults.%s is not a field of a send", k);
-            snprintf(err->field, sizeof(err->field), "defaults.%s", k);
-            return false;
-        }
-    }
-    return true;
+    return defaults == NULL || og_json_known_keys(defaults, message_fields, "defaults", err);
 }
 
 static void create_authed(batch_req_t *b)

@@ -23,7 +23,10 @@
 #include "omnigate/jw.h"
 #include "omnigate/tenants/auth.h"
 
-/* The fields a send's body may have, NULL-terminated. */
+/* The fields a send's body may have: OG_SEND_FIELDS, and og_send_fields with a NULL after them. */
+#define OG_SEND_FIELDS                                                                                       \
+    "to", "text", "template", "channels", "deliveryMode", "whatsappFrom", "sender", "fallbackOn",            \
+        "fallbackAfterSeconds", "queue", "sendAt", "validitySeconds", "priority"
 extern const char *const og_send_fields[];
 
 typedef struct send_ctx og_send_item_t;
