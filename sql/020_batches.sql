@@ -63,36 +63,29 @@ $$;
 CREATE FUNCTION og_batch_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    was text := og_batch_status(OLD.status);
+    was  text := og_batch_status(OLD.status);
     now_ text := og_batch_status(NEW.status);
+    k    integer;
 BEGIN
     IF was = now_ THEN
         RETURN NULL;
     END IF;
-    UPDATE batch_counts c
-    SET queued = c.queued + (now_ = 'queued')::integer - (was = 'queued')::integer,
-        scheduled = c.scheduled + (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
-        sent = c.sent + (now_ = 'sent')::integer - (was = 'sent')::integer,
-        delivered = c.delivered + (now_ = 'delivered')::integer - (was = 'delivered')::integer,
-        read = c.read + (now_ = 'read')::integer - (was = 'read')::integer,
-        failed = c.failed + (now_ = 'failed')::integer - (was = 'failed')::integer,
-        undelivered = c.undelivered + (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
-        expired = c.expired + (now_ = 'expired')::integer - (was = 'expired')::integer,
-        canceled = c.canceled + (now_ = 'canceled')::integer - (was = 'canceled')::integer
-    WHERE c.batch_id = NEW.batch_id AND c.shard = pg_backend_pid();
-    IF NOT FOUND THEN
-        INSERT INTO batch_counts (batch_id, shard, queued, scheduled, sent, delivered, read, failed, undelivered,
-                                  expired, canceled)
-        VALUES (NEW.batch_id, pg_backend_pid(), (now_ = 'queued')::integer - (was = 'queued')::integer,
-                (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
-                (now_ = 'sent')::integer - (was = 'sent')::integer,
-                (now_ = 'delivered')::integer - (was = 'delivered')::integer,
-                (now_ = 'read')::integer - (was = 'read')::integer,
-                (now_ = 'failed')::integer - (was = 'failed')::integer,
-                (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
-                (now_ = 'expired')::integer - (was = 'expired')::integer,
-                (now_ = 'canceled')::integer - (was = 'canceled')::integer);
-    END IF;
+    -- The row is made (all zeros) the first time this backend counts for the batch, then updated.
+    FOR k IN 1 .. 2 LOOP
+        UPDATE batch_counts c
+        SET queued = c.queued + (now_ = 'queued')::integer - (was = 'queued')::integer,
+            scheduled = c.scheduled + (now_ = 'scheduled')::integer - (was = 'scheduled')::integer,
+            sent = c.sent + (now_ = 'sent')::integer - (was = 'sent')::integer,
+            delivered = c.delivered + (now_ = 'delivered')::integer - (was = 'delivered')::integer,
+            read = c.read + (now_ = 'read')::integer - (was = 'read')::integer,
+            failed = c.failed + (now_ = 'failed')::integer - (was = 'failed')::integer,
+            undelivered = c.undelivered + (now_ = 'undelivered')::integer - (was = 'undelivered')::integer,
+            expired = c.expired + (now_ = 'expired')::integer - (was = 'expired')::integer,
+            canceled = c.canceled + (now_ = 'canceled')::integer - (was = 'canceled')::integer
+        WHERE c.batch_id = NEW.batch_id AND c.shard = pg_backend_pid();
+        EXIT WHEN FOUND;
+        INSERT INTO batch_counts (batch_id, shard) VALUES (NEW.batch_id, pg_backend_pid());
+    END LOOP;
     RETURN NULL;
 END
 $$;
