@@ -17,7 +17,6 @@ as a 100,000-message one would). The reference again at the end; it is the mean 
 
 import http.client
 import json
-import statistics
 import threading
 import time
 

@@ -5,22 +5,20 @@ The real gateway and PostgreSQL, the provider simulator calling the gateway back
 statuses, and a webhook receiver started here on loopback. Tests wait on conditions (wait_for),
 never on sleeps."""
 
-import base64
 import datetime
-import hashlib
-import hmac
 import json
 import re
-import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import assert_error, assert_ok, free_port, request_bytes, wait_for
-from gwlib import (META_TOKEN, SETTINGS_ALL, WA_FROM, add_tenant, admin, call, linked_gateway, new_tenant, new_token,
+from conftest import assert_error, assert_ok, request_bytes, wait_for
+from gwlib import (SETTINGS_ALL, add_tenant, admin, call, linked_gateway, new_tenant, new_token,
                    query_url)
+from test_templates_send import NAMED, ORDER, PNID, WABA
+from test_templates_send import SETTINGS as TEMPLATE_SETTINGS
+from test_webhooks_out import WH_ENV, rx, verify  # noqa: F401 (rx: the receiver fixture)
 
 BATCHES = "/api/omni/batches"
 COUNT_KEYS = {"queued", "scheduled", "sent", "delivered", "read", "failed", "undelivered", "expired", "canceled"}
@@ -28,9 +26,6 @@ BATCH_KEYS = {"batchId", "createdAt", "total", "counts", "completedAt"}
 BATCH_ID_RE = re.compile(r"^kb_[0-9A-Za-z]{26}$")
 REFERENCE_RE = re.compile(r"^kf_[0-9A-HJKMNP-TV-Z]{26}$")
 TIME_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-# Tests call loopback receivers over http://; the webhook retry schedule is cut 10,000 times.
-WH_ENV = {"OMNIGATE_WEBHOOK_ALLOW_HTTP": "true", "OMNIGATE_WEBHOOK_ALLOW_PRIVATE": "true",
-          "OMNIGATE_WEBHOOK_TIMEOUT_MS": "2000", "OMNIGATE_WEBHOOK_RETRY_DIVISOR": "10000"}
 
 
 @pytest.fixture
@@ -147,63 +142,10 @@ def assert_rejection(rej, index, code, field=None):
 
 # ---- a webhook receiver ------------------------------------------------------------------------------
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", "0"))
-        body = self.rfile.read(n)
-        with self.server.rx_lock:
-            self.server.rx_requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
-                                            "body": body, "at": time.time()})
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-
-class Receiver:
-    """Records every POST (lower-cased headers, body, time) and answers 200."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.srv = ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
-        self.srv.daemon_threads = True
-        self.srv.rx_lock = threading.Lock()
-        self.srv.rx_requests = []
-        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
-
-    def url(self):
-        return "http://127.0.0.1:%d/hook" % self.port
-
-    def events(self, type_=None):
-        with self.srv.rx_lock:
-            reqs = list(self.srv.rx_requests)
-        out = [(json.loads(r["body"]), r) for r in reqs]
-        return [(e, r) for e, r in out if type_ is None or e["type"] == type_]
-
-    def stop(self):
-        self.srv.shutdown()
-        self.srv.server_close()
-
-
-@pytest.fixture
-def rx():
-    r = Receiver()
-    yield r
-    r.stop()
-
-
-def verify(secret, req):
-    """Standard Webhooks: v1,base64(HMAC-SHA256(base64-decoded secret after whsec_, id.ts.body))."""
-    key = base64.b64decode(secret[len("whsec_"):])
-    h = req["headers"]
-    msg = ("%s.%s." % (h["webhook-id"], h["webhook-timestamp"])).encode() + req["body"]
-    expected = "v1," + base64.b64encode(hmac.new(key, msg, hashlib.sha256).digest()).decode()
-    return any(hmac.compare_digest(s, expected) for s in h["webhook-signature"].split(" "))
+def events(receiver, type_=None):
+    """The events the receiver got, each with its request: [(event, request)]."""
+    return [(e, r) for e, r in ((json.loads(r["body"]), r) for r in receiver.got())
+            if type_ is None or e["type"] == type_]
 
 
 # ---- tests ----------------------------------------------------------------------------------------------
@@ -486,33 +428,13 @@ def test_cancel_partially_sent_batch(gw):
     assert len(gw.sim.requests("sms")) == 3
 
 
-WABA = "102290129340398"
-META_ID = "109876543210"
-TEMPLATE_SETTINGS = {
-    "defaultChannels": ["whatsapp_meta", "sms"],
-    "defaultWhatsappFrom": WA_FROM,
-    "channels": {
-        "whatsapp_meta": {"enabled": True, "numbers": {WA_FROM: {"phoneNumberId": META_ID, "accessToken": META_TOKEN,
-                                                                 "wabaId": WABA}}},
-        "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"},
-    },
-}
-ORDER = {"name": "order_update", "language": "en_US", "status": "APPROVED", "category": "UTILITY",
-         "parameter_format": "POSITIONAL",
-         "components": [{"type": "BODY", "text": "Hi {{1}}, your order {{2}} ships today"},
-                        {"type": "BUTTONS", "buttons": [{"type": "URL", "text": "Track",
-                                                         "url": "https://acme.example/t/{{1}}"}]}]}
-NAMED = {"name": "welcome", "language": "en", "status": "APPROVED", "category": "MARKETING",
-         "parameter_format": "NAMED", "components": [{"type": "BODY", "text": "Welcome {{first_name}}!"}]}
-
-
 def test_template_parameters_take_variables(make_server, fresh_db, tmp_path):
     """{{key}} in template parameter values (positional and named) is replaced from the
     message's variables: Meta gets the parameters substituted, the log the rendered text; a
     placeholder without a value in a parameter rejects that message (missing_variable)."""
     srv = linked_gateway(make_server, fresh_db, tmp_path)
     try:
-        srv.sim._call("PUT", "/__sim/meta/wabas/%s/templates" % WABA, {"phoneNumberIds": [META_ID],
+        srv.sim._call("PUT", "/__sim/meta/wabas/%s/templates" % WABA, {"phoneNumberIds": [PNID],
                                                                        "templates": [ORDER, NAMED]})
         srv.tenant = new_tenant(srv, settings=TEMPLATE_SETTINGS)
         srv.token = new_token(srv, srv.tenant["id"])["token"]
@@ -669,18 +591,18 @@ def test_batch_completed_webhook_once(gw, rx):
     d = assert_ok(post_batch(gw, {"defaults": {"text": "event", "channels": ["sms"]},
                                   "messages": [{"to": t} for t in tos]}), 202)["data"]
     bid = d["batchId"]
-    assert wait_for(lambda: rx.events("batch.completed"), 15), rx.events()
+    assert wait_for(lambda: events(rx, "batch.completed"), 15), events(rx)
     final = until_batch(gw, bid, lambda b: b["counts"]["read"] == 2, 15, what="the read statuses")
     assert final["counts"] == counts(sent=1, read=2) and completed(final), final
     # A second batch; once its event has come, the first one's is still alone.
     d2 = assert_ok(post_batch(gw, {"defaults": {"text": "event 2", "channels": ["sms"]},
                                    "messages": [{"to": "+6281234512004"}]}), 202)["data"]
-    assert wait_for(lambda: any(e["data"]["batchId"] == d2["batchId"] for e, _ in rx.events("batch.completed")), 15)
-    evs = rx.events("batch.completed")
+    assert wait_for(lambda: any(e["data"]["batchId"] == d2["batchId"] for e, _ in events(rx, "batch.completed")), 15)
+    evs = events(rx, "batch.completed")
     mine = [(e, req) for e, req in evs if e["data"]["batchId"] == bid]
     assert len(mine) == 1, [e for e, _ in evs]
     assert len(evs) == 2, [e for e, _ in evs]
-    assert rx.events() == evs  # nothing else: the webhook asked for batch.completed only
+    assert events(rx) == evs  # nothing else: the webhook asked for batch.completed only
     event, req = mine[0]
     assert verify(secret, req), req["headers"]
     assert set(event) == {"type", "timestamp", "data"} and TIME_RE.match(event["timestamp"]), event
