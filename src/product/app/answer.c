@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "omnigate/api.h"
+#include "omnigate/jw.h"
 
 void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *op, og_db_status_t st,
                           const char *what, const char *unavailable)
@@ -19,4 +20,21 @@ void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *o
     } else {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, unavailable);
     }
+}
+
+void og_answer_raw(og_http_req_t *req, int status, const char *message, const char *data, const og_err_t *err)
+{
+    og_jw_t w;
+    og_jw_init(&w, strlen(data) + 128);
+    og_api_envelope_open(&w, status, message);
+    og_jw_raw(&w, data, strlen(data));
+    og_api_envelope_close(&w, err);
+    size_t len;
+    char *text = og_jw_finish(&w, &len);
+    if (text == NULL) {
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        return;
+    }
+    og_http_respond(req, status, NULL, 0, "application/json", text, len);
+    free(text);
 }

@@ -508,23 +508,6 @@ static void create_authed(batch_req_t *b)
 
 /* ---- GET /api/omni/batches/{batchId}, POST .../cancel ------------------------------------------ */
 
-static void answer_item(batch_req_t *b, const char *message, const char *data)
-{
-    og_jw_t w;
-    og_jw_init(&w, strlen(data) + 128);
-    og_api_envelope_open(&w, 200, message);
-    og_jw_raw(&w, data, strlen(data));
-    og_api_envelope_close(&w, NULL);
-    size_t len;
-    char *text = og_jw_finish(&w, &len);
-    if (text == NULL) {
-        og_api_error(b->req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return;
-    }
-    og_http_respond(b->req, 200, NULL, 0, "application/json", text, len);
-    free(text);
-}
-
 static void read_done(og_db_op_t *op, og_db_status_t st);
 
 static void submit_get(batch_req_t *b, og_db_t *pool)
@@ -547,8 +530,8 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
                              "database unavailable");
     } else if (b->route == ROUTE_GET) {
         const PGresult *res = op->res[0];
-        if (PQntuples(res) != 1 && !b->on_primary && b->gw->rdb != b->gw->db) {
-            /* Not (yet) on the read pool's server, which may be a replica behind: a batch just
+        if (PQntuples(res) != 1 && !b->on_primary && b->gw->w->cfg->database_read_url != NULL) {
+            /* Not (yet) on the read pool's server, a replica that may be behind: a batch just
              * made is found on the primary. */
             b->on_primary = true;
             submit_get(b, b->gw->db);
@@ -557,7 +540,7 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
         if (PQntuples(res) != 1)
             og_api_error(b->req, OG_E_NOT_FOUND, "batchId", "no batch with this id");
         else
-            answer_item(b, "batch", PQgetvalue(res, 0, OG_C_BATCH_GET_ITEM));
+            og_answer_raw(b->req, 200, "batch", PQgetvalue(res, 0, OG_C_BATCH_GET_ITEM), NULL);
     } else {
         const PGresult *res = op->res[0];
         if (PQgetisnull(res, 0, OG_C_BATCH_CANCEL_CANCELED)) {
@@ -565,7 +548,7 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
         } else {
             char data[48];
             snprintf(data, sizeof(data), "{\"canceled\":%s}", PQgetvalue(res, 0, OG_C_BATCH_CANCEL_CANCELED));
-            answer_item(b, "canceled", data);
+            og_answer_raw(b->req, 200, "canceled", data, NULL);
         }
     }
     req_free(b);

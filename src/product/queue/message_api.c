@@ -33,25 +33,6 @@ static void req_free(msg_req_t *r)
     free(r);
 }
 
-/* Answers `status` in the envelope with `data`, JSON text PostgreSQL made, inserted as is;
- * `err` (or NULL) is the error object of a failure. */
-static void answer_raw(msg_req_t *r, int status, const char *message, const char *data, const og_err_t *err)
-{
-    og_jw_t w;
-    og_jw_init(&w, strlen(data) + 128);
-    og_api_envelope_open(&w, status, message);
-    og_jw_raw(&w, data, strlen(data));
-    og_api_envelope_close(&w, err);
-    size_t len;
-    char *text = og_jw_finish(&w, &len);
-    if (text == NULL) {
-        og_api_error(r->req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return;
-    }
-    og_http_respond(r->req, status, NULL, 0, "application/json", text, len);
-    free(text);
-}
-
 static void item_read(og_db_op_t *op, og_db_status_t st)
 {
     msg_req_t *r = op->arg;
@@ -74,9 +55,9 @@ static void item_read(og_db_op_t *op, og_db_status_t st)
         og_err_t err = {0};
         og_err_fail(&err, OG_E_NOT_CANCELABLE, NULL,
                     "a provider has been called for this message, or it has ended: it cannot be canceled");
-        answer_raw(r, og_api_status(err.code), err.message, text, &err);
+        og_answer_raw(r->req, og_api_status(err.code), err.message, text, &err);
     } else {
-        answer_raw(r, 200, r->route == ROUTE_CANCEL ? "canceled" : "message", text, NULL);
+        og_answer_raw(r->req, 200, r->route == ROUTE_CANCEL ? "canceled" : "message", text, NULL);
     }
     req_free(r);
 }
@@ -108,7 +89,7 @@ static void list_read(og_db_op_t *op, og_db_status_t st)
     if (data == NULL)
         og_api_error(r->req, OG_E_UNAVAILABLE, NULL, "out of memory");
     else
-        answer_raw(r, 200, "queue", data, NULL);
+        og_answer_raw(r->req, 200, "queue", data, NULL);
     free(data);
     req_free(r);
 }

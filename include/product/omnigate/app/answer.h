@@ -1,12 +1,14 @@
 /*
- * Answers shared by the routes: what a route says when its database operation failed.
- * Responsible for the mapping (API.md §0) and the log line, so every route says the same.
+ * Answers shared by the routes: what a route says when its database operation failed, and an
+ * answer whose data PostgreSQL wrote. Responsible for the mapping (API.md §0) and the log line,
+ * so every route says the same.
  */
 #ifndef OMNIGATE_APP_ANSWER_H
 #define OMNIGATE_APP_ANSWER_H
 
 #include <libpq-fe.h>
 
+#include "omnigate/api.h"
 #include "omnigate/db.h"
 #include "omnigate/http.h"
 #include "omnigate/log.h"
@@ -18,5 +20,10 @@
  * sent"), which clients retry. */
 void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *op, og_db_status_t st,
                           const char *what, const char *unavailable);
+
+/* Answers `status` in the envelope (api.h) with `data`, JSON text PostgreSQL made, inserted as
+ * is; `err` (or NULL) is the error object of a failure. 503 unavailable when out of memory. */
+void og_answer_raw(og_http_req_t *req, int status, const char *message, const char *data,
+                   const og_err_t *err);
 
 #endif
