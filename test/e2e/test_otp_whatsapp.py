@@ -192,7 +192,7 @@ def test_sms_first_then_whatsapp(gw):
     it = otp_item(gw, d["reference"])
     assert history(it) == [("send_failed", "sms", "provider_rejected"), ("sent", "whatsapp_meta", None)]
     sms = assert_ok(call(gw, "GET", "/api/sms/logs?reference=" + d["reference"], token=gw.token))["data"]
-    assert [(i["status"], i["error"]["providerCode"]) for i in sms["items"]] == [("failed", "21610")]
+    assert [(i["status"], i["error"]["providerCode"]) for i in sms["items"]] == [("failed", "21211")]
 
 
 def test_whatsapp_alone_failing_is_502_and_counts(gw):

@@ -1,9 +1,10 @@
 """The provider simulator (test/sim, omnigate-sim) on its own: each provider's wire format and
 credential check, every magic behaviour digit, the /__sim control API (rules, recorded
 requests, stats), latency, a clean SIGTERM with answers still waiting, the status callbacks
-(signed webhooks) it sends after accepting a message, checked by a small receiver, and Meta's
-WhatsApp message templates (catalogues, the paged listing, template sends, the template status
-webhook), and the rate limits per sender (token buckets answering the providers' 429).
+(signed webhooks) it sends after accepting a message, checked by a small receiver, the inbound
+messages it posts to that receiver on request (POST /__sim/inbound), Meta's WhatsApp message
+templates (catalogues, the paged listing, template sends, the template status webhook), and the
+rate limits per sender (token buckets answering the providers' 429).
 
 The binary comes from OMNIGATE_SIM_BIN (test/e2e/meson.build sets it). Standard library only.
 """
@@ -27,6 +28,10 @@ import pytest
 from conftest import SANITIZER_MARKERS, Closed, Conn, base_env, free_port, request_bytes, wait_for
 
 SIM_BIN = os.environ.get("OMNIGATE_SIM_BIN")
+if not SIM_BIN:  # run by hand from the source tree: the build tree's binary, when there is one
+    _root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    SIM_BIN = next((p for p in (os.path.join(_root, b, "test/sim/omnigate-sim") for b in ("build-test", "build"))
+                    if os.path.exists(p)), None)
 if not SIM_BIN:
     pytest.skip("OMNIGATE_SIM_BIN is not set: point it at the built omnigate-sim "
                 "(test/e2e/meson.build does when test/sim is built)", allow_module_level=True)
@@ -369,7 +374,55 @@ def test_magic_1_is_provider_rejection(sim, channel):
     elif channel == "whatsapp_qr":
         assert r.status == 400 and j["statusCode"] == 400 and "not registered" in j["message"], r
     else:
-        assert r.status == 400 and j["code"] == 21610 and j["status"] == 400, r
+        # Not 21610: that one says the recipient opted out (behaviour opted_out), which the gateway
+        # records as a suppression.
+        assert r.status == 400 and j == {"code": 21211, "message": "Invalid 'To' Phone Number",
+                                         "more_info": "https://www.twilio.com/docs/errors/21211", "status": 400}, r
+
+
+META_OPTED_OUT = ("Unable to deliver the message. This recipient has chosen to stop receiving marketing messages "
+                  "on WhatsApp from your business.")
+
+
+def test_rule_opted_out_on_meta_is_131050(sim):
+    """Behaviour opted_out on Meta: 400 with Meta's error shape, code 131050 and its details."""
+    sim.rule(channel="whatsapp_meta", to=OK_TO, behaviour="opted_out")
+    r = meta_send(sim, OK_TO)
+    err = r.json()["error"]
+    assert r.status == 400 and r.header("Content-Type").startswith("application/json"), r
+    assert re.match(r"^[A-Za-z0-9]{23}$", err.pop("fbtrace_id")), err
+    assert err == {"message": "(#131050) " + META_OPTED_OUT, "type": "OAuthException", "code": 131050,
+                   "error_data": {"messaging_product": "whatsapp", "details": META_OPTED_OUT}}, err
+
+
+def test_rule_opted_out_on_twilio_is_21610(sim):
+    """Behaviour opted_out on Twilio: 400 code 21610, the unsubscribed recipient."""
+    sim.rule(channel="sms", behaviour="opted_out")
+    r = sms_send(sim, OK_TO)
+    assert r.status == 400 and r.json() == {
+        "code": 21610, "message": "Attempt to send to unsubscribed recipient",
+        "more_info": "https://www.twilio.com/docs/errors/21610", "status": 400}, r
+
+
+def test_rule_opted_out_on_waha_is_its_rejection(sim):
+    """WAHA has no opt-out answer: behaviour opted_out answers as reject does."""
+    sim.rule(channel="whatsapp_qr", to=OK_TO, behaviour="opted_out")
+    r = waha_send(sim, OK_TO)
+    assert r.status == 400 and r.json() == {
+        "statusCode": 400, "message": "The number %s is not registered on WhatsApp" % OK_TO[1:],
+        "error": "Bad Request"}, r
+
+
+def test_opted_out_counted_under_its_own_name(sim):
+    """GET /__sim/stats counts opted_out apart from reject, on each channel; the rule lists it."""
+    rule = sim.rule(behaviour="opted_out")
+    assert rule["behaviour"] == "opted_out" and rule["channel"] is None
+    sim.control("DELETE", "/__sim/stats")
+    for send in (waha_send, meta_send, sms_send):
+        assert send(sim, OK_TO).status == 400
+    st = sim.stats()["channels"]
+    for channel in ("whatsapp_qr", "whatsapp_meta", "sms"):
+        assert (st[channel]["requests"], st[channel]["opted_out"], st[channel]["reject"]) == (1, 1, 0), st
 
 
 @pytest.mark.parametrize("channel", ["whatsapp_qr", "whatsapp_meta", "sms"])
@@ -515,7 +568,7 @@ def test_rule_without_to_applies_to_everyone_newest_first(sim):
 
 
 @pytest.mark.parametrize("behaviour,status", [("reject", 400), ("error", 500), ("garbage", 200),
-                                              ("throttle", 429), ("auth", 401), ("ok", 200)])
+                                              ("throttle", 429), ("auth", 401), ("opted_out", 400), ("ok", 200)])
 def test_rule_behaviours(sim, behaviour, status):
     """Each answering behaviour name of a rule gives the provider's status."""
     sim.rule(channel="whatsapp_meta", to=OK_TO, behaviour=behaviour)
@@ -749,8 +802,8 @@ CB_WAIT = 10.0
 class Receiver:
     """A stand-in for the gateway's /webhooks/*: a threaded loopback HTTP server that records
     every POST (arrival time, path with query, lowercased headers, raw body) and answers 200, or
-    the statuses queued in `answers` first. `hold` maps a path prefix to seconds to wait before
-    answering (a slow gateway)."""
+    the answers queued in `answers` first: a status (empty body) or (status, content type, body
+    bytes). `hold` maps a path prefix to seconds to wait before answering (a slow gateway)."""
 
     def __init__(self, port=0):
         self.lock = threading.Lock()
@@ -763,16 +816,20 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with rx.lock:
-                    status = rx.answers.pop(0) if rx.answers else 200
+                    answer = rx.answers.pop(0) if rx.answers else 200
                     hold = next((t for p, t in rx.hold.items() if self.path.startswith(p)), 0)
                     rx.items.append({"at": time.monotonic(), "path": self.path, "body": body,
                                      "headers": {k.lower(): v for k, v in self.headers.items()}})
+                status, ctype, out = (answer, None, b"") if isinstance(answer, int) else answer
                 if hold:
                     time.sleep(hold)  # the slow gateway being simulated, not a wait of the test
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Length", "0")
+                    if ctype:
+                        self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(out)))
                     self.end_headers()
+                    self.wfile.write(out)
                 except OSError:
                     pass  # the simulator gave up on this try
 
@@ -1965,3 +2022,356 @@ def test_limit_at_most_1000(sim):
     status, j = put_limit(sim, channel="sms", sender="S0999", perSecond=2)
     assert status == 200 and j["data"]["perSecond"] == 2, j
     assert len(limits(sim)["items"]) == 1000
+
+
+# ---- inbound messages (POST /__sim/inbound) --------------------------------------------------------
+
+INBOUND = "/__sim/inbound"
+IN_FROM = "+6281234567890"
+SMS_IN = "+15550001111"
+WAMID_RE = re.compile(r"^wamid\.[A-Za-z0-9+/]+=*$")
+
+
+def inbound(sim, **body):
+    return sim.control("POST", INBOUND, body)
+
+
+def posted(sim, **body):
+    """POSTs an inbound message that the receiver takes; returns the control answer's data."""
+    status, j = inbound(sim, **body)
+    assert status == 200 and j["success"] is True, j
+    return j["data"]
+
+
+def wamid_parts(wamid):
+    """(number, incoming, hex id) that a wamid carries, as Meta encodes them."""
+    raw = base64.b64decode(wamid[len("wamid."):])
+    assert raw[:2] == b"\x1c\x18" and raw[-1:] == b"\x00", raw
+    n = raw[2]
+    number, rest = raw[3:3 + n].decode(), raw[3 + n:]
+    assert rest[:3] == b"\x15\x02\x00" and rest[3] in (0x11, 0x12) and rest[4] == 0x18, rest
+    hex_id = rest[6:6 + rest[5]].decode()
+    assert len(rest) == 6 + rest[5] + 1 and re.match(r"^[0-9A-F]+$", hex_id), rest
+    return number, rest[3] == 0x12, hex_id
+
+
+def meta_value(item):
+    """The one change's value of a Meta webhook, checked for the envelope around it."""
+    body = json.loads(item["body"])
+    assert body["object"] == "whatsapp_business_account" and len(body["entry"]) == 1, body
+    assert len(body["entry"][0]["changes"]) == 1 and body["entry"][0]["changes"][0]["field"] == "messages"
+    return body["entry"][0]["id"], body["entry"][0]["changes"][0]["value"]
+
+
+def test_inbound_meta_text_is_metas_messages_webhook(cbsim, rx):
+    """provider meta: Meta's webhook for a received text, exactly, POSTed to URL/webhooks/meta with
+    Meta's User-Agent and a valid X-Hub-Signature-256; the control request is answered with the
+    gateway's status and body once the gateway has answered."""
+    rx.answers.append((200, "application/json", b'{"success":true,"stored":1}'))
+    rx.hold["/webhooks/meta"] = 0.3
+    t0 = time.monotonic()
+    data = posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, displayPhoneNumber="15550001234",
+                  wabaId="2233445566", **{"from": IN_FROM}, text="Olá \"STOP\" ✓", id="wamid.in-1",
+                  name="Ana", timestamp=1700000000)
+    assert time.monotonic() - t0 >= 0.3  # the answer waited for the gateway's
+    assert data == {"id": "wamid.in-1", "status": 200, "result": "ok", "body": '{"success":true,"stored":1}',
+                    "url": rx.url + "/webhooks/meta"}, data
+    [item] = rx.got()
+    assert item["path"] == "/webhooks/meta"
+    assert item["headers"]["content-type"] == "application/json"
+    assert item["headers"]["user-agent"] == "facebookexternalua"
+    assert_signed("whatsapp_meta", item)
+    assert json.loads(item["body"]) == {"object": "whatsapp_business_account", "entry": [{
+        "id": "2233445566", "changes": [{"field": "messages", "value": {
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550001234", "phone_number_id": META_PHONE_ID},
+            "contacts": [{"profile": {"name": "Ana"}, "wa_id": IN_FROM[1:]}],
+            "messages": [{"from": IN_FROM[1:], "id": "wamid.in-1", "timestamp": "1700000000", "type": "text",
+                          "text": {"body": "Olá \"STOP\" ✓"}}]}}]}]}
+
+
+def test_inbound_meta_defaults(cbsim, rx):
+    """Without id, timestamp, name, displayPhoneNumber and wabaId: a fresh incoming wamid carrying
+    the sender's number, now, "Sim Customer", 15550783881 and "0", or the WABA the phone number id
+    is bound to by PUT .../templates."""
+    t0 = int(time.time())
+    data = posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="hi")
+    waba, value = meta_value(rx.wait(1)[0])
+    msg = value["messages"][0]
+    assert waba == "0" and value["metadata"]["display_phone_number"] == "15550783881"
+    assert value["contacts"] == [{"profile": {"name": "Sim Customer"}, "wa_id": IN_FROM[1:]}]
+    assert WAMID_RE.match(msg["id"]) and data["id"] == msg["id"], msg
+    number, incoming, hex_id = wamid_parts(msg["id"])
+    assert number == IN_FROM[1:] and incoming and len(hex_id) == 20
+    assert abs(int(msg["timestamp"]) - t0) <= 5 and msg["type"] == "text", msg
+    second = posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="hi")
+    assert second["id"] != data["id"]
+    catalogue(cbsim)  # binds META_PHONE_ID to WABA
+    posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="hi")
+    assert meta_value(rx.wait(3)[2])[0] == WABA
+
+
+@pytest.mark.parametrize("mtype", ["button", "interactive"])
+def test_inbound_meta_button_and_interactive_replies(cbsim, rx, mtype):
+    """type button: Meta's quick-reply button message; interactive: a button_reply. Both carry the
+    context of the business's message they answer (its display number and an outgoing wamid)."""
+    posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="Stop promotions",
+           type=mtype, id="wamid.btn", timestamp=1700000001)
+    item = rx.wait(1)[0]
+    assert_signed("whatsapp_meta", item)
+    msg = meta_value(item)[1]["messages"][0]
+    context = msg.pop("context")
+    assert context["from"] == "15550783881" and WAMID_RE.match(context["id"]), context
+    assert wamid_parts(context["id"])[:2] == (IN_FROM[1:], False)
+    want = {"from": IN_FROM[1:], "id": "wamid.btn", "timestamp": "1700000001", "type": mtype}
+    if mtype == "button":
+        want["button"] = {"payload": "Stop promotions", "text": "Stop promotions"}
+    else:
+        want["interactive"] = {"type": "button_reply", "button_reply": {"id": "b1", "title": "Stop promotions"}}
+    assert msg == want, msg
+
+
+def test_inbound_meta_image_with_and_without_caption(cbsim, rx):
+    """type image: Meta's image object (media id, image/jpeg, base64 SHA-256); the text, when
+    given, is its caption, and may be left out."""
+    posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, type="image", text="look")
+    posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, type="image")
+    first, second = [meta_value(i)[1]["messages"][0] for i in rx.wait(2)]
+    for msg, caption in ((first, "look"), (second, None)):
+        assert msg["type"] == "image" and "text" not in msg, msg
+        image = msg["image"]
+        assert image.pop("caption", None) == caption
+        assert re.match(r"^\d{16}$", image.pop("id")) and image.pop("mime_type") == "image/jpeg", image
+        assert len(base64.b64decode(image.pop("sha256"), validate=True)) == 32 and image == {}, image
+
+
+def test_inbound_waha_is_wahas_message_event(cbsim, rx):
+    """provider waha: WAHA's `message` event (WEBJS engine) POSTed to URL/webhooks/waha, signed with
+    X-Webhook-Hmac (SHA-512); with `me`, the envelope's me and the payload's to name the session's
+    number; without, neither is there."""
+    rx.answers.append((201, "text/plain", b"ok"))
+    t0 = time.time() * 1000
+    data = posted(cbsim, provider="waha", session="sales", me="15550100000", **{"from": IN_FROM}, text="STOP",
+                  id="false_6281234567890@c.us_ABCDEF0123", timestamp=1700000002)
+    assert data == {"id": "false_6281234567890@c.us_ABCDEF0123", "status": 201, "result": "ok", "body": "ok",
+                    "url": rx.url + "/webhooks/waha"}, data
+    item = rx.wait(1)[0]
+    assert item["path"] == "/webhooks/waha" and item["headers"]["content-type"] == "application/json"
+    assert item["headers"]["user-agent"].startswith("WAHA/")
+    assert_signed("whatsapp_qr", item)
+    event = json.loads(item["body"])
+    assert re.match(r"^evt_[0-9a-z]{26}$", event.pop("id")) and abs(event.pop("timestamp") - t0) < 60000, event
+    assert event == {"event": "message", "session": "sales",
+                     "me": {"id": "15550100000@c.us", "pushName": "Omnigate Sim"},
+                     "payload": {"id": "false_6281234567890@c.us_ABCDEF0123", "timestamp": 1700000002,
+                                 "from": "6281234567890@c.us", "fromMe": False, "to": "15550100000@c.us",
+                                 "body": "STOP", "hasMedia": False, "ack": 1, "ackName": "SERVER", "vCards": []},
+                     "engine": "WEBJS",
+                     "environment": {"version": "2024.10.8", "engine": "WEBJS", "tier": "CORE",
+                                     "browser": "/usr/bin/chromium"}}, event
+    t1 = int(time.time())
+    data = posted(cbsim, provider="waha", session="default", **{"from": IN_FROM}, text="hi")
+    event = json.loads(rx.wait(2)[1]["body"])
+    assert "me" not in event and "to" not in event["payload"], event
+    assert re.match(r"^false_6281234567890@c\.us_[0-9A-F]{20}$", data["id"]) and event["payload"]["id"] == data["id"]
+    assert abs(event["payload"]["timestamp"] - t1) <= 5
+
+
+def test_inbound_twilio_is_twilios_incoming_message_webhook(cbsim, rx):
+    """provider twilio: Twilio's incoming-message webhook, form-encoded in Twilio's field order, to
+    URL/webhooks/twilio/inbound, signed with X-Twilio-Signature over that URL; NumSegments is
+    counted as the send endpoint counts; the TwiML answer comes back in the control answer."""
+    twiml = b'<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
+    rx.answers.append((200, "text/xml", twiml))
+    sid = "SM" + "0123456789abcdef" * 2
+    text = "x" * 161  # two GSM-7 segments
+    data = posted(cbsim, provider="twilio", to=SMS_IN, **{"from": IN_FROM}, text=text, id=sid)
+    url = rx.url + "/webhooks/twilio/inbound"
+    assert data == {"id": sid, "status": 200, "result": "ok", "body": twiml.decode(), "url": url}, data
+    item = rx.wait(1)[0]
+    assert item["path"] == "/webhooks/twilio/inbound"
+    assert item["headers"]["content-type"] == "application/x-www-form-urlencoded"
+    assert item["headers"]["user-agent"] == "TwilioProxy/1.1"
+    assert_signed("sms", item, url)
+    pairs = urllib.parse.parse_qsl(item["body"].decode(), keep_blank_values=True, strict_parsing=True)
+    assert pairs == [("ToCountry", ""), ("ToState", ""), ("SmsMessageSid", sid), ("NumMedia", "0"), ("ToCity", ""),
+                     ("FromZip", ""), ("SmsSid", sid), ("FromState", ""), ("SmsStatus", "received"),
+                     ("FromCity", ""), ("Body", text), ("FromCountry", ""), ("To", SMS_IN), ("ToZip", ""),
+                     ("NumSegments", "2"), ("MessageSid", sid), ("AccountSid", SMS_SID), ("From", IN_FROM),
+                     ("ApiVersion", "2010-04-01")], pairs
+    data = posted(cbsim, provider="twilio", to=SMS_IN, **{"from": IN_FROM}, text="Olá ✓ STOP & más")
+    fields = form_fields(rx.wait(2)[1]["body"])
+    assert re.match(r"^SM[0-9a-f]{32}$", data["id"]) and fields["MessageSid"] == data["id"]
+    assert fields["Body"] == "Olá ✓ STOP & más" and fields["NumSegments"] == "1"
+
+
+def test_inbound_recorded_and_counted_as_a_callback_try(cbsim, rx):
+    """Each inbound POST is recorded in GET /__sim/callbacks (provider, channel, messageId = the
+    inbound id, the request, the gateway's status) and counted as a callback try; a refusal is
+    passed back, counted as failed and never retried."""
+    rx.answers.append((401, "application/json", b'{"error":{"code":"invalid_signature"}}'))
+    data = posted(cbsim, provider="twilio", to=SMS_IN, **{"from": IN_FROM}, text="hi")
+    assert (data["status"], data["result"], data["body"]) == (401, "ok", '{"error":{"code":"invalid_signature"}}')
+    posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="hi", id="wamid.rec")
+    posted(cbsim, provider="waha", session="default", **{"from": IN_FROM}, text="hi", id="waha-rec")
+    assert not wait_for(lambda: len(rx.got()) > 3, 1.5)  # no retry of the 401 (it would come after 1 s)
+    assert cb_stats(cbsim) == {"sent": 3, "ok": 2, "failed": 1, "retried": 0, "abandoned": 0, "pending": 0}
+    recs = cbsim.control("GET", "/__sim/callbacks")[1]["data"]["items"]
+    assert [(r["provider"], r["channel"], r["messageId"], r["status"], r["result"], r["tries"]) for r in recs] == [
+        ("twilio", "sms", data["id"], 401, "ok", 1), ("meta", "whatsapp_meta", "wamid.rec", 200, "ok", 1),
+        ("waha", "whatsapp_qr", "waha-rec", 200, "ok", 1)], recs
+    for rec, item in zip(recs, rx.got()):
+        assert rec["url"] == rx.url + item["path"] and rec["body"] == item["body"].decode()
+        assert rec["headers"]["content-type"] == item["headers"]["content-type"]
+        assert abs(rec["sentAt"] - time.time() * 1000) < 60000
+
+
+def test_inbound_answer_body_is_cut_at_4_kib(cbsim, rx):
+    """The control answer carries the first 4 KiB of the gateway's body, cut at a character."""
+    rx.answers.append((200, "text/plain; charset=utf-8", ("a" + "é" * 3000).encode()))
+    data = posted(cbsim, provider="meta", phoneNumberId=META_PHONE_ID, **{"from": IN_FROM}, text="hi")
+    assert data["body"] == "a" + "é" * 2047, len(data["body"])
+
+
+def test_inbound_unreachable_gateway(tmp_path):
+    """A gateway that does not listen: answered 200 with status null, result unreachable, body null,
+    the try recorded and counted as failed."""
+    s = Sim(tmp_path, env={"OMNIGATE_SIM_CALLBACK_URL": "http://127.0.0.1:%d" % free_port()})
+    try:
+        data = posted(s, provider="twilio", to=SMS_IN, **{"from": IN_FROM}, text="hi")
+        assert (data["status"], data["result"], data["body"]) == (None, "unreachable", None), data
+        assert cb_stats(s) == {"sent": 1, "ok": 0, "failed": 1, "retried": 0, "abandoned": 0, "pending": 0}
+        [rec] = s.control("GET", "/__sim/callbacks")[1]["data"]["items"]
+        assert (rec["status"], rec["result"], rec["messageId"]) == (None, "unreachable", data["id"])
+    finally:
+        rc = s.stop()
+    assert_clean(s, rc)
+
+
+@pytest.mark.parametrize("provider", ["meta", "waha", "twilio"])
+def test_inbound_bad_or_no_signature(cbsim, rx, provider):
+    """signature "bad": the provider's signature header(s), well formed, that do not verify;
+    "none": no signature header at all."""
+    body = {"meta": {"phoneNumberId": META_PHONE_ID}, "waha": {"session": "default"},
+            "twilio": {"to": SMS_IN}}[provider]
+    channel = {"meta": "whatsapp_meta", "waha": "whatsapp_qr", "twilio": "sms"}[provider]
+    posted(cbsim, provider=provider, **{"from": IN_FROM}, text="STOP", signature="bad", **body)
+    posted(cbsim, provider=provider, **{"from": IN_FROM}, text="STOP", signature="none", **body)
+    bad, none = rx.wait(2)
+    h = bad["headers"]
+    if provider == "meta":
+        assert re.match(r"^sha256=[0-9a-f]{64}$", h["x-hub-signature-256"])
+        assert h["x-hub-signature-256"] != meta_signature(bad["body"])
+    elif provider == "waha":
+        assert re.match(r"^[0-9a-f]{128}$", h["x-webhook-hmac"]) and h["x-webhook-hmac-algorithm"] == "sha512"
+        assert h["x-webhook-hmac"] != waha_signature(bad["body"])
+    else:
+        url = rx.url + "/webhooks/twilio/inbound"
+        assert len(base64.b64decode(h["x-twilio-signature"], validate=True)) == 20
+        assert h["x-twilio-signature"] != twilio_signature(url, form_fields(bad["body"]))
+    with pytest.raises(AssertionError):
+        assert_signed(channel, bad, rx.url + "/webhooks/twilio/inbound")
+    assert not {"x-hub-signature-256", "x-webhook-hmac", "x-webhook-hmac-algorithm",
+                "x-twilio-signature"} & set(none["headers"]), none
+
+
+IN_META = {"provider": "meta", "phoneNumberId": META_PHONE_ID, "from": IN_FROM, "text": "hi"}
+IN_WAHA = {"provider": "waha", "session": "default", "from": IN_FROM, "text": "hi"}
+IN_TWILIO = {"provider": "twilio", "to": SMS_IN, "from": IN_FROM, "text": "hi"}
+
+
+def but(base, **changes):
+    """base with changes; a value None removes the field."""
+    out = dict(base, **changes)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+@pytest.mark.parametrize("body,field,code", [
+    ({"from": IN_FROM, "text": "hi"}, "provider", "validation_failed"),
+    (but(IN_META, provider="telegram"), "provider", "validation_failed"),
+    (but(IN_META, provider=5), "provider", "validation_failed"),
+    (but(IN_META, phoneNumberId=None), "phoneNumberId", "validation_failed"),
+    (but(IN_META, phoneNumberId="12a"), "phoneNumberId", "validation_failed"),
+    (but(IN_META, phoneNumberId="1" * 21), "phoneNumberId", "validation_failed"),
+    (but(IN_META, displayPhoneNumber="+1555"), "displayPhoneNumber", "validation_failed"),
+    (but(IN_META, wabaId="waba"), "wabaId", "validation_failed"),
+    (but(IN_META, **{"from": None}), "from", "validation_failed"),
+    (but(IN_META, **{"from": "6281234567890"}), "from", "validation_failed"),
+    (but(IN_META, **{"from": "+1234567"}), "from", "validation_failed"),
+    (but(IN_META, **{"from": "+1234567890123456"}), "from", "validation_failed"),
+    (but(IN_META, text=None), "text", "validation_failed"),
+    (but(IN_META, text=""), "text", "validation_failed"),
+    (but(IN_META, text="x" * 4097), "text", "validation_failed"),
+    (but(IN_META, type="video"), "type", "validation_failed"),
+    (but(IN_META, type="button", text=None), "text", "validation_failed"),
+    (but(IN_META, name=""), "name", "validation_failed"),
+    (but(IN_META, id="has space"), "id", "validation_failed"),
+    (but(IN_META, timestamp="now"), "timestamp", "validation_failed"),
+    (but(IN_META, timestamp=-1), "timestamp", "validation_failed"),
+    (but(IN_META, signature="maybe"), "signature", "validation_failed"),
+    (but(IN_META, session="default"), "session", "unknown_field"),
+    (but(IN_META, colour="red"), "colour", "unknown_field"),
+    (but(IN_WAHA, session=None), "session", "validation_failed"),
+    (but(IN_WAHA, session=""), "session", "validation_failed"),
+    (but(IN_WAHA, me="me"), "me", "validation_failed"),
+    (but(IN_WAHA, type="text"), "type", "unknown_field"),
+    (but(IN_WAHA, to=SMS_IN), "to", "unknown_field"),
+    (but(IN_TWILIO, to=None), "to", "validation_failed"),
+    (but(IN_TWILIO, to="15550001111"), "to", "validation_failed"),
+    (but(IN_TWILIO, id="SM123"), "id", "validation_failed"),
+    (but(IN_TWILIO, id="MM" + "0" * 32), "id", "validation_failed"),
+    (but(IN_TWILIO, text="x" * 1601), "text", "validation_failed"),
+    (but(IN_TWILIO, timestamp=1700000000), "timestamp", "unknown_field"),
+    (but(IN_TWILIO, phoneNumberId=META_PHONE_ID), "phoneNumberId", "unknown_field"),
+])
+def test_inbound_validation(cbsim, rx, body, field, code):
+    """Anything wrong in the request is 422 naming the field (unknown fields too, including another
+    provider's), and nothing is POSTed."""
+    status, j = inbound(cbsim, **body)
+    assert status == 422 and j["success"] is False and j["error"]["code"] == code, j
+    assert j["error"]["field"] == field, j
+    assert cb_stats(cbsim)["sent"] == 0 and rx.got() == []
+
+
+def test_inbound_texts_at_their_limits_are_taken(cbsim, rx):
+    """4096 characters on WhatsApp and 1600 on SMS are taken, as is a blank text."""
+    posted(cbsim, **but(IN_META, text="é" * 4096))
+    posted(cbsim, **but(IN_TWILIO, text="x" * 1600))
+    posted(cbsim, **but(IN_WAHA, text="   "))
+    items = rx.wait(3)
+    assert meta_value(items[0])[1]["messages"][0]["text"]["body"] == "é" * 4096
+    assert form_fields(items[1]["body"])["NumSegments"] == "11"
+    assert json.loads(items[2]["body"])["payload"]["body"] == "   "
+
+
+def test_inbound_without_callback_url_is_409(sim):
+    """Without --callback-url there is nowhere to post: 409 no_callback_url, nothing counted."""
+    for body in (IN_META, IN_WAHA, IN_TWILIO):
+        status, j = inbound(sim, **body)
+        assert status == 409 and j["success"] is False and j["error"]["code"] == "no_callback_url", j
+    assert cb_stats(sim)["sent"] == 0
+
+
+def test_sigterm_answers_a_waiting_inbound_request(tmp_path):
+    """SIGTERM while the gateway has not answered an inbound POST: the waiting control request is
+    answered 503 at once, and the process exits 0 long before the gateway would have answered."""
+    r = Receiver()
+    r.hold["/webhooks/meta"] = 5.0
+    s = Sim(tmp_path, env={"OMNIGATE_SIM_CALLBACK_URL": r.url})
+    try:
+        waiting = Conn(s.port, timeout=10)
+        waiting.send(request_bytes("POST", INBOUND, [("Content-Type", "application/json")], json.dumps(IN_META)))
+        r.wait(1)
+        assert cb_stats(s)["pending"] == 1
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        resp = waiting.read_response(timeout=3)
+        assert resp.status == 503 and resp.json()["error"]["code"] == "unavailable", resp
+        assert resp.header("Connection") == "close", resp
+        s.proc.wait(timeout=10)
+        assert time.monotonic() - t0 < 2.5
+        waiting.close()
+    finally:
+        rc = s.stop()
+        r.close()
+    assert_clean(s, rc)

@@ -16,6 +16,9 @@
  * A run may also carry one ready-made body instead of a script: Meta's template status webhook
  * (message_template_status_update), which is about a template, not a message, and goes out once,
  * at once, with the same signature, retries and records.
+ *
+ * The signing, the request set-up and the records are shared with inbound.c (sim.h), whose
+ * inbound messages are one POST each on this same client, counted and recorded as tries here.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -45,8 +48,7 @@
 #define CB_RECORDS_MAX 10000
 
 /* The business account and number Meta's callbacks name (from Meta's own examples). */
-#define META_WABA_ID        "102290129340398"
-#define META_DISPLAY_NUMBER "15550783881"
+#define META_WABA_ID "102290129340398"
 
 typedef enum cb_status { CB_SENT, CB_DELIVERED, CB_READ, CB_FAILED } cb_status_t;
 
@@ -220,9 +222,9 @@ bool sim_cb_take_flag(int *argc, char **argv, char *err, size_t errlen)
 
 /* ---- set-up and shut-down ----------------------------------------------------------------- */
 
-static const char *secret_of(const sim_cbs_t *cbs, sim_channel_t ch)
+const char *sim_cb_secret(const sim_t *s, sim_channel_t ch)
 {
-    const og_config_t *cfg = cbs->s->w->cfg;
+    const og_config_t *cfg = s->w->cfg;
     const char *k = ch == SIM_CH_META ? cfg->meta_app_secret
                     : ch == SIM_CH_QR ? cfg->qr_webhook_secret
                                       : cfg->sms_auth_token;
@@ -253,8 +255,8 @@ int sim_cb_start(sim_t *s, const char *url)
     char esc[512];
     og_log(&s->w->log, OG_LOG_INFO, "callbacks on",
            "\"url\":\"%s\",\"metaSigned\":%s,\"wahaSigned\":%s,\"twilioSigned\":%s",
-           og_log_escape(esc, sizeof(esc), cbs->url, len), secret_of(cbs, SIM_CH_META) ? "true" : "false",
-           secret_of(cbs, SIM_CH_QR) ? "true" : "false", secret_of(cbs, SIM_CH_SMS) ? "true" : "false");
+           og_log_escape(esc, sizeof(esc), cbs->url, len), sim_cb_secret(s, SIM_CH_META) ? "true" : "false",
+           sim_cb_secret(s, SIM_CH_QR) ? "true" : "false", sim_cb_secret(s, SIM_CH_SMS) ? "true" : "false");
     return 0;
 }
 
@@ -407,8 +409,7 @@ static bool hmac_hex(const EVP_MD *md, const char *key, const char *data, size_t
     return true;
 }
 
-/* Sets r's body to v (taking the reference) as compact JSON. */
-static bool json_body(og_hc_req_t *r, json_t *v)
+bool sim_json_body(og_hc_req_t *r, json_t *v)
 {
     r->body = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
     json_decref(v);
@@ -450,8 +451,7 @@ static json_t *meta_status(const sim_cb_run_t *run, cb_status_t st)
     return status;
 }
 
-/* X-Hub-Signature-256 over r's body, when Meta's app secret is set. */
-static bool meta_sign(og_hc_req_t *r, const char *secret)
+bool sim_sign_meta(og_hc_req_t *r, const char *secret)
 {
     char hex[2 * EVP_MAX_MD_SIZE + 1];
     return secret == NULL || (hmac_hex(EVP_sha256(), secret, r->body, r->body_len, hex) &&
@@ -464,8 +464,8 @@ static bool meta_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st
         json_pack("{s:s, s:[{s:s, s:[{s:s, s:{s:s, s:{s:s, s:s}, s:[o]}}]}]}", "object",
                   "whatsapp_business_account", "entry", "id", META_WABA_ID, "changes", "field", "messages",
                   "value", "messaging_product", "whatsapp", "metadata", "display_phone_number",
-                  META_DISPLAY_NUMBER, "phone_number_id", run->account, "statuses", meta_status(run, st));
-    return json_body(r, v) && meta_sign(r, secret);
+                  SIM_META_DISPLAY_NUMBER, "phone_number_id", run->account, "statuses", meta_status(run, st));
+    return sim_json_body(r, v) && sim_sign_meta(r, secret);
 }
 
 /* A run's ready body (only Meta's template webhook has one), the same bytes on every try. */
@@ -475,7 +475,21 @@ static bool ready_request(og_hc_req_t *r, const sim_cb_run_t *run, const char *s
     if (r->body == NULL)
         return false;
     r->body_len = strlen(r->body);
-    return og_hc_req_add_header(r, "Content-Type: application/json") && meta_sign(r, secret);
+    return og_hc_req_add_header(r, "Content-Type: application/json") && sim_sign_meta(r, secret);
+}
+
+bool sim_sign_waha(og_hc_req_t *r, const char *secret)
+{
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+    return secret == NULL || (hmac_hex(EVP_sha512(), secret, r->body, r->body_len, hex) &&
+                              og_hc_req_add_header(r, "X-Webhook-Hmac: %s", hex) &&
+                              og_hc_req_add_header(r, "X-Webhook-Hmac-Algorithm: sha512"));
+}
+
+void sim_waha_event_id(sim_t *s, char out[SIM_WAHA_EVENT_ID_SIZE])
+{
+    memcpy(out, "evt_", 4);
+    sim_rand_chars(s, out + 4, SIM_WAHA_EVENT_ID_SIZE - 5, "0123456789abcdefghjkmnpqrstvwxyz");
 }
 
 static bool waha_request(og_hc_req_t *r, sim_t *s, const sim_cb_run_t *run, cb_status_t st,
@@ -483,27 +497,19 @@ static bool waha_request(og_hc_req_t *r, sim_t *s, const sim_cb_run_t *run, cb_s
 {
     static const int acks[] = {1, 2, 3, -1};
     static const char *const ack_names[] = {"SERVER", "DEVICE", "READ", "ERROR"};
-    char evt[31] = "evt_";
-    sim_rand_chars(s, evt + 4, 26, "0123456789abcdefghjkmnpqrstvwxyz");
+    char evt[SIM_WAHA_EVENT_ID_SIZE];
+    sim_waha_event_id(s, evt);
     json_t *v =
         json_pack("{s:s, s:I, s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:s, s:b, s:i, s:s}}", "id", evt,
                   "timestamp", (json_int_t)sim_now_ms(), "event", "message.ack", "session", run->account,
                   "me", "id", run->from, "pushName", "Omnigate Sim", "payload", "id", run->id, "from",
                   run->from, "to", run->to, "fromMe", 1, "ack", acks[st], "ackName", ack_names[st]);
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-    return json_body(r, v) &&
-           (secret == NULL || (hmac_hex(EVP_sha512(), secret, r->body, r->body_len, hex) &&
-                               og_hc_req_add_header(r, "X-Webhook-Hmac: %s", hex) &&
-                               og_hc_req_add_header(r, "X-Webhook-Hmac-Algorithm: sha512")));
+    return sim_json_body(r, v) && sim_sign_waha(r, secret);
 }
-
-typedef struct cb_field {
-    const char *name, *value;
-} cb_field_t;
 
 static int field_cmp(const void *a, const void *b)
 {
-    return strcmp(((const cb_field_t *)a)->name, ((const cb_field_t *)b)->name);
+    return strcmp(((const sim_field_t *)a)->name, ((const sim_field_t *)b)->name);
 }
 
 /* application/x-www-form-urlencoded: all but the RFC 3986 unreserved characters as %XX. */
@@ -518,29 +524,13 @@ static void form_put(FILE *f, const char *v)
     }
 }
 
-/* Twilio's status callback. X-Twilio-Signature is base64(HMAC-SHA1(auth token, the URL posted
- * to, then each field sorted by name as name and value with no separators)). */
-static bool twilio_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st, const char *secret)
+bool sim_form_twilio(og_hc_req_t *r, const char *url, const sim_field_t *fields, size_t n, const char *secret)
 {
-    static const char *const names[] = {"sent", "delivered", "read", NULL};
-    const cb_failure_t *f = scripts[run->script].failure;
-    const char *status = st == CB_FAILED ? f->twilio_status : names[st];
-    cb_field_t fields[10];
-    size_t n = 0;
-    fields[n++] = (cb_field_t){"MessageSid", run->id};
-    fields[n++] = (cb_field_t){"SmsSid", run->id};
-    fields[n++] = (cb_field_t){"AccountSid", run->account};
-    fields[n++] = (cb_field_t){"MessageStatus", status};
-    fields[n++] = (cb_field_t){"SmsStatus", status};
-    if (st == CB_FAILED)
-        fields[n++] = (cb_field_t){"ErrorCode", f->twilio_code};
-    fields[n++] = (cb_field_t){"To", run->to};
-    if (run->from[0] != '\0')
-        fields[n++] = (cb_field_t){"From", run->from};
-    if (run->service[0] != '\0')
-        fields[n++] = (cb_field_t){"MessagingServiceSid", run->service};
-    fields[n++] = (cb_field_t){"ApiVersion", "2010-04-01"};
-    qsort(fields, n, sizeof(*fields), field_cmp);
+    sim_field_t sorted[SIM_FORM_FIELDS_MAX];
+    if (n > SIM_FORM_FIELDS_MAX)
+        return false;
+    memcpy(sorted, fields, n * sizeof(*fields));
+    qsort(sorted, n, sizeof(*sorted), field_cmp);
 
     char *text = NULL;
     size_t text_len = 0;
@@ -548,15 +538,15 @@ static bool twilio_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t 
     FILE *signed_text = open_memstream(&text, &text_len);
     bool ok = body != NULL && signed_text != NULL;
     if (ok) {
-        fputs(run->url, signed_text);
+        fputs(url, signed_text);
         for (size_t i = 0; i < n; i++) {
             if (i > 0)
                 fputc('&', body);
             form_put(body, fields[i].name);
             fputc('=', body);
             form_put(body, fields[i].value);
-            fputs(fields[i].name, signed_text);
-            fputs(fields[i].value, signed_text);
+            fputs(sorted[i].name, signed_text);
+            fputs(sorted[i].value, signed_text);
         }
     }
     ok &= body == NULL || fclose(body) == 0;
@@ -577,22 +567,52 @@ static bool twilio_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t 
     return ok && r->body != NULL;
 }
 
-/* Builds the run's current callback into hreq, for its first try and every retry. */
+/* Twilio's status callback: its fields sorted by name, in the body as in the signature. */
+static bool twilio_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st, const char *secret)
+{
+    static const char *const names[] = {"sent", "delivered", "read", NULL};
+    const cb_failure_t *f = scripts[run->script].failure;
+    const char *status = st == CB_FAILED ? f->twilio_status : names[st];
+    sim_field_t fields[10];
+    size_t n = 0;
+    fields[n++] = (sim_field_t){"MessageSid", run->id};
+    fields[n++] = (sim_field_t){"SmsSid", run->id};
+    fields[n++] = (sim_field_t){"AccountSid", run->account};
+    fields[n++] = (sim_field_t){"MessageStatus", status};
+    fields[n++] = (sim_field_t){"SmsStatus", status};
+    if (st == CB_FAILED)
+        fields[n++] = (sim_field_t){"ErrorCode", f->twilio_code};
+    fields[n++] = (sim_field_t){"To", run->to};
+    if (run->from[0] != '\0')
+        fields[n++] = (sim_field_t){"From", run->from};
+    if (run->service[0] != '\0')
+        fields[n++] = (sim_field_t){"MessagingServiceSid", run->service};
+    fields[n++] = (sim_field_t){"ApiVersion", "2010-04-01"};
+    qsort(fields, n, sizeof(*fields), field_cmp);
+    return sim_form_twilio(r, run->url, fields, n, secret);
+}
+
 static void on_try_done(og_hc_req_t *r);
 
+bool sim_cb_request_init(og_hc_req_t *r, sim_channel_t ch, const char *url, void (*done)(og_hc_req_t *r))
+{
+    og_hc_req_clear(r);
+    r->method = "POST";
+    r->url = strdup(url);
+    r->timeout_ms = CB_TIMEOUT_MS;
+    r->max_response = CB_MAX_RESPONSE;
+    r->done = done;
+    return r->url != NULL && og_hc_req_add_header(r, "User-Agent: %s", user_agents[ch]);
+}
+
+/* Builds the run's current callback into hreq, for its first try and every retry. */
 static bool build_request(sim_cb_run_t *run)
 {
     sim_cbs_t *cbs = run->cbs;
     og_hc_req_t *r = &run->hreq;
-    og_hc_req_clear(r);
-    r->method = "POST";
-    r->url = strdup(run->url);
-    r->timeout_ms = CB_TIMEOUT_MS;
-    r->max_response = CB_MAX_RESPONSE;
-    r->done = on_try_done;
-    if (r->url == NULL || !og_hc_req_add_header(r, "User-Agent: %s", user_agents[run->ch]))
+    if (!sim_cb_request_init(r, run->ch, run->url, on_try_done))
         return false;
-    const char *secret = secret_of(cbs, run->ch);
+    const char *secret = sim_cb_secret(cbs->s, run->ch);
     if (run->ready != NULL)
         return ready_request(r, run, secret);
     cb_status_t st = scripts[run->script].steps[run->step];
@@ -608,9 +628,10 @@ static bool build_request(sim_cb_run_t *run)
 
 /* ---- running the scripts ------------------------------------------------------------------ */
 
-static void record_try(sim_cbs_t *cbs, const sim_cb_run_t *run)
+/* Keeps one ended try for GET /__sim/callbacks: the request as sent and what came back. */
+static void record_try(sim_cbs_t *cbs, sim_channel_t ch, const char *message_id, const og_hc_req_t *r,
+                       unsigned tries, int64_t sent_at)
 {
-    const og_hc_req_t *r = &run->hreq;
     json_t *headers = json_object();
     for (int i = 0; i < r->nheaders; i++) {
         const char *h = og_hc_req_header(r, i), *colon = strchr(h, ':');
@@ -623,11 +644,11 @@ static void record_try(sim_cbs_t *cbs, const sim_cb_run_t *run)
         name[n] = '\0';
         json_object_set_new(headers, name, json_string(colon + 1 + strspn(colon + 1, " ")));
     }
-    json_t *rec = json_pack(
-        "{s:s, s:s, s:s, s:s, s:o, s:s%, s:o, s:s, s:i, s:I}", "provider", providers[run->ch], "channel",
-        sim_channel_name(run->ch), "messageId", run->id, "url", r->url, "headers", headers, "body", r->body,
-        r->body_len, "status", r->http_status > 0 ? json_integer(r->http_status) : json_null(), "result",
-        og_hc_result_name(r->result), "tries", (int)run->tries, "sentAt", (json_int_t)run->sent_at);
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s%, s:o, s:s, s:i, s:I}", "provider", providers[ch],
+                            "channel", sim_channel_name(ch), "messageId", message_id, "url", r->url,
+                            "headers", headers, "body", r->body, r->body_len, "status",
+                            r->http_status > 0 ? json_integer(r->http_status) : json_null(), "result",
+                            og_hc_result_name(r->result), "tries", (int)tries, "sentAt", (json_int_t)sent_at);
     if (rec == NULL)
         return;
     json_decref(cbs->ring[cbs->head]);
@@ -687,7 +708,7 @@ static void on_try_done(og_hc_req_t *r)
     og_log_t *log = &cbs->s->w->log;
     unsigned steps = run_steps(run);
     bool ok = r->result == OG_HC_OK && r->http_status >= 200 && r->http_status < 300;
-    record_try(cbs, run);
+    record_try(cbs, run->ch, run->id, r, run->tries, run->sent_at);
     if (ok)
         cbs->counts.ok++;
     else
@@ -833,6 +854,44 @@ bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev)
     cbs->pending += run_steps(run);
     uv_timer_start(&run->timer, on_timer, 0, 0);
     return true;
+}
+
+/* ---- one-off POSTs (inbound.c) ------------------------------------------------------------ */
+
+const char *sim_cb_provider_name(sim_channel_t ch)
+{
+    return (unsigned)ch < SIM_CH__COUNT ? providers[ch] : "?";
+}
+
+og_hc_t *sim_cb_client(const sim_t *s)
+{
+    return s->cbs != NULL && !s->cbs->draining ? s->cbs->hc : NULL;
+}
+
+const char *sim_cb_base_url(const sim_t *s)
+{
+    return s->cbs != NULL ? s->cbs->url : NULL;
+}
+
+void sim_cb_try_started(sim_t *s)
+{
+    s->cbs->counts.sent++;
+    s->cbs->pending++;
+}
+
+void sim_cb_try_ended(sim_t *s, sim_channel_t ch, const char *message_id, const og_hc_req_t *r,
+                      int64_t sent_at)
+{
+    sim_cbs_t *cbs = s->cbs;
+    cbs->pending--;
+    /* Like a run's try dropped by a drain: neither recorded nor counted as failed. */
+    if (r->result == OG_HC_CANCELLED)
+        return;
+    record_try(cbs, ch, message_id, r, 1, sent_at);
+    if (r->result == OG_HC_OK && r->http_status >= 200 && r->http_status < 300)
+        cbs->counts.ok++;
+    else
+        cbs->counts.failed++;
 }
 
 /* ---- control API -------------------------------------------------------------------------- */

@@ -168,6 +168,11 @@ static bool header_equals(const og_http_req_t *req, const char *name, const char
     "Error validating access token: Session has expired on Friday, 01-Nov-24 04:00:00 PDT. The current "     \
     "time is later."
 
+/* Meta's words for 131050, a recipient who stopped the business's marketing messages. */
+#define META_OPTED_OUT                                                                                       \
+    "Unable to deliver the message. This recipient has chosen to stop receiving marketing messages on "      \
+    "WhatsApp from your business."
+
 /* {"error":{"message","type","code"[,"error_data"][,"error_subcode"],"fbtrace_id"}} */
 static void meta_error(sim_t *s, sim_answer_t *a, int status, int code, int subcode, const char *message,
                        const char *details)
@@ -560,24 +565,24 @@ static const char *meta_invalid(json_t *root, bool to_ok, char *buf, size_t bufl
     return NULL;
 }
 
-/* "wamid." and base64 of what Meta's ids carry (a length-prefixed number and a random hex id),
- * so they look and decode like the real ones. */
-static void meta_wamid(sim_t *s, const char *digits, char out[128])
+void sim_meta_wamid(sim_t *s, const char *digits, bool incoming, char out[128])
 {
+    /* A length-prefixed number, a direction byte, then a length-prefixed hex id: 18 characters for
+     * a message a business sent, 20 for one it received (as in Meta's examples). */
     unsigned char raw[64];
-    size_t n = strlen(digits), o = 0;
+    size_t n = strnlen(digits, 20), o = 0, hex_n = incoming ? 20 : 18;
     raw[o++] = 0x1c;
     raw[o++] = 0x18;
     raw[o++] = (unsigned char)n;
     memcpy(raw + o, digits, n);
     o += n;
-    static const unsigned char mid[] = {0x15, 0x02, 0x00, 0x11, 0x18, 0x12};
+    const unsigned char mid[] = {0x15, 0x02, 0x00, incoming ? 0x12 : 0x11, 0x18, (unsigned char)hex_n};
     memcpy(raw + o, mid, sizeof(mid));
     o += sizeof(mid);
-    char hex[19];
-    sim_rand_chars(s, hex, 18, "0123456789ABCDEF");
-    memcpy(raw + o, hex, 18);
-    o += 18;
+    char hex[21];
+    sim_rand_chars(s, hex, hex_n, "0123456789ABCDEF");
+    memcpy(raw + o, hex, hex_n);
+    o += hex_n;
     raw[o++] = 0x00;
     memcpy(out, "wamid.", 6);
     base64_encode(raw, o, out + 6);
@@ -638,6 +643,9 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
         meta_error(s, a, 400, 131026, 0, "(#131026) Message undeliverable",
                    "Message Undeliverable: the recipient cannot receive this message.");
         break;
+    case SIM_OPTED_OUT:
+        meta_error(s, a, 400, 131050, 0, "(#131050) " META_OPTED_OUT, META_OPTED_OUT);
+        break;
     case SIM_ERROR:
         meta_error(s, a, 500, 131000, 0, "(#131000) Something went wrong",
                    "Something went wrong. Please retry later.");
@@ -650,7 +658,7 @@ static int meta_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m, 
         break;
     default: {
         char wamid[128];
-        meta_wamid(s, digits, wamid);
+        sim_meta_wamid(s, digits, false, wamid);
         size_t len = 0;
         /* `to` and the id are digits, '+' and base64: nothing to escape. */
         char *body =
@@ -955,7 +963,8 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
         return SIM_STAT_RATE_LIMITED;
     }
     switch (plan->behaviour) {
-    case SIM_REJECT: {
+    case SIM_REJECT:
+    case SIM_OPTED_OUT: { /* WAHA has no answer of its own for a recipient who opted out */
         char msg[96];
         snprintf(msg, sizeof(msg), "The number %s is not registered on WhatsApp", digits);
         waha_error(a, 400, json_string(msg), "Bad Request");
@@ -1113,6 +1122,9 @@ static int twilio_answer(sim_t *s, og_http_req_t *req, const og_route_match_t *m
     }
     switch (plan->behaviour) {
     case SIM_REJECT:
+        twilio_error(a, 400, 21211, "Invalid 'To' Phone Number");
+        break;
+    case SIM_OPTED_OUT:
         twilio_error(a, 400, 21610, "Attempt to send to unsubscribed recipient");
         break;
     case SIM_ERROR:

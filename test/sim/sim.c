@@ -88,7 +88,7 @@ static const char *const channel_names[SIM_CH__COUNT] = {"whatsapp_qr", "whatsap
 // clang-format off
 /* The behaviours in sim_behaviour_t's order, then the SIM_STAT_* outcomes. */
 static const char *const stat_names[SIM_STAT__COUNT] = {
-    "ok", "reject", "error", "hang", "reset", "garbage", "throttle", "auth",
+    "ok", "reject", "error", "hang", "reset", "garbage", "throttle", "auth", "opted_out",
     "unauthorized", "invalid", "rate_limited"
 };
 // clang-format on
@@ -495,9 +495,7 @@ static void records_clear(sim_t *s)
     s->head = s->count = 0;
 }
 
-/* A JSON string of s[0..len); bytes that are not UTF-8 become U+FFFD so that any body can be
- * shown. */
-static json_t *json_text(const char *s, size_t len)
+json_t *sim_json_text(const char *s, size_t len)
 {
     json_t *v = json_stringn(s, len);
     if (v != NULL)
@@ -538,7 +536,7 @@ static json_t *record_json(const sim_record_t *r)
         const char *name = p;
         const char *value = name + strlen(name) + 1;
         p = value + strlen(value) + 1;
-        json_t *v = json_text(value, strlen(value));
+        json_t *v = sim_json_text(value, strlen(value));
         json_t *prev = json_object_get(headers, name);
         if (prev != NULL && json_is_string(prev) && json_is_string(v)) {
             /* A repeated header reads as one comma-separated list (RFC 9110 §5.3). */
@@ -547,7 +545,7 @@ static json_t *record_json(const sim_record_t *r)
             if (joined != NULL) {
                 snprintf(joined, n + 1, "%s, %s", json_string_value(prev), json_string_value(v));
                 json_decref(v);
-                v = json_text(joined, n);
+                v = sim_json_text(joined, n);
                 free(joined);
             }
         }
@@ -558,8 +556,8 @@ static json_t *record_json(const sim_record_t *r)
     if (r->to[0] != '\0')
         snprintf(to, sizeof(to), "+%s", r->to);
     return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o, s:I}", "channel", sim_channel_name(r->channel), "method",
-                     r->method, "path", json_text(r->data, r->path_len), "headers", headers, "body",
-                     json_text(r->data + r->body_off, r->body_len), "to",
+                     r->method, "path", sim_json_text(r->data, r->path_len), "headers", headers, "body",
+                     sim_json_text(r->data + r->body_off, r->body_len), "to",
                      to[0] ? json_string(to) : json_null(), "receivedAt", (json_int_t)r->received_ms);
 }
 
@@ -614,7 +612,7 @@ static void rules_add(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     }
     if (!behaviour_parse(behaviour, &rule.behaviour)) {
         og_err_fail(&err, OG_E_VALIDATION_FAILED, "behaviour",
-                    "behaviour must be ok, reject, error, hang, reset, garbage, throttle or auth");
+                    "behaviour must be ok, reject, error, hang, reset, garbage, throttle, auth or opted_out");
         goto failed;
     }
     sim_script_t script;
@@ -886,8 +884,7 @@ json_t *sim_template_placeholders(const char *text)
     return out;
 }
 
-/* 1 to `max` characters, each in `set`. */
-static bool chars_in(const char *v, size_t max, const char *set)
+bool sim_chars_in(const char *v, size_t max, const char *set)
 {
     size_t n = strlen(v);
     return n > 0 && n <= max && strspn(v, set) == n;
@@ -900,7 +897,7 @@ static bool chars_in(const char *v, size_t max, const char *set)
 /* A word of Meta's enumerations (APPROVED, UTILITY, QUICK_REPLY, ...). */
 static bool upper_word(const char *v)
 {
-    return v != NULL && chars_in(v, 32, UPPER "_");
+    return v != NULL && sim_chars_in(v, 32, UPPER "_");
 }
 
 /* The string member `name` of `obj`, or NULL when absent or not a string. */
@@ -909,8 +906,7 @@ static const char *member_string(const json_t *obj, const char *name)
     return json_string_value(json_object_get(obj, name));
 }
 
-/* validation_failed on `field`, saying "<field> <what>". */
-static bool field_fail(og_err_t *err, const char *field, const char *what)
+bool sim_field_fail(og_err_t *err, const char *field, const char *what)
 {
     return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s %s", field, what);
 }
@@ -926,15 +922,15 @@ static bool field_failf(og_err_t *err, const char *what, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(field, sizeof(field), fmt, ap);
     va_end(ap);
-    return field_fail(err, field, what);
+    return sim_field_fail(err, field, what);
 }
 
 /* A placeholder of a POSITIONAL template is a number; of a NAMED one, a lowercase name. */
 static bool placeholder_ok(const char *p, bool named)
 {
     if (!named)
-        return chars_in(p, 64, DIGITS);
-    return strchr(LOWER "_", p[0]) != NULL && chars_in(p, 64, LOWER DIGITS "_");
+        return sim_chars_in(p, 64, DIGITS);
+    return strchr(LOWER "_", p[0]) != NULL && sim_chars_in(p, 64, LOWER DIGITS "_");
 }
 
 /* Component j of template i, a BODY: its text, whose placeholders must suit the template's
@@ -1032,14 +1028,14 @@ static bool template_check(sim_t *s, json_t *t, size_t i, og_err_t *err)
     const char *name = member_string(t, "name"), *language = member_string(t, "language");
     if (!json_is_object(t))
         return field_failf(err, "must be a template object", "templates[%zu]", i);
-    if (name == NULL || !chars_in(name, TEMPLATE_NAME_MAX, LOWER DIGITS "_"))
+    if (name == NULL || !sim_chars_in(name, TEMPLATE_NAME_MAX, LOWER DIGITS "_"))
         return field_failf(err, "must be 1 to 512 lowercase letters, digits or '_'", "templates[%zu].name",
                            i);
-    if (language == NULL || !chars_in(language, TEMPLATE_LANGUAGE_MAX, LOWER UPPER "_"))
+    if (language == NULL || !sim_chars_in(language, TEMPLATE_LANGUAGE_MAX, LOWER UPPER "_"))
         return field_failf(err, "must be a language code such as en_US", "templates[%zu].language", i);
     json_t *given = json_object_get(t, "id");
     /* At most 18 digits: the status webhook sends the id as a JSON number. */
-    if (given != NULL && (!json_is_string(given) || !chars_in(json_string_value(given), 18, DIGITS)))
+    if (given != NULL && (!json_is_string(given) || !sim_chars_in(json_string_value(given), 18, DIGITS)))
         return field_failf(err, "must be a string of 1 to 18 digits", "templates[%zu].id", i);
     json_t *status = json_object_get(t, "status"), *category = json_object_get(t, "category");
     if (status != NULL && !upper_word(json_string_value(status)))
@@ -1110,7 +1106,7 @@ static bool templates_generate(sim_t *s, sim_waba_t *w, size_t n, og_err_t *err)
 static bool templates_take(sim_t *s, json_t *given, size_t generate, sim_waba_t *w, og_err_t *err)
 {
     if (given != NULL && !json_is_array(given))
-        return field_fail(err, "templates", "must be an array of templates");
+        return sim_field_fail(err, "templates", "must be an array of templates");
     if (json_array_size(given) + generate > SIM_TEMPLATES_MAX)
         return og_err_fail(err, OG_E_VALIDATION_FAILED, given != NULL ? "templates" : "generate",
                            "at most %d templates per WABA, given and generated together", SIM_TEMPLATES_MAX);
@@ -1133,7 +1129,7 @@ static bool templates_take(sim_t *s, json_t *given, size_t generate, sim_waba_t 
 static bool phones_take(const sim_t *s, const char *id, json_t *given, sim_waba_t *w, og_err_t *err)
 {
     if (given != NULL && (!json_is_array(given) || json_array_size(given) > SIM_WABA_PHONES_MAX))
-        return field_fail(err, "phoneNumberIds", "must be an array of at most 100 phone number ids");
+        return sim_field_fail(err, "phoneNumberIds", "must be an array of at most 100 phone number ids");
     w->phone_ids = json_array();
     if (w->phone_ids == NULL)
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
@@ -1141,11 +1137,11 @@ static bool phones_take(const sim_t *s, const char *id, json_t *given, sim_waba_
         char f[48];
         const char *phone = json_string_value(json_array_get(given, i));
         snprintf(f, sizeof(f), "phoneNumberIds[%zu]", i);
-        if (phone == NULL || !chars_in(phone, 20, DIGITS))
-            return field_fail(err, f, "must be a phone number id: 1 to 20 digits");
+        if (phone == NULL || !sim_chars_in(phone, 20, DIGITS))
+            return sim_field_fail(err, f, "must be a phone number id: 1 to 20 digits");
         for (size_t k = 0; k < i; k++)
             if (strcmp(phone, json_string_value(json_array_get(given, k))) == 0)
-                return field_fail(err, f, "is listed twice");
+                return sim_field_fail(err, f, "is listed twice");
         const sim_waba_t *owner = sim_waba_of_phone(s, phone);
         if (owner != NULL && strcmp(owner->id, id) != 0)
             return og_err_fail(err, OG_E_VALIDATION_FAILED, f,
@@ -1160,7 +1156,7 @@ static bool phones_take(const sim_t *s, const char *id, json_t *given, sim_waba_
 /* The {wabaId} of a control route: digits, as Meta's ids are. */
 static bool waba_id_param(const og_route_match_t *m, char id[24])
 {
-    return og_route_param(m, "wabaId", id, 24) && chars_in(id, 20, DIGITS);
+    return og_route_param(m, "wabaId", id, 24) && sim_chars_in(id, 20, DIGITS);
 }
 
 /* PUT /__sim/meta/wabas/{wabaId}/templates {"phoneNumberIds"?, "templates"?, "generate"?,
@@ -1175,7 +1171,7 @@ static void wabas_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     const char *list = NULL;
     long long generate = 0;
     if (!waba_id_param(m, next.id)) {
-        field_fail(&err, "wabaId", "must be a WABA id: 1 to 20 digits");
+        sim_field_fail(&err, "wabaId", "must be a WABA id: 1 to 20 digits");
         goto failed;
     }
     body = og_json_decode_body(req, allowed, &err);
@@ -1183,7 +1179,7 @@ static void wabas_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         !og_json_get_int(body, "generate", false, 0, SIM_TEMPLATES_MAX, &generate, &err))
         goto failed;
     if (list != NULL && !list_behaviour_parse(list, &next.list)) {
-        field_fail(&err, "listBehaviour", "must be ok, error or auth");
+        sim_field_fail(&err, "listBehaviour", "must be ok, error or auth");
         goto failed;
     }
     sim_waba_t *slot = waba_slot(s, next.id);
@@ -1256,7 +1252,7 @@ static void templates_status(og_http_req_t *req, const og_route_match_t *m, void
         !og_json_get_bool(body, "notify", false, &notify, &err))
         goto failed;
     if (!upper_word(event)) {
-        field_fail(&err, "event", "must be a status such as APPROVED, REJECTED, PAUSED or DISABLED");
+        sim_field_fail(&err, "event", "must be a status such as APPROVED, REJECTED, PAUSED or DISABLED");
         goto failed;
     }
     json_t *t = sim_template_find(w, name, json_string_length(json_object_get(body, "name")), language,
@@ -1308,6 +1304,7 @@ static const og_route_t sim_routes[] = {
     {"DELETE", "/__sim/stats", stats_clear},
     {"GET", "/__sim/callbacks", sim_cb_list},
     {"DELETE", "/__sim/callbacks", sim_cb_clear},
+    {"POST", "/__sim/inbound", sim_inbound_post},
     {"POST", "/__sim/hooks/{mode}", hooks_post},
     {"PUT", "/__sim/limits", sim_limits_put},
     {"GET", "/__sim/limits", sim_limits_get},
@@ -1447,7 +1444,8 @@ static void usage(FILE *out)
                  "      After accepting a message, POST the provider's status webhooks to\n"
                  "      URL/webhooks/{meta,waha,twilio} (Twilio: the send's StatusCallback first),\n"
                  "      signed with OMNIGATE_META_APP_SECRET, OMNIGATE_QR_WEBHOOK_SECRET and\n"
-                 "      OMNIGATE_SMS_AUTH_TOKEN. Unset: no callbacks.\n"
+                 "      OMNIGATE_SMS_AUTH_TOKEN. Unset: no callbacks. POST /__sim/inbound posts an\n"
+                 "      inbound message there too (URL/webhooks/{meta,waha,twilio/inbound}).\n"
                  "\n");
     og_config_usage(out);
 }

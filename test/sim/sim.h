@@ -9,8 +9,9 @@
  *
  * sim.c holds the state, the behaviour engine (rules, magic numbers, delayed and dropped
  * answers), the recording and the control API; providers.c the three provider endpoints;
- * callbacks.c the status webhooks the providers send back after accepting a message; limits.c
- * the rate limits per sender and their control routes.
+ * callbacks.c the status webhooks the providers send back after accepting a message; inbound.c
+ * the inbound messages a test makes the providers post to the gateway (POST /__sim/inbound);
+ * limits.c the rate limits per sender and their control routes.
  */
 #ifndef OMNIGATE_SIM_H
 #define OMNIGATE_SIM_H
@@ -23,6 +24,7 @@
 
 #include "omnigate/api.h"
 #include "omnigate/http.h"
+#include "omnigate/http_client.h"
 #include "omnigate/router.h"
 #include "omnigate/worker.h"
 
@@ -31,22 +33,25 @@
 #define SIM_ERRCODES(X)                                                                                      \
     X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422)   /* the rule table is full */                            \
     X(SIM_E_TOO_MANY_WABAS, "too_many_wabas", 422)   /* every template catalogue slot is taken */            \
-    X(SIM_E_TOO_MANY_LIMITS, "too_many_limits", 422) /* the rate limit table is full */
+    X(SIM_E_TOO_MANY_LIMITS, "too_many_limits", 422) /* the rate limit table is full */                      \
+    X(SIM_E_NO_CALLBACK_URL, "no_callback_url", 409) /* POST /__sim/inbound without --callback-url */
 SIM_ERRCODES(OG_ERRCODE_EXTERN)
 
 typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
 
 /* What the simulator does with a request. The order is the digit of the magic numbers for
- * the first seven; 7 and 8 are SIM_OK with latency, 9 is SIM_AUTH (sim.c: magic_plan). */
+ * the first seven; 7 and 8 are SIM_OK with latency, 9 is SIM_AUTH (sim.c: magic_plan). The
+ * ones after SIM_AUTH have no digit: only a rule asks for them. */
 typedef enum sim_behaviour {
-    SIM_OK,       /* the provider's success answer */
-    SIM_REJECT,   /* a 4xx rejection of this message */
-    SIM_ERROR,    /* a 5xx */
-    SIM_HANG,     /* no answer until the client gives up */
-    SIM_RESET,    /* the connection is reset without an answer */
-    SIM_GARBAGE,  /* 200 with a body that is not JSON */
-    SIM_THROTTLE, /* 429 */
-    SIM_AUTH,     /* 401, as for a bad credential */
+    SIM_OK,        /* the provider's success answer */
+    SIM_REJECT,    /* a 4xx rejection of this message */
+    SIM_ERROR,     /* a 5xx */
+    SIM_HANG,      /* no answer until the client gives up */
+    SIM_RESET,     /* the connection is reset without an answer */
+    SIM_GARBAGE,   /* 200 with a body that is not JSON */
+    SIM_THROTTLE,  /* 429 */
+    SIM_AUTH,      /* 401, as for a bad credential */
+    SIM_OPTED_OUT, /* the provider's 4xx saying the recipient opted out (WAHA has none: as reject) */
     SIM_BEHAVIOUR__COUNT
 } sim_behaviour_t;
 
@@ -216,6 +221,21 @@ uint64_t sim_rand(sim_t *s);
 /* `n` random characters from `alphabet` into out (NUL-terminated; out has room for n + 1). */
 void sim_rand_chars(sim_t *s, char *out, size_t n, const char *alphabet);
 
+/* A Meta message id for a message to (`incoming` false) or from (true) the number `digits` (at
+ * most 20): "wamid." and base64 of what Meta's ids carry (the number and a random hex id), so
+ * that it looks and decodes like the real ones. */
+void sim_meta_wamid(sim_t *s, const char *digits, bool incoming, char out[128]);
+
+/* A JSON string of s[0..len); bytes that are not UTF-8 become U+FFFD so that any body can be
+ * shown. Never NULL (null when out of memory). */
+json_t *sim_json_text(const char *s, size_t len);
+
+/* 1 to `max` bytes, each in `set`. */
+bool sim_chars_in(const char *v, size_t max, const char *set);
+
+/* validation_failed on `field`, saying "<field> <what>"; false, so that a check can return it. */
+bool sim_field_fail(og_err_t *err, const char *field, const char *what);
+
 /* Provider endpoints (providers.c). */
 void sim_meta_send(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void sim_meta_templates(og_http_req_t *req, const og_route_match_t *m, void *ctx);
@@ -326,6 +346,66 @@ typedef struct sim_template_event {
  * recorded like the status callbacks (messageId: the template id). False when nothing is sent: no
  * callback URL, the worker draining, or out of memory. */
 bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev);
+
+/* The number Meta's webhooks show as the business's display_phone_number (Meta's own example). */
+#define SIM_META_DISPLAY_NUMBER "15550783881"
+
+/* ---- what callbacks.c shares with inbound.c -------------------------------------------------- */
+
+/* The key that signs a provider's webhooks: OMNIGATE_META_APP_SECRET, OMNIGATE_QR_WEBHOOK_SECRET,
+ * OMNIGATE_SMS_AUTH_TOKEN; NULL when unset (the webhooks go unsigned). */
+const char *sim_cb_secret(const sim_t *s, sim_channel_t ch);
+
+/* "meta", "waha", "twilio": the provider of a channel, as records and webhook paths name it. */
+const char *sim_cb_provider_name(sim_channel_t ch);
+
+/* Clears r and sets it up as a webhook POST of `ch`'s provider to `url` (copied): the callbacks'
+ * timeout and response cap, the provider's User-Agent, `done`. False when out of memory. */
+bool sim_cb_request_init(og_hc_req_t *r, sim_channel_t ch, const char *url, void (*done)(og_hc_req_t *r));
+
+/* Sets r's body to v (taking the reference) as compact JSON, with its Content-Type. */
+bool sim_json_body(og_hc_req_t *r, json_t *v);
+
+/* Sign r's body as Meta (X-Hub-Signature-256: sha256=<hex HMAC-SHA256>) and WAHA (X-Webhook-Hmac:
+ * <hex HMAC-SHA512>, X-Webhook-Hmac-Algorithm: sha512) do, keyed with `secret`; nothing when it is
+ * NULL. False when out of memory. */
+bool sim_sign_meta(og_hc_req_t *r, const char *secret);
+bool sim_sign_waha(og_hc_req_t *r, const char *secret);
+
+/* One field of a form body; the value may be "". */
+typedef struct sim_field {
+    const char *name, *value;
+} sim_field_t;
+#define SIM_FORM_FIELDS_MAX 32
+
+/* Sets r's body to the fields (at most SIM_FORM_FIELDS_MAX), form-encoded in the order given,
+ * with its Content-Type, and, when `secret` is set, X-Twilio-Signature: base64(HMAC-SHA1(secret,
+ * url + each field sorted by name as name then value)), url being exactly the one posted to. */
+bool sim_form_twilio(og_hc_req_t *r, const char *url, const sim_field_t *fields, size_t n,
+                     const char *secret);
+
+/* A WAHA event id: "evt_" and 26 random lowercase base32 characters. */
+#define SIM_WAHA_EVENT_ID_SIZE 31
+void sim_waha_event_id(sim_t *s, char out[SIM_WAHA_EVENT_ID_SIZE]);
+
+/* The callbacks' outbound client, or NULL without a callback URL or once the worker drains. */
+og_hc_t *sim_cb_client(const sim_t *s);
+/* The callback URL without trailing slashes, or NULL without one. */
+const char *sim_cb_base_url(const sim_t *s);
+
+/* A POST made outside the callback runs (an inbound message, one try) has started, and has ended
+ * (its done callback): counted in GET /__sim/stats' callbacks (sent, ok or failed, pending
+ * meanwhile) and recorded in GET /__sim/callbacks under `message_id`, like a callback's try. A
+ * try cancelled by a drain is neither recorded nor counted as failed. */
+void sim_cb_try_started(sim_t *s);
+void sim_cb_try_ended(sim_t *s, sim_channel_t ch, const char *message_id, const og_hc_req_t *r,
+                      int64_t sent_at);
+
+/* ---- inbound messages (inbound.c) ------------------------------------------------------------ */
+
+/* POST /__sim/inbound (README.md: Inbound messages): posts one provider's inbound-message webhook
+ * to the callback URL and answers once the gateway has. */
+void sim_inbound_post(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 /* The "callbacks" object of GET /__sim/stats, and DELETE /__sim/stats for it. */
 json_t *sim_cb_stats(const sim_t *s);
