@@ -117,10 +117,13 @@ if [[ -n "$sim_pid" ]]; then
 fi
 
 # --- A demo tenant (unified API enabled) and its token -----------------------------------------
+# Its inbound SMS number is fresh each run: inbound messages go to the oldest tenant that has the
+# number (docs/inbound.md), and earlier runs' demo tenants stay in .omnigate's database.
+INBOUND="+1555$(printf '%07d' $((RANDOM * 32768 + RANDOM)) | tail -c 7)"
 SETTINGS='{"defaultChannels":["whatsapp_qr","whatsapp_meta","sms"],"defaultWhatsappFrom":"6281234567890",
  "channels":{"whatsapp_qr":{"enabled":true,"numbers":{"6281234567890":{"session":"default"}}},
  "whatsapp_meta":{"enabled":true,"numbers":{"6281234567890":{"phoneNumberId":"109876543210","accessToken":"EAAGdemo0000000000000000","wabaId":"'$WABA'"}}},
- "sms":{"enabled":true,"senders":["ACME"],"defaultSender":"ACME"}},
+ "sms":{"enabled":true,"senders":["ACME"],"defaultSender":"ACME","inboundNumbers":["'$INBOUND'"]}},
  "otp":{"whatsappTemplate":{"name":"otp_code","language":"en_US"}}}'
 TENANT=$(curl -fsS -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
   -d "{\"name\":\"demo\",\"unifiedApiEnabled\":true,\"settings\":$SETTINGS}" "$BASE/admin/tenants" |
@@ -253,6 +256,38 @@ curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/sms/otp/logs?reference=$OTP
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/sms/logs?reference=$OTP_REF'   # code masked"
 curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/sms/logs?reference=$OTP_REF" | show
+# --- Inbound and consent (API.md §21): the recipient of an SMS answers STOP (the simulator
+# posts Twilio's signed inbound webhook to the gateway, as Twilio would), the number is opted
+# out of SMS, and the next SMS to it is refused before any provider is called --------------------
+if [[ -n "$sim_pid" ]]; then
+  STOP_TO="+19990300$(printf '%04d' $((RANDOM % 10000)))"
+  echo
+  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+  echo "    -d '{\"to\":\"$STOP_TO\",\"text\":\"Your code expires soon\"}' $BASE/api/sms/send"
+  curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    -d "{\"to\":\"$STOP_TO\",\"text\":\"Your code expires soon\"}" "$BASE/api/sms/send" |
+    "$PY" -c 'import json,sys; j=json.load(sys.stdin); print(json.dumps({k: j["data"][k] for k in ("reference","to","status")} if j["success"] else j, indent=2))'
+  echo
+  echo "run.sh: the recipient answers STOP (the simulator posts Twilio's inbound webhook to $BASE/webhooks/twilio/inbound)"
+  IN="{\"provider\":\"twilio\",\"from\":\"$STOP_TO\",\"to\":\"$INBOUND\",\"text\":\"STOP\"}"
+  echo "\$ curl -s -H 'Content-Type: application/json' -d '$IN' $SIM_URL/__sim/inbound"
+  curl -s -H 'Content-Type: application/json' -d "$IN" "$SIM_URL/__sim/inbound" | show
+  echo
+  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' $BASE/api/recipients/$(printf '%s' "$STOP_TO" | sed 's/+/%2B/')"
+  curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/recipients/$(printf '%s' "$STOP_TO" | sed 's/+/%2B/')" | show
+  # Every worker's copy of the opt-outs reads the change within about a second: until then an
+  # SMS may still go; the demo sends until one is refused.
+  for _ in $(seq 1 50); do
+    R=$(curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+      -d "{\"to\":\"$STOP_TO\",\"text\":\"Last chance: 20% off\"}" "$BASE/api/sms/send")
+    echo "$R" | grep -q recipient_opted_out && break
+    sleep 0.1
+  done
+  echo
+  echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
+  echo "    -d '{\"to\":\"$STOP_TO\",\"text\":\"Last chance: 20% off\"}' $BASE/api/sms/send"
+  echo "$R" | show
+fi
 echo
 echo "run.sh: omnigate is running on $BASE (pid $pid); its log (JSON lines): .omnigate/omnigate.log"
 echo "run.sh: press Ctrl-C to stop"

@@ -63,3 +63,20 @@ t AS (
     WHERE w.delivery_id = d.id)
 SELECT count(*) AS deleted
 FROM d;
+
+-- name: prune_inbound
+-- Deletes one batch of a tenant's inbound messages (API.md §21) stored before a time.
+-- $1 tenant_id
+-- $2 before = the time (RFC 3339)
+-- $3 batch = batch size
+-- Returns the number of messages deleted.
+-- columns: deleted
+WITH d AS (
+    DELETE FROM inbound_messages
+    WHERE tenant_id = $1 AND id = ANY (ARRAY(
+        SELECT id FROM inbound_messages
+        WHERE tenant_id = $1 AND created_at < $2::timestamptz
+        ORDER BY created_at
+        LIMIT $3::integer))
+    RETURNING 1)
+SELECT count(*) AS deleted FROM d;

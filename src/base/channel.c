@@ -12,6 +12,7 @@ const char OG_ERR_PROVIDER_ERROR[] = "provider_error";
 const char OG_ERR_PROVIDER_RATE_LIMITED[] = "provider_rate_limited";
 const char OG_ERR_NOT_CONFIGURED[] = "not_configured";
 const char OG_ERR_PROVIDER_UNAVAILABLE[] = "provider_unavailable";
+const char OG_ERR_RECIPIENT_OPTED_OUT[] = "recipient_opted_out";
 
 const char *const og_attempt_outcomes[OG_ATTEMPT_OUTCOMES] = {
     "sent",

@@ -51,7 +51,18 @@ DELIVERY_ERRORS = ["not_on_whatsapp", "outside_window", "recipient_opted_out", "
                    "provider_error"]
 SCOPES = ["send", "otp", "logs"]
 WH_EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-             "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed"]
+             "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed",
+             "message.received", "recipient.opted_out", "recipient.opted_in"]
+# What each event's body carries (API.md §12, §19-§21), for the webhook's descriptions.
+WH_EVENTS_TEXT = ("Each event is POSTed as {\"type\", \"timestamp\", \"data\"}, signed (Standard Webhooks). "
+                  "message.sent, message.failed, message.delivered, message.read, message.undelivered, "
+                  "message.canceled, message.expired: data is the message's unified log item (OmniLogItem); "
+                  "otp.verified, otp.locked: the OTP log item (OtpLogItem); batch.completed: the batch (Batch); "
+                  "message.received: the inbound message (InboundItem, API.md §21); recipient.opted_out, "
+                  "recipient.opted_in: the consent change (ConsentEvent), one event per kind of channel "
+                  "changed.")
+CONSENT_KINDS = ["sms", "whatsapp"]
+CONSENT_SOURCES = ["keyword", "provider", "api"]
 OMNI_STATUSES = ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered", "queued", "scheduled",
                  "canceled", "expired"]
 SENDER_PATTERN = r"^(?=[A-Za-z0-9 ]*[A-Za-z])[A-Za-z0-9 ]{1,11}$|^[0-9]{1,15}$|^\+[1-9][0-9]{7,14}$"
@@ -93,7 +104,10 @@ SCHEMAS = {
         "httpStatus": {"type": "integer"},
     }, required=["code", "message"]),
     "LogAttemptError": obj({
-        "code": {"type": "string", "enum": ATTEMPT_ERRORS + ["outcome_unknown"]},
+        "code": {"type": "string", "enum": ATTEMPT_ERRORS + ["outcome_unknown", "recipient_opted_out"],
+                 "description": "recipient_opted_out: a queued message's or a delivery-based fallback's later "
+                                "attempt whose recipient opted out of the channel's kind after the message was "
+                                "accepted; the provider was not called (API.md §21)."},
         "message": {"type": "string"},
         "providerCode": {"type": "string"},
         "httpStatus": {"type": "integer"},
@@ -110,7 +124,11 @@ SCHEMAS = {
     },
     "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
                                                                                       "not_on_whatsapp",
-                                                                                      "outside_window"]}}),
+                                                                                      "outside_window",
+                                                                                      "recipient_opted_out"],
+                                                          "description": "recipient_opted_out: the recipient "
+                                                                         "opted out of the channel's kind "
+                                                                         "(sms, whatsapp; API.md §21)."}}),
     "SendResult": obj({
         "reference": ref("Reference"),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
@@ -291,6 +309,11 @@ SCHEMAS = {
                               "description": "Pacing rate per sender id in segments per second (API.md §19); a "
                                              "sender not listed has OMNIGATE_SMS_DEFAULT_MPS (10).",
                               "examples": [{"ACME": 10}]},
+        "inboundNumbers": {"type": "array", "maxItems": 100, "uniqueItems": True, "items": ref("E164"),
+                           "description": "The tenant's numbers whose inbound SMS are its own (API.md §21): POST "
+                                          "/webhooks/twilio/inbound routes a message by its To. At most 100 "
+                                          "distinct E.164 numbers.",
+                           "examples": [["+15550001111"]]},
     }, required=[]),
     "Settings": obj({
         "defaultChannels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,
@@ -311,7 +334,8 @@ SCHEMAS = {
             "whatsapp_qr": {"enabled": True, "numbers": {"6281234567890": {"session": "default"}}},
             "whatsapp_meta": {"enabled": True, "numbers": {"6281234567890": {"phoneNumberId": "109876543210",
                                                                              "accessToken": "EAAG..."}}},
-            "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}}]),
+            "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME",
+                    "inboundNumbers": ["+15550001111"]}}}]),
     "Tenant": obj({
         "id": ref("Uuid"), "name": {"type": "string", "minLength": 1, "maxLength": 200},
         "unifiedApiEnabled": {"type": "boolean"}, "settings": ref("Settings"),
@@ -333,7 +357,8 @@ SCHEMAS = {
     # ---- webhooks out (API.md §12)
     "Webhook": obj({
         "url": {"type": "string", "format": "uri", "maxLength": 2048},
-        "events": {"type": "array", "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS}},
+        "events": {"type": "array", "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS},
+                   "description": WH_EVENTS_TEXT},
         "secret": {"type": "string", "description": "whsec_ + base64 of 32 bytes when created or rotated; "
                                                     "masked otherwise."},
         "enabled": {"type": "boolean"},
@@ -345,7 +370,10 @@ SCHEMAS = {
         "id": {"type": "string", "pattern": "^msg_[0-9a-f]{32}$", "description": "The webhook-id header."},
         "type": {"type": "string", "enum": WH_EVENTS},
         "reference": {"type": "string", "description": "The event's subject: the message's or the OTP's "
-                                                       "reference; the batchId for batch.completed."},
+                                                       "reference; the batchId for batch.completed; the inbound "
+                                                       "message's id (in_<digits>) for message.received; the "
+                                                       "number (E.164) for recipient.opted_out and "
+                                                       "recipient.opted_in."},
         "status": {"type": "string", "enum": ["pending", "failed", "delivered", "exhausted"]},
         "createdAt": ref("Timestamp"), "deliveredAt": nullable(ref("Timestamp")),
         "nextTryAt": nullable(ref("Timestamp")), "lastError": nullable({"type": "string"}),
@@ -381,6 +409,89 @@ SCHEMAS = {
                                     "description": "Templates the tenant's WABAs' catalogues hold now."}}),
     "StatusCounts": obj({"applied": {"type": "integer", "minimum": 0}, "duplicate": {"type": "integer", "minimum": 0},
                          "unknown": {"type": "integer", "minimum": 0}}),
+    # ---- inbound messages and consent (API.md §21)
+    "InboundCounts": obj({
+        "stored": {"type": "integer", "minimum": 0, "description": "New messages, stored for their tenant."},
+        "duplicate": {"type": "integer", "minimum": 0, "description": "A provider's repeat: stored before."},
+        "unrouted": {"type": "integer", "minimum": 0,
+                     "description": "No tenant has the receiving number or session: counted in /metrics and "
+                                    "dropped."},
+        "ignored": {"type": "integer", "minimum": 0,
+                    "description": "Not a message from a phone number (WAHA: fromMe, a group's, a broadcast): "
+                                   "dropped."},
+    }, description="What became of the inbound messages of the POST (API.md §21)."),
+    "WebhookCounts": obj({
+        "applied": {"type": "integer", "minimum": 0}, "duplicate": {"type": "integer", "minimum": 0},
+        "unknown": {"type": "integer", "minimum": 0},
+        "inbound": {**ref("InboundCounts"),
+                    "description": "Only when the POST held inbound messages (Meta: value.messages[]; WAHA: the "
+                                   "event message, counted even when ignored)."},
+    }, required=["applied", "duplicate", "unknown"],
+        description="The statuses' counts (applied, repeats, not matched yet) and, when the POST held inbound "
+                    "messages, theirs."),
+    "ConsentKind": {"type": "string", "enum": CONSENT_KINDS,
+                    "description": "A kind of channel for consent: sms, or whatsapp for both WhatsApp channels "
+                                   "(whatsapp_qr and whatsapp_meta)."},
+    "ConsentSource": {"type": "string", "enum": CONSENT_SOURCES,
+                      "description": "What changed the consent: an opt-out or opt-in keyword the number sent, a "
+                                     "provider's answer that it opted out (Twilio 21610, Meta 131050), or the API."},
+    "InboundItem": obj({
+        "id": {"type": "string", "pattern": "^in_[0-9]{1,19}$", "examples": ["in_1024"]},
+        "channel": ref("Channel"),
+        "from": ref("E164"),
+        "to": {**ref("E164"), "description": "The tenant's number it came to."},
+        "type": {"type": "string", "pattern": "^[a-z_]{1,32}$",
+                 "description": "text, or what the provider says it is: Meta's type (button, interactive, image, "
+                                "...), media for a WAHA or Twilio message with media.",
+                 "examples": ["text", "button", "interactive", "image", "media"]},
+        "text": nullable({"type": "string", "description": "Its text: a text's body, a button's or a reply's "
+                                                          "title, a media caption."}),
+        "providerMessageId": {"type": "string", "minLength": 1},
+        "phoneNumberId": nullable({"type": "string", "pattern": "^[0-9]{1,32}$",
+                                   "description": "The Meta phone number id it came to (whatsapp_meta)."}),
+        "session": nullable({"type": "string", "minLength": 1, "description": "The WAHA session (whatsapp_qr)."}),
+        "receivedAt": {**ref("Timestamp"), "description": "The provider's time."},
+    }, description="An inbound message (API.md §21), stored once per provider message id; the data of the "
+                   "event message.received."),
+    "Suppression": obj({
+        "to": ref("E164"), "channel": ref("ConsentKind"), "source": ref("ConsentSource"),
+        "reason": nullable({"type": "string", "description": "The API's reason, the keyword (STOP, ...) or the "
+                                                            "provider's code (21610, 131050)."}),
+        "createdAt": {**ref("Timestamp"), "description": "When it came into force."},
+    }, description="A suppression in force: sends to the number skip every channel of its kind."),
+    "SuppressionChange": obj({
+        "to": ref("E164"),
+        "suppressed": {"type": "array", "maxItems": 2, "uniqueItems": True, "items": ref("ConsentKind"),
+                       "description": "The kinds the number is opted out of after the change, sorted."},
+        "changed": {"type": "array", "maxItems": 2, "uniqueItems": True, "items": ref("ConsentKind"),
+                    "description": "The kinds this request changed (each with its event), sorted; empty when "
+                                   "nothing changed."},
+    }),
+    "SuppressionPutRequest": obj({
+        "channels": {"type": "array", "minItems": 1, "maxItems": 2, "uniqueItems": True,
+                     "items": ref("ConsentKind"), "description": "The kinds to opt the number out of."},
+        "reason": {"type": "string", "minLength": 1, "maxLength": 200,
+                   "description": "1-200 characters, not only whitespace; kept with the suppression."},
+    }, required=["channels"]),
+    "Recipient": obj({
+        "to": ref("E164"),
+        "suppressed": {"type": "array", "maxItems": 2, "uniqueItems": True, "items": ref("ConsentKind"),
+                       "description": "The kinds the number is opted out of, sorted."},
+        "suppressions": {"type": "array", "maxItems": 2, "items": ref("Suppression")},
+        "notOnWhatsappUntil": nullable({**ref("Timestamp"),
+                                        "description": "Until when the number is known not to have WhatsApp "
+                                                       "(WhatsApp channels are skipped, not_on_whatsapp)."}),
+        "whatsappWindows": {"type": "array", "items": obj({
+            "phoneNumberId": {"type": "string", "pattern": "^[0-9]{1,32}$"},
+            "openUntil": ref("Timestamp")}),
+            "description": "The open customer service windows with the tenant's Meta numbers: the last inbound "
+                           "message + 24 h (API.md §18 outsideWindow)."},
+        "lastInboundAt": nullable({**ref("Timestamp"), "description": "Its newest inbound message's receivedAt."}),
+    }, description="What the tenant knows of a number (API.md §21)."),
+    "ConsentEvent": obj({
+        "to": ref("E164"), "channel": ref("ConsentKind"), "source": ref("ConsentSource"),
+        "reason": nullable({"type": "string"}),
+    }, description="The data of the events recipient.opted_out and recipient.opted_in (one per kind changed)."),
 }
 
 
@@ -394,6 +505,8 @@ SCHEMAS["OtpLogPage"] = page_of(ref("OtpLogItem"))
 SCHEMAS["TenantPage"] = page_of(ref("Tenant"))
 SCHEMAS["WebhookDeliveryPage"] = page_of(ref("WebhookDelivery"))
 SCHEMAS["TemplatePage"] = page_of(ref("Template"))
+SCHEMAS["InboundPage"] = page_of(ref("InboundItem"))
+SCHEMAS["SuppressionPage"] = page_of(ref("Suppression"))
 
 # ---- responses ----------------------------------------------------------------------------
 
@@ -484,6 +597,9 @@ CODE_TEXT = {
     "text_too_long": "the text needs more than 10 SMS segments",
     "no_channel_available": "none of the channels to try is enabled (or left after not-on-WhatsApp skips, "
                             "then error.details.skipped lists them)",
+    "recipient_opted_out": "the recipient opted out (API.md §21) of every channel the request would use (SMS: "
+                           "of sms); nothing is sent or written (a send that keeps a channel skips the others "
+                           "with reason recipient_opted_out)",
     "otp_invalid": "wrong code; data.attemptsRemaining says how many tries are left",
     "rate_limited": "the tenant's rate limit, or 5 OTPs per number an hour (Retry-After)",
     "otp_cooldown": "one OTP per number every 30 s (Retry-After)",
@@ -704,7 +820,8 @@ SCHEMAS["QueueList"] = obj({"items": {"type": "array", "items": ref("QueueSender
 # The 422 codes a send's body can get besides the JSON body's (the send's checks, messaging/send.c):
 # POST /api/omni/send answers them, and a batch lists them per rejected message (API.md §20).
 SEND_422 = ["whatsapp_from_not_registered", "sender_not_approved", "text_too_long", "no_channel_available",
-            "template_not_found", "template_not_approved", "template_parameters_mismatch", "send_at_out_of_range"]
+            "template_not_found", "template_not_approved", "template_parameters_mismatch", "send_at_out_of_range",
+            "recipient_opted_out"]
 # The codes of a batch's rejected message (queue/batch_api.c): a send's, a {{key}} without a value,
 # and a field that is not a send's.
 BATCH_REJECTIONS = sorted(["validation_failed", "unknown_field", "missing_variable"] + SEND_422)
@@ -826,7 +943,7 @@ SCHEMAS["WebhookPutRequest"] = obj({
             "description": "https:// (http:// with OMNIGATE_WEBHOOK_ALLOW_HTTP=true); not a loopback, private, "
                            "link-local or multicast address unless OMNIGATE_WEBHOOK_ALLOW_PRIVATE=true."},
     "events": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS},
-               "description": "Default: all."},
+               "description": "Default: all. " + WH_EVENTS_TEXT},
 }, required=["url"])
 
 # ---- examples ------------------------------------------------------------------------------
@@ -875,6 +992,35 @@ TEMPLATE_EX = {"wabaId": "102290129340398", "name": "order_update", "language": 
                             "parameter": True}],
                "updatedAt": "2026-11-22T14:05:25.123Z"}
 TEMPLATE_CURSOR_EX = "order_update/en_US/102290129340398"
+
+# ---- inbound messages and consent (API.md §21)
+INBOUND_EX = {"id": "in_1024", "channel": "whatsapp_meta", "from": "+4915112345601", "to": "+6281234567890",
+              "type": "text", "text": "Hello there",
+              "providerMessageId": "wamid.HBgNNDkxNTExMjM0NTYwMRUCABIYFjNFQjBDNzY3RDI2QTFENUIA",
+              "phoneNumberId": "109876543210", "session": None, "receivedAt": "2026-11-22T14:05:25.000Z"}
+SUPPRESSION_EX = {"to": "+4915112345601", "channel": "sms", "source": "keyword", "reason": "STOP",
+                  "createdAt": "2026-11-22T14:05:25.123Z"}
+TWIML_EMPTY = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
+NUMBER_PARAM = pparam("to", ref("E164"), "The number, E.164 (clients encode + as %2B; a raw + is taken too); "
+                                         "anything else is 422 validation_failed (field to).")
+
+
+def inbound_params():
+    return [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+            qparam("cursor", {"type": "string", "pattern": "^[0-9]{1,19}$"},
+                   "nextCursor of the previous page (the last message's id, digits)."),
+            qparam("from", ref("E164"), "Only messages from this number (encode + as %2B)."),
+            qparam("channel", ref("Channel"), "Only messages of this channel."),
+            qparam("since", {"type": "string", "format": "date-time"}, "Received at or after (RFC 3339)."),
+            qparam("until", {"type": "string", "format": "date-time"}, "Received before (RFC 3339).")]
+
+
+def suppression_params():
+    return [qparam("limit", {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}, "Page size."),
+            qparam("cursor", {"type": "string", "pattern": r"^\+[1-9][0-9]{7,14}/(sms|whatsapp)$"},
+                   "nextCursor of the previous page (the last item's number/kind; encode + as %2B)."),
+            qparam("to", ref("E164"), "Only this number's suppressions (encode + as %2B)."),
+            qparam("channel", ref("ConsentKind"), "Only suppressions of this kind.")]
 
 
 def template_params():
@@ -982,7 +1128,9 @@ def build():
                                                     "fallbackOn": "delivered", "fallbackAfterSeconds": 120}}),
         "The message row is committed (pending) before any provider is called; the answer is sent once the "
         "attempts are committed (API.md §2). 200 when a channel accepted it, 502 delivery_failed with the "
-        "same data when none did.",
+        "same data when none did. A channel whose kind (sms, whatsapp) the recipient opted out of is skipped "
+        "with reason recipient_opted_out; when none is left, 422 recipient_opted_out and nothing is written "
+        "(API.md §21).",
         data={"delivery_failed": ref("SendResult"), "outcome_unknown": ref("OutcomeUnknown")},
         error_headers=RL + ("Idempotency-Replayed",), op_id="omniSend"))
     add("/api/sms/send", "post", op(
@@ -993,10 +1141,12 @@ def build():
                               "providerMessageId": "SM0123456789abcdef0123456789abcdef", "segments": 1,
                               "encoding": "gsm7"}}, headers=RL + ("Idempotency-Replayed",))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
-            422: ["sender_not_approved", "text_too_long", "no_channel_available"], 502: ["delivery_failed"]}),
+            422: ["sender_not_approved", "text_too_long", "no_channel_available", "recipient_opted_out"],
+            502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("SmsSendRequest", {"sms": {"to": "+6281234567890", "text": "Your order has shipped",
                                              "sender": "ACME"}}),
+        "422 recipient_opted_out, nothing written, when the recipient opted out of sms (API.md §21).",
         data={"delivery_failed": ref("SmsResult"), "outcome_unknown": ref("OutcomeUnknown")},
         error_headers=RL + ("Idempotency-Replayed",), op_id="smsSend"))
     add("/api/sms/otp/send", "post", op(
@@ -1008,7 +1158,8 @@ def build():
                           headers=RL + ("Idempotency-Replayed",))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             422: ["sender_not_approved", "text_too_long", "no_channel_available", "whatsapp_from_not_registered",
-                  "template_not_found", "template_not_approved", "template_parameters_mismatch"],
+                  "template_not_found", "template_not_approved", "template_parameters_mismatch",
+                  "recipient_opted_out"],
             429: ["otp_cooldown"], 502: ["delivery_failed"]}),
         TENANT_SEC, [IDEM_KEY],
         json_body("OtpSendRequest", {"default": {"to": "+6281234567890"},
@@ -1021,7 +1172,8 @@ def build():
         "settings.otp.whatsappTemplate unset, or not in the catalogue of the defaultWhatsappFrom number's WABA (or "
         "that number has no wabaId): template_not_found; not APPROVED: template_not_approved; a body of other "
         "than one parameter: template_parameters_mismatch; defaultWhatsappFrom unset or not registered for "
-        "whatsapp_meta: whatsapp_from_not_registered.",
+        "whatsapp_meta: whatsapp_from_not_registered. Channels whose kind (sms, whatsapp) the number opted out "
+        "of are not tried; when none is left, 422 recipient_opted_out and nothing is written (API.md §21).",
         data={"delivery_failed": ref("OtpSendResult"), "outcome_unknown": ref("OutcomeUnknown")},
         error_headers=RL + ("Idempotency-Replayed",), op_id="otpSend"))
     add("/api/sms/otp/verify", "post", op(
@@ -1164,6 +1316,69 @@ def build():
                     "by the plan. Unknown query parameters are refused (422 validation_failed names them).",
         error_headers=RL, op_id="templateList"))
 
+    # ---- inbound messages and consent (API.md §21)
+    not_locked = " Not locked by the plan (no route of the unified API)."
+    add("/api/inbound", "get", op(
+        "The tenant's inbound messages, newest first", ["inbound"],
+        {200: ok_response(200, ref("InboundPage"), "One page.",
+                          ok_ex("inbound messages", {"items": [INBOUND_EX], "nextCursor": "1024"}), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, inbound_params(),
+        description="Messages the tenant's numbers received (API.md §21): Meta's value.messages[] (routed by "
+                    "phone number id), WAHA's event message (by session and the session's number) and Twilio's "
+                    "inbound SMS (by To, one of channels.sms.inboundNumbers), each stored once per provider "
+                    "message id. Needs scope logs." + not_locked + " Unknown query parameters are refused (422 "
+                    "validation_failed names them).",
+        error_headers=RL, op_id="inboundList"))
+    add("/api/suppressions", "get", op(
+        "The tenant's suppressions in force, by number and kind", ["consent"],
+        {200: ok_response(200, ref("SuppressionPage"), "One page.",
+                          ok_ex("suppressions", {"items": [SUPPRESSION_EX], "nextCursor": None}), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, suppression_params(),
+        description="The numbers opted out (API.md §21), by a keyword they sent, a provider's answer or the "
+                    "API: sends to them skip every channel of the kind. Needs scope send." + not_locked +
+                    " Unknown query parameters are refused (422 validation_failed names them).",
+        error_headers=RL, op_id="suppressionList"))
+    add("/api/suppressions/{to}", "put", op(
+        "Opt a number out of kinds of channel", ["consent"],
+        {200: ok_response(200, ref("SuppressionChange"), "In force: the kinds suppressed now and those this "
+                          "request changed.",
+                          ok_ex("suppressed", {"to": "+4915112345601", "suppressed": ["sms", "whatsapp"],
+                                               "changed": ["whatsapp"]}), headers=RL)},
+        merge(JSON_BODY, TENANT, DB), TENANT_SEC, [NUMBER_PARAM],
+        json_body("SuppressionPutRequest", {"sms": {"channels": ["sms"]},
+                                            "both": {"channels": ["sms", "whatsapp"],
+                                                     "reason": "asked by phone"}}),
+        "Suppresses each kind given (source api, the reason kept); a kind already suppressed is left as it is "
+        "and not in changed. Each kind changed is an event recipient.opted_out. Sends on every instance honour "
+        "it within 2 s. Needs scope send." + not_locked,
+        error_headers=RL, op_id="suppressionPut"))
+    add("/api/suppressions/{to}", "delete", op(
+        "Opt a number back into a kind of channel, or every kind", ["consent"],
+        {200: ok_response(200, ref("SuppressionChange"), "The kinds suppressed now and those this request "
+                          "changed.",
+                          ok_ex("unsuppressed", {"to": "+4915112345601", "suppressed": ["sms"],
+                                                 "changed": ["whatsapp"]}), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC,
+        [NUMBER_PARAM, qparam("channel", ref("ConsentKind"), "The kind to opt back into; without it, every kind.")],
+        description="Lifts the suppression of each kind (source api); a kind not suppressed is not in changed. "
+                    "Each kind changed is an event recipient.opted_in. Needs scope send." + not_locked +
+                    " Unknown query parameters are refused (422 validation_failed names them).",
+        error_headers=RL, op_id="suppressionDelete"))
+    recipient_ex = {"to": "+4915112345601", "suppressed": ["sms"], "suppressions": [SUPPRESSION_EX],
+                    "notOnWhatsappUntil": None,
+                    "whatsappWindows": [{"phoneNumberId": "109876543210", "openUntil": "2026-11-23T14:05:25.000Z"}],
+                    "lastInboundAt": "2026-11-22T14:05:25.000Z"}
+    add("/api/recipients/{to}", "get", op(
+        "What the tenant knows of a number", ["consent"],
+        {200: ok_response(200, ref("Recipient"), "The number: its suppressions, WhatsApp state and last inbound "
+                          "message.", ok_ex("recipient", recipient_ex), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, [NUMBER_PARAM],
+        description="Its suppressions in force, until when it is known not to have WhatsApp, its open customer "
+                    "service windows with the tenant's Meta numbers and its newest inbound message's time "
+                    "(API.md §21); a number the tenant knows nothing of has empty lists and nulls. Needs scope "
+                    "logs." + not_locked,
+        error_headers=RL, op_id="recipientGet"))
+
     # ---- admin API
     not_found = {404: ["not_found"]}
     add("/admin/tenants", "post", op(
@@ -1286,6 +1501,23 @@ def build():
                     "validation_failed (field settings.channels.whatsapp_meta.numbers) when no number has a "
                     "wabaId; 502 provider_error when Meta fails for any WABA: then no catalogue is changed.",
         op_id="adminTemplateSync"))
+    add("/admin/tenants/{id}/inbound", "get", op(
+        "A tenant's inbound messages, newest first", ["admin", "inbound"],
+        {200: ok_response(200, ref("InboundPage"), "One page.",
+                          ok_ex("inbound messages", {"items": [INBOUND_EX], "nextCursor": None}))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + inbound_params(),
+        description="The admin mirror of GET /api/inbound.", op_id="adminInboundList"))
+    add("/admin/tenants/{id}/suppressions", "get", op(
+        "A tenant's suppressions in force", ["admin", "consent"],
+        {200: ok_response(200, ref("SuppressionPage"), "One page, by number and kind.",
+                          ok_ex("suppressions", {"items": [SUPPRESSION_EX], "nextCursor": None}))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + suppression_params(),
+        description="The admin mirror of GET /api/suppressions.", op_id="adminSuppressionList"))
+    add("/admin/tenants/{id}/recipients/{to}", "get", op(
+        "What a tenant knows of a number", ["admin", "consent"],
+        {200: ok_response(200, ref("Recipient"), "The number.", ok_ex("recipient", recipient_ex))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID, NUMBER_PARAM],
+        description="The admin mirror of GET /api/recipients/{to}.", op_id="adminRecipientGet"))
     add("/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", "post", op(
         "Queue one more try of a tenant's webhook delivery", ["admin", "webhooks"],
         {200: ok_response(200, ref("WebhookDelivery"), "Queued; the delivery as it is now.",
@@ -1299,7 +1531,18 @@ def build():
                                                             "(duplicate) and not matched yet (unknown, kept).",
                                   {"success": True, "message": "ok",
                                    "data": {"applied": 1, "duplicate": 0, "unknown": 0}})}
+    counts_in_ok = {200: ok_response(200, ref("WebhookCounts"), "Committed: the statuses (applied, repeats "
+                                                                "(duplicate) and not matched yet (unknown, kept)) "
+                                                                "and, when the POST held inbound messages, "
+                                                                "theirs (inbound).",
+                                     ok_ex("ok", {"applied": 0, "duplicate": 0, "unknown": 0,
+                                                  "inbound": {"stored": 1, "duplicate": 0, "unrouted": 0,
+                                                              "ignored": 0}}))}
     wh_errors = merge(DB, {401: ["invalid_signature"], 404: ["not_found"], 400: ["invalid_payload"]})
+    in_note = (" Inbound messages (API.md §21) are routed to the tenant that has the receiving number (or "
+               "session), stored once per provider message id, apply their opt-out or opt-in keyword (a text "
+               "that is exactly STOP, STOPALL, START, ...) and are the event message.received; an unrouted one "
+               "is counted in /metrics and dropped (still 200).")
     wh_note = " Answers 404 not_found while its secret is not configured (API.md §14)."
     add("/webhooks/meta", "get", {
         **op("Meta's subscription handshake", ["provider webhooks"],
@@ -1314,21 +1557,37 @@ def build():
              description="Answers 404 not_found while OMNIGATE_META_VERIFY_TOKEN is not set.",
              op_id="metaVerify")})
     add("/webhooks/meta", "post", op(
-        "Delivery statuses from Meta's WhatsApp Cloud API", ["provider webhooks"], counts_ok,
-        merge(wh_errors, {400: ["invalid_json"]}), [{"metaSignature": []}], (),
+        "Delivery statuses and inbound messages from Meta's WhatsApp Cloud API", ["provider webhooks"],
+        counts_in_ok, merge(wh_errors, {400: ["invalid_json"]}), [{"metaSignature": []}], (),
         {"required": True, "content": {"application/json": {"schema": {
-            "type": "object", "description": "Meta's webhook body; value.statuses of messages changes and "
+            "type": "object", "description": "Meta's webhook body; value.statuses and value.messages[] of "
+                                             "messages changes (the messages routed by "
+                                             "value.metadata.phone_number_id, API.md §21) and "
                                              "message_template_status_update changes (entry[].id the WABA, "
                                              "value.event the template's new status, API.md §18) are read, "
                                              "other objects are ignored. Up to 4 MiB.",
             "properties": {"object": {"type": "string"}, "entry": {"type": "array"}}},
-            "example": {"object": "whatsapp_business_account", "entry": [{"id": "102290129340398", "changes": [
-                {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
-                    "display_phone_number": "6281234567890", "phone_number_id": "109876543210"},
-                    "statuses": [{"id": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "status": "delivered",
-                                  "timestamp": "1763820327", "recipient_id": "6281234567890"}]}}]}]}}}},
+            "examples": {
+                "status": {"value": {"object": "whatsapp_business_account", "entry": [{
+                    "id": "102290129340398", "changes": [
+                        {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
+                            "display_phone_number": "6281234567890", "phone_number_id": "109876543210"},
+                            "statuses": [{"id": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "status": "delivered",
+                                          "timestamp": "1763820327", "recipient_id": "6281234567890"}]}}]}]}},
+                "inbound": {"value": {"object": "whatsapp_business_account", "entry": [{
+                    "id": "102290129340398", "changes": [
+                        {"field": "messages", "value": {"messaging_product": "whatsapp", "metadata": {
+                            "display_phone_number": "6281234567890", "phone_number_id": "109876543210"},
+                            "contacts": [{"profile": {"name": "Ana"}, "wa_id": "4915112345601"}],
+                            "messages": [{"from": "4915112345601",
+                                          "id": "wamid.HBgNNDkxNTExMjM0NTYwMRUCABIYFjNFQjBDNzY3RDI2QTFENUIA",
+                                          "timestamp": "1763820325", "type": "text",
+                                          "text": {"body": "Hello there"}}]}}]}]}}}}}},
         "X-Hub-Signature-256: sha256=<lowercase hex HMAC-SHA256 of the raw body keyed with "
-        "OMNIGATE_META_APP_SECRET>." + wh_note, op_id="metaStatuses"))
+        "OMNIGATE_META_APP_SECRET>." + wh_note + in_note + " A Meta message also opens the sender's 24 h "
+        "window with that phone number id. A message without a string id, from and type and a timestamp "
+        "refuses the whole body (400 invalid_payload), as a bad status does. data.inbound is there when the "
+        "POST held value.messages[].", op_id="metaStatuses"))
     add("/webhooks/twilio", "post", op(
         "Delivery statuses from the SMS provider (Twilio)", ["provider webhooks"], counts_ok, wh_errors,
         [{"twilioSignature": []}], (),
@@ -1341,19 +1600,59 @@ def build():
         "X-Twilio-Signature: base64 HMAC-SHA1 (OMNIGATE_SMS_AUTH_TOKEN) of OMNIGATE_PUBLIC_URL + path + query, "
         "then each POST field sorted by name, name then value." + wh_note + " OMNIGATE_PUBLIC_URL must be set "
         "too.", op_id="twilioStatuses"))
+    add("/webhooks/twilio/inbound", "post", op(
+        "Inbound SMS from the SMS provider (Twilio's incoming message webhook)", ["provider webhooks"],
+        {200: {"description": "Committed (stored, a repeat, or unrouted: counted and dropped): empty TwiML, so "
+                              "the provider sends no reply.",
+               "headers": {"X-Request-Id": hdr("X-Request-Id")},
+               "content": {"text/xml": {"schema": {"type": "string", "const": TWIML_EMPTY},
+                                        "example": TWIML_EMPTY}}}},
+        wh_errors, [{"twilioSignature": []}], (),
+        {"required": True, "content": {"application/x-www-form-urlencoded": {"schema": {
+            "type": "object", "required": ["MessageSid", "From", "To"],
+            "properties": {"MessageSid": {"type": "string", "description": "SmsMessageSid is taken without it."},
+                           "From": ref("E164"),
+                           "To": {**ref("E164"), "description": "The tenant's number: one of "
+                                                                "channels.sms.inboundNumbers."},
+                           "Body": {"type": "string"},
+                           "NumMedia": {"type": "string", "description": "Above 0: the message's type is "
+                                                                        "media."}},
+            "description": "Other fields are ignored."},
+            "example": {"MessageSid": "SM0123456789abcdef0123456789abcdef", "From": "+4915112345601",
+                        "To": "+15550001111", "Body": "STOP", "NumMedia": "0"}}}},
+        "Configure it as the number's incoming message webhook. X-Twilio-Signature as on /webhooks/twilio, over "
+        "OMNIGATE_PUBLIC_URL + /webhooks/twilio/inbound + query and the POST fields." + wh_note +
+        " OMNIGATE_PUBLIC_URL must be set too. The message is routed by To to the tenant whose "
+        "channels.sms.inboundNumbers has it, stored once per MessageSid, applies its opt-out or opt-in keyword "
+        "(API.md §21: STOP opts out of sms, STOPALL of every kind, START opts back in) and is the event "
+        "message.received. Errors are JSON, as on the other routes.", op_id="twilioInbound"))
     add("/webhooks/waha", "post", op(
-        "Delivery statuses (message.ack) from the WAHA session bridge", ["provider webhooks"], counts_ok,
+        "Delivery statuses (message.ack) and inbound messages (message) from the WAHA session bridge",
+        ["provider webhooks"], counts_in_ok,
         merge(wh_errors, {400: ["invalid_json"]}), [{"wahaSignature": []}], (),
         {"required": True, "content": {"application/json": {"schema": {
             "type": "object", "required": ["event"],
             "properties": {"id": {"type": "string"}, "timestamp": {"type": "number"}, "event": {"type": "string"},
                            "session": {"type": "string"}, "payload": {"type": "object"}},
-            "description": "Only message.ack events are recorded; others are answered 200 and ignored."},
-            "example": {"id": "evt_01", "timestamp": 1763820327000, "event": "message.ack", "session": "default",
-                        "payload": {"id": "true_6281234567890@c.us_3EB0C767D26A1D5B", "ack": 2,
-                                    "ackName": "DEVICE"}}}}},
+            "description": "message.ack (a status) and message (an inbound message, API.md §21: routed by "
+                           "session and the session's number, me.id; one not from a phone number, fromMe or "
+                           "not <digits>@c.us, is ignored) events are recorded; others are answered 200 and "
+                           "ignored."},
+            "examples": {
+                "status": {"value": {"id": "evt_01", "timestamp": 1763820327000, "event": "message.ack",
+                                     "session": "default",
+                                     "payload": {"id": "true_6281234567890@c.us_3EB0C767D26A1D5B", "ack": 2,
+                                                 "ackName": "DEVICE"}}},
+                "inbound": {"value": {"id": "evt_02", "timestamp": 1763820325000, "event": "message",
+                                      "session": "default", "me": {"id": "6281234567890@c.us"},
+                                      "payload": {"id": "false_4915112345601@c.us_3EB0C767D26A1D5C",
+                                                  "timestamp": 1763820325, "from": "4915112345601@c.us",
+                                                  "fromMe": False, "body": "Hello there",
+                                                  "hasMedia": False}}}}}}},
         "X-Webhook-Hmac: lowercase hex HMAC-SHA512 of the raw body keyed with OMNIGATE_QR_WEBHOOK_SECRET "
-        "(X-Webhook-Hmac-Algorithm: sha512, when sent)." + wh_note, op_id="wahaStatuses"))
+        "(X-Webhook-Hmac-Algorithm: sha512, when sent)." + wh_note + in_note + " A message event without "
+        "session or payload.id is 400 invalid_payload. data.inbound is there when the event was message.",
+        op_id="wahaStatuses"))
 
     # ---- operations
     add("/healthz", "get", op("Liveness: 200 while the event loop runs", ["operations"],
@@ -1404,7 +1703,7 @@ def build():
             "title": "Omnigate",
             "version": "1.1.0",
             "summary": "Multi-tenant messaging gateway: WhatsApp (QR session, Meta Cloud API) and SMS, "
-                       "with fallback, OTP, logs and delivery statuses.",
+                       "with fallback, OTP, logs, delivery statuses, inbound messages and consent.",
             "description": (
                 "The machine-readable twin of the HTTP contract (API.md). Every JSON response has the "
                 "envelope {success, message, data}; failures add error {code, field?, details?} and each "
@@ -1417,8 +1716,8 @@ def build():
                 "400, 408, 413 and 431 come from the HTTP core on any route, before its handler."),
         },
         "servers": [{"url": "/", "description": "The gateway itself (OMNIGATE_LISTEN)."}],
-        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "templates", "admin",
-                                       "provider webhooks", "operations", "pages")],
+        "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "templates", "inbound", "consent",
+                                       "admin", "provider webhooks", "operations", "pages")],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": dict(sorted(SCHEMAS.items())),
@@ -1430,8 +1729,9 @@ def build():
                 "tenantToken": {"type": "http", "scheme": "bearer", "bearerFormat": "kft_ + 40 base62",
                                 "description": "A tenant token (POST /admin/tenants/{id}/tokens) with the "
                                                "route's scope: send (POST sends, batches and cancels, the "
-                                               "template list), otp (OTP send/verify), logs (logs, messages, "
-                                               "batches, the queue, webhook deliveries)."},
+                                               "template list, suppressions), otp (OTP send/verify), logs "
+                                               "(logs, messages, batches, the queue, webhook deliveries, "
+                                               "inbound messages, recipients)."},
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
                 "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",

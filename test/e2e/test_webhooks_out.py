@@ -22,7 +22,8 @@ from gwlib import add_tenant, admin, call, linked_gateway, new_token, query_url
 
 TO = "+6281234500001"
 EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
-          "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed"]
+          "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed",
+          "message.received", "recipient.opted_out", "recipient.opted_in"]
 # Tests call loopback receivers over http://; the retry schedule is cut 10,000 times (5 s becomes
 # 0.5 ms, 10 h becomes 3.6 s) and a receiver has 2 s to answer.
 WH_ENV = {"OMNIGATE_WEBHOOK_ALLOW_HTTP": "true", "OMNIGATE_WEBHOOK_ALLOW_PRIVATE": "true",
@@ -297,7 +298,7 @@ def test_cli_webhook_verbs(gw, rx):
 # ---- events and signatures -----------------------------------------------------------------------------
 
 def test_every_event_type_is_signed(gw, rx):
-    """Each of the ten events reaches the receiver with webhook-id, webhook-timestamp and a v1
+    """Each event type reaches the receiver with webhook-id, webhook-timestamp and a v1
     signature that Python's hmac verifies with the secret; the body is {type, timestamp, data}
     with the message's unified log item (the OTP log item for otp.*)."""
     secret = set_webhook(gw, rx.url())["secret"]
@@ -333,6 +334,12 @@ def test_every_event_type_is_signed(gw, rx):
         "messages": [{"to": "+6281234500016", "text": "hi", "channels": ["sms"], "sendAt": at(600)}]}), 202)
     batch, in_batch = batch["data"]["batchId"], batch["data"]["references"][0]
     assert_ok(call(gw, "POST", "/api/omni/batches/%s/cancel" % batch, token=gw.token))
+    # A recipient writes STOP, then START, on WhatsApp (API.md §21): two message.received, one
+    # recipient.opted_out, one recipient.opted_in.
+    replier = "+6281234500017"
+    for word in ("STOP", "START"):
+        assert gw.sim._call("POST", "/__sim/inbound", {"provider": "meta", "phoneNumberId": "109876543210",
+                                                      "from": replier, "text": word})["data"]["status"] == 200
     until(lambda: {json.loads(q["body"])["type"] for q in rx.got()} >= set(EVENTS), 20,
           "every event type; got %r" % [json.loads(q["body"])["type"] for q in rx.got()])
     expect = {"message.sent": {sent, undeliv}, "message.delivered": {sent}, "message.read": {sent},
@@ -352,10 +359,19 @@ def test_every_event_type_is_signed(gw, rx):
         if body["type"] == "batch.completed":
             assert body["data"]["batchId"] == batch and body["data"]["counts"]["canceled"] == 1, body
             continue
+        if body["type"] == "message.received":
+            assert body["data"]["from"] == replier and body["data"]["text"] in ("STOP", "START"), body
+            continue
+        if body["type"].startswith("recipient."):
+            assert body["data"] == {"to": replier, "channel": "whatsapp", "source": "keyword",
+                                    "reason": "STOP" if body["type"].endswith("out") else "START"}, body
+            continue
         assert body["data"]["reference"] in expect[body["type"]], body
-    # The batch's message's own message.canceled too.
-    until(lambda: len(rx.got()) == 12, 10, "twelve events (two message.sent, two message.canceled)")
-    assert sorted(json.loads(q["body"])["type"] for q in rx.got()) == sorted(EVENTS + ["message.sent", "message.canceled"])
+    # The batch's message's own message.canceled too, and the second reply's message.received.
+    until(lambda: len(rx.got()) == 16, 10, "sixteen events (two message.sent, message.canceled, message.received); "
+          "got %r" % sorted(json.loads(q["body"])["type"] for q in rx.got()))
+    assert sorted(json.loads(q["body"])["type"] for q in rx.got()) == sorted(
+        EVENTS + ["message.sent", "message.canceled", "message.received"])
     by_type = {json.loads(q["body"])["type"]: json.loads(q["body"])["data"] for q in rx.got()}
     assert by_type["message.read"]["status"] == "read"
     assert by_type["message.read"]["attempts"][0]["deliveryStatus"] == "read"

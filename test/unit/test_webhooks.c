@@ -77,12 +77,13 @@ static void test_urls(void **state)
 
 static void test_events(void **state)
 {
-    char lit[200];
+    char lit[OG_WH_EVENTS_LIT];
     og_err_t err = {0};
     assert_true(og_wh_events_parse(NULL, lit, &err));
     assert_string_equal(lit,
                         "{message.sent,message.failed,message.delivered,message.read,message.undelivered,"
-                        "otp.verified,otp.locked,message.canceled,message.expired,batch.completed}");
+                        "otp.verified,otp.locked,message.canceled,message.expired,batch.completed,"
+                        "message.received,recipient.opted_out,recipient.opted_in}");
     json_t *e = json_pack("[s,s]", "otp.locked", "message.sent");
     assert_true(og_wh_events_parse(e, lit, &err));
     assert_string_equal(lit, "{message.sent,otp.locked}");

@@ -29,7 +29,8 @@ static void test_meta(void **state)
         "{\"id\":\"wamid.B\",\"status\":\"played\",\"timestamp\":1700000001},"
         "{\"id\":\"wamid.C\",\"status\":\"deleted\",\"timestamp\":\"1700000002\"},"
         "{\"id\":\"wamid.D\",\"status\":\"failed\",\"timestamp\":\"1700000003\",\"errors\":[{\"code\":131026,"
-        "\"title\":\"Message undeliverable\"}]}],\"messages\":[{\"id\":\"in\"}]}},"
+        "\"title\":\"Message undeliverable\"}]}],\"metadata\":{\"phone_number_id\":\"77\"},"
+        "\"messages\":[{\"id\":\"in\",\"from\":\"15550001111\",\"timestamp\":\"1\",\"type\":\"text\"}]}},"
         "{\"field\":\"message_template_status_update\",\"value\":{\"statuses\":[{\"bad\":1}]}}]}]}";
     og_err_t err = {0};
     json_t *a = og_webhook_parse_meta(body, strlen(body), 5, &err);
@@ -77,7 +78,7 @@ static void test_meta_templates(void **state)
         "\"message_template_language\":\"en_US\"}}]}]}";
     og_err_t err = {0};
     json_t *templates = NULL;
-    json_t *a = og_webhook_parse_meta_all(body, strlen(body), 5, &templates, &err);
+    json_t *a = og_webhook_parse_meta_all(body, strlen(body), 5, &templates, NULL, &err);
     assert_non_null(a);
     assert_int_equal(json_array_size(a), 1);
     assert_string_equal(field(a, 0, "pid"), "wamid.A");
@@ -192,6 +193,114 @@ static void test_twilio_signature(void **state)
     assert_false(og_webhook_twilio_signed("12345", url, "a=%zz", 5, sig, strlen(sig)));
 }
 
+/* Inbound messages (API.md §21): Meta's value.messages[] with their texts by type, routed by the
+ * phone number id; WAHA's message event routed by session and me, messages not from a phone
+ * number left out and counted; Twilio's incoming SMS routed by To; a message without its id or
+ * sender refuses the body whole. */
+static void test_inbound(void **state)
+{
+    const char meta[] =
+        "{\"entry\":[{\"id\":\"1\",\"changes\":[{\"field\":\"messages\",\"value\":{"
+        "\"metadata\":{\"display_phone_number\":\"15550000000\",\"phone_number_id\":\"106540352242922\"},"
+        "\"messages\":["
+        "{\"from\":\"4915112345678\",\"id\":\"wamid.T\",\"timestamp\":\"1700000000\",\"type\":\"text\","
+        "\"text\":{\"body\":\" stop \"}},"
+        "{\"from\":\"4915112345678\",\"id\":\"wamid.B\",\"timestamp\":\"1700000001\",\"type\":\"button\","
+        "\"button\":{\"text\":\"Yes\",\"payload\":\"y\"}},"
+        "{\"from\":\"4915112345678\",\"id\":\"wamid.I\",\"timestamp\":\"1700000002\",\"type\":"
+        "\"interactive\","
+        "\"interactive\":{\"type\":\"button_reply\",\"button_reply\":{\"id\":\"b\",\"title\":\"Later\"}}},"
+        "{\"from\":\"4915112345678\",\"id\":\"wamid.P\",\"timestamp\":\"1700000003\",\"type\":\"image\","
+        "\"image\":{\"id\":\"m\",\"mime_type\":\"image/jpeg\"}}]}}]}]}";
+    og_err_t err = {0};
+    json_t *templates = NULL, *in = NULL;
+    json_t *a = og_webhook_parse_meta_all(meta, strlen(meta), 5, &templates, &in, &err);
+    assert_non_null(a);
+    assert_int_equal(json_array_size(a), 0);
+    assert_int_equal(json_array_size(in), 4);
+    assert_string_equal(field(in, 0, "channel"), "whatsapp_meta");
+    assert_string_equal(field(in, 0, "pid"), "wamid.T");
+    assert_string_equal(field(in, 0, "from"), "+4915112345678");
+    assert_string_equal(field(in, 0, "route"), "106540352242922");
+    assert_string_equal(field(in, 0, "phoneNumberId"), "106540352242922");
+    assert_string_equal(field(in, 0, "type"), "text");
+    assert_string_equal(field(in, 0, "text"), " stop ");
+    assert_true(json_real_value(json_object_get(json_array_get(in, 0), "at")) == 1700000000.0);
+    assert_string_equal(field(in, 1, "text"), "Yes");
+    assert_string_equal(field(in, 2, "text"), "Later");
+    assert_string_equal(field(in, 3, "type"), "image");
+    assert_null(json_object_get(json_array_get(in, 3), "text"));
+    json_decref(a);
+    json_decref(templates);
+    json_decref(in);
+
+    const char *const bad_meta[] = {
+        /* no phone number id */
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"messages\":[{\"from\":"
+        "\"4915112345678\","
+        "\"id\":\"w\",\"timestamp\":\"1\",\"type\":\"text\"}]}}]}]}",
+        /* no sender */
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"metadata\":{\"phone_number_id\":"
+        "\"1\"},"
+        "\"messages\":[{\"id\":\"w\",\"timestamp\":\"1\",\"type\":\"text\"}]}}]}]}",
+        /* a sender that is no phone number */
+        "{\"entry\":[{\"changes\":[{\"field\":\"messages\",\"value\":{\"metadata\":{\"phone_number_id\":"
+        "\"1\"},"
+        "\"messages\":[{\"from\":\"12ab\",\"id\":\"w\",\"timestamp\":\"1\",\"type\":\"text\"}]}}]}]}",
+    };
+    for (size_t i = 0; i < sizeof(bad_meta) / sizeof(bad_meta[0]); i++) {
+        assert_null(og_webhook_parse_meta_all(bad_meta[i], strlen(bad_meta[i]), 5, &templates, &in, &err));
+        assert_ptr_equal(err.code, OG_E_INVALID_PAYLOAD);
+    }
+
+    const char waha[] =
+        "{\"event\":\"message\",\"session\":\"default\",\"me\":{\"id\":\"4930123456@c.us\"},"
+        "\"payload\":{\"id\":\"false_4915112345678@c.us_AAA\",\"timestamp\":1700000000,"
+        "\"from\":\"4915112345678@c.us\",\"fromMe\":false,\"body\":\"Hello\",\"hasMedia\":false}}";
+    int ignored = -1;
+    a = og_webhook_parse_waha_all(waha, strlen(waha), 5, &in, &ignored, &err);
+    assert_non_null(a);
+    assert_int_equal(ignored, 0);
+    assert_int_equal(json_array_size(in), 1);
+    assert_string_equal(field(in, 0, "channel"), "whatsapp_qr");
+    assert_string_equal(field(in, 0, "from"), "+4915112345678");
+    assert_string_equal(field(in, 0, "route"), "default");
+    assert_string_equal(field(in, 0, "session"), "default");
+    assert_string_equal(field(in, 0, "number"), "4930123456");
+    assert_string_equal(field(in, 0, "text"), "Hello");
+    json_decref(a);
+    json_decref(in);
+    const char group[] = "{\"event\":\"message\",\"session\":\"default\",\"payload\":{\"id\":\"g\","
+                         "\"from\":\"12036302@g.us\",\"fromMe\":false,\"body\":\"hi\"}}";
+    a = og_webhook_parse_waha_all(group, strlen(group), 5, &in, &ignored, &err);
+    assert_int_equal(ignored, 1);
+    assert_int_equal(json_array_size(in), 0);
+    json_decref(a);
+    json_decref(in);
+
+    const char tw[] =
+        "ToCountry=US&SmsMessageSid=SM9&NumMedia=0&SmsSid=SM9&SmsStatus=received&Body=STOP"
+        "&To=%2B15550001111&MessageSid=SM9&AccountSid=AC1&From=%2B15557654321&ApiVersion=2010-04-01";
+    in = og_webhook_parse_twilio_inbound(tw, strlen(tw), 42, &ignored, &err);
+    assert_int_equal(ignored, 0);
+    assert_int_equal(json_array_size(in), 1);
+    assert_string_equal(field(in, 0, "channel"), "sms");
+    assert_string_equal(field(in, 0, "pid"), "SM9");
+    assert_string_equal(field(in, 0, "from"), "+15557654321");
+    assert_string_equal(field(in, 0, "route"), "+15550001111");
+    assert_string_equal(field(in, 0, "text"), "STOP");
+    assert_true(json_real_value(json_object_get(json_array_get(in, 0), "at")) == 42.0);
+    json_decref(in);
+    const char short_code[] = "MessageSid=SM8&To=%2B15550001111&From=72345&Body=x";
+    in = og_webhook_parse_twilio_inbound(short_code, strlen(short_code), 42, &ignored, &err);
+    assert_int_equal(json_array_size(in), 0);
+    assert_int_equal(ignored, 1);
+    json_decref(in);
+    const char no_from[] = "MessageSid=SM9&To=%2B15550001111&Body=x";
+    assert_null(og_webhook_parse_twilio_inbound(no_from, strlen(no_from), 42, &ignored, &err));
+    assert_ptr_equal(err.code, OG_E_INVALID_PAYLOAD);
+}
+
 static void test_delivery_errors(void **state)
 {
     assert_string_equal(og_webhook_delivery_error("whatsapp_meta", "131047"), "outside_window");
@@ -212,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_waha),
         cmocka_unit_test(test_twilio),
         cmocka_unit_test(test_twilio_signature),
+        cmocka_unit_test(test_inbound),
         cmocka_unit_test(test_delivery_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,6 +28,10 @@ extern const char OG_ERR_PROVIDER_ERROR[];        /* "provider_error" */
 extern const char OG_ERR_PROVIDER_RATE_LIMITED[]; /* "provider_rate_limited" */
 extern const char OG_ERR_NOT_CONFIGURED[];        /* "not_configured" */
 extern const char OG_ERR_PROVIDER_UNAVAILABLE[];  /* "provider_unavailable": circuit open, not called */
+/* "recipient_opted_out": the recipient opted out of the channel's kind after the message was
+ * accepted (a queued message, a delivery-based fallback's later step): not called (API.md §21).
+ * Never a provider's outcome, so not among og_attempt_outcomes. */
+extern const char OG_ERR_RECIPIENT_OPTED_OUT[];
 
 /* Every attempt outcome in a fixed order: "sent", then the error codes above (metrics labels). */
 #define OG_ATTEMPT_OUTCOMES 8

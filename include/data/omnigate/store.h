@@ -101,6 +101,7 @@ enum og_store_stmt {
     OG_Q_PRUNE_BATCH,
     OG_Q_PRUNE_IDEM,
     OG_Q_PRUNE_WEBHOOKS,
+    OG_Q_PRUNE_INBOUND,
     /* sql/queries/webhooks.sql */
     OG_Q_WH_PUT,
     OG_Q_WH_GET,
@@ -135,6 +136,17 @@ enum og_store_stmt {
     OG_Q_BATCH_GET,
     OG_Q_BATCH_CANCEL,
     OG_Q_BATCH_COMPLETE,
+    /* inbound.sql */
+    OG_Q_INBOUND_STORE,
+    OG_Q_INBOUND_LIST,
+    OG_Q_CONSENT_LOAD,
+    OG_Q_CONSENT_CHANGES,
+    OG_Q_CONSENT_PRUNE,
+    OG_Q_CONSENT_SAMPLE,
+    OG_Q_SUPPRESSION_LIST,
+    OG_Q_SUPPRESSION_CHANGE,
+    OG_Q_SUPPRESSION_KINDS,
+    OG_Q_RECIPIENT_GET,
     OG_Q__COUNT
 };
 

@@ -613,7 +613,7 @@ static char *webhook_new_secret(const og_config_t *cfg, const char *id)
 
 static int admin_set_webhook(PGconn *pg, const og_config_t *cfg, int argc, char **argv)
 {
-    char id[37], events[200];
+    char id[37], events[OG_WH_EVENTS_LIT];
     if (!webhook_tenant(argv[1], id))
         return 2;
     og_err_t err = {0};
@@ -805,13 +805,16 @@ static int prune_run(PGconn *pg, const char *before, long batch)
         /* One short transaction per batch: writers never wait on us. The log data first (by
          * reference), then the webhook deliveries that are done with, and their tries (by time). */
         const char *tenant_id = PQgetvalue(tenants, t, OG_C_PRUNE_TENANTS_ID);
-        og_db_call_t pieces[2];
+        og_db_call_t pieces[3];
         og_q_prune_batch(&pieces[0],
                          &(og_q_prune_batch_t){.tenant_id = tenant_id, .before = before_ref, .batch = limit});
         og_q_prune_webhooks(&pieces[1],
                             &(og_q_prune_webhooks_t){.tenant_id = tenant_id, .before = when, .batch = limit});
-        static const int deleted_col[2] = {OG_C_PRUNE_BATCH_DELETED, OG_C_PRUNE_WEBHOOKS_DELETED};
-        for (int k = 0; k < 2 && rc == 0; k++) {
+        og_q_prune_inbound(&pieces[2],
+                           &(og_q_prune_inbound_t){.tenant_id = tenant_id, .before = when, .batch = limit});
+        static const int deleted_col[3] = {OG_C_PRUNE_BATCH_DELETED, OG_C_PRUNE_WEBHOOKS_DELETED,
+                                           OG_C_PRUNE_INBOUND_DELETED};
+        for (int k = 0; k < 3 && rc == 0; k++) {
             long n = batch;
             while (n > 0) {
                 PGresult *b = run(pg, &pieces[k]);

@@ -10,6 +10,8 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/callbacks/status_sweep.h"
+#include "omnigate/consent/consent.h"
+#include "omnigate/consent/consent_api.h"
 #include "omnigate/queue/message_api.h"
 #include "omnigate/queue/release.h"
 #include "omnigate/tenants/admin.h"
@@ -56,6 +58,9 @@ static const og_route_t routes[] = {
     {"POST", "/admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry", og_wh_admin_retry},
     {"GET", "/admin/tenants/{id}/templates", og_tpl_admin_list},
     {"POST", "/admin/tenants/{id}/templates/sync", og_tpl_admin_sync},
+    {"GET", "/admin/tenants/{id}/inbound", og_inbound_admin_list},
+    {"GET", "/admin/tenants/{id}/suppressions", og_suppression_admin_list},
+    {"GET", "/admin/tenants/{id}/recipients/{to}", og_recipient_admin_get},
     {"GET", "/console", og_static_serve},
     {"GET", "/console/app.js", og_static_serve},
     {"GET", "/console/app.css", og_static_serve},
@@ -75,9 +80,15 @@ static const og_route_t routes[] = {
     {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
     {"POST", "/api/webhooks/deliveries/{id}/retry", og_wh_retry},
     {"GET", "/api/whatsapp/templates", og_tpl_list},
+    {"GET", "/api/inbound", og_inbound_list},
+    {"GET", "/api/suppressions", og_suppression_list},
+    {"PUT", "/api/suppressions/{to}", og_suppression_put},
+    {"DELETE", "/api/suppressions/{to}", og_suppression_delete},
+    {"GET", "/api/recipients/{to}", og_recipient_get},
     {"GET", "/webhooks/meta", og_webhook_meta_verify},
     {"POST", "/webhooks/meta", og_webhook_meta, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/twilio", og_webhook_twilio, OG_WEBHOOK_MAX_BODY},
+    {"POST", "/webhooks/twilio/inbound", og_webhook_twilio_inbound, OG_WEBHOOK_MAX_BODY},
     {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
     {"GET", "/openapi.json", og_static_serve},
 };
@@ -103,6 +114,7 @@ static const og_m_reg_t metric_blocks[] = {
     {&og_logs_metrics_block, NULL},         /* logs/logs_api.h */
     {&og_auth_metrics_block, NULL},         /* tenants/auth.h: the rate limit */
     {&og_queue_metrics_block, NULL},        /* queue/release.h */
+    {&og_consent_metrics_block, NULL},      /* consent/consent.h */
 };
 // clang-format on
 
@@ -159,6 +171,8 @@ static int gw_start(og_worker_t *w)
             og_tpl_sync_register(gw) != 0 || (gw->whout = og_whout_start(gw)) == NULL)
             return -1;
         og_jobs_start(gw->jobs);
+        if ((gw->consent = og_consent_start(gw, w->index == 0)) == NULL)
+            return -1;
         if ((gw->queue = og_queue_start(gw, w->index == 0)) == NULL)
             return -1;
     }
@@ -248,6 +262,11 @@ static void close_rest(og_gw_t *gw)
         og_whout_close(gw->whout, gw_piece_closed, gw);
         gw->whout = NULL;
     }
+    if (gw->consent != NULL) { /* before the pool, which ends its read if one is in flight */
+        gw->closing++;
+        og_consent_close(gw->consent, gw_piece_closed, gw);
+        gw->consent = NULL;
+    }
     if (gw->status_sweep != NULL) { /* before the pool, which ends its operation if one is in flight */
         gw->closing++;
         og_status_sweep_close(gw->status_sweep, gw_piece_closed, gw);
@@ -270,6 +289,8 @@ static const char *gw_not_ready(og_worker_t *w)
         return "no database configured";
     if (!og_db_ready(gw->db))
         return "database unreachable";
+    if (gw->consent != NULL && !og_consent_ready(gw->consent))
+        return "consent not loaded yet";
     return NULL;
 }
 

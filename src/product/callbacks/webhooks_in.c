@@ -24,6 +24,7 @@
 #include "omnigate/app/ctx.h"
 #include "omnigate/hmac.h"
 #include "omnigate/messaging/nowa.h"
+#include "omnigate/phone.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/catalogue.h"
@@ -48,8 +49,22 @@ typedef enum cb_outcome {
     CB__COUNT
 } cb_outcome_t;
 
+/* What became of an inbound message (API.md §21), counted per message for the first four and
+ * per request for the last two (Twilio's inbound route only: Meta's and WAHA's POSTs count as
+ * status callbacks, which they may hold too). */
+typedef enum in_outcome {
+    IN_STORED,    /* a new message of a tenant */
+    IN_DUPLICATE, /* a provider's repeat: stored before */
+    IN_UNROUTED,  /* no tenant has its number or session: dropped */
+    IN_IGNORED,   /* not a message from a phone number (a group's, our own echo): dropped */
+    IN_BAD_SIGNATURE,
+    IN_BAD_BODY,
+    IN__COUNT
+} in_outcome_t;
+
 struct og_callbacks_metrics {
     uint64_t callbacks[OG_CH__COUNT][CB__COUNT]; /* by the provider of the channel */
+    uint64_t inbound[OG_CH__COUNT][IN__COUNT];   /* by channel */
 };
 
 static const char *const cb_outcomes[CB__COUNT] = {
@@ -60,20 +75,38 @@ static const char *const cb_outcomes[CB__COUNT] = {
     [CB_BAD_BODY] = "bad_body",
 };
 
+static const char *const in_outcomes[IN__COUNT] = {
+    [IN_STORED] = "stored",   [IN_DUPLICATE] = "duplicate",         [IN_UNROUTED] = "unrouted",
+    [IN_IGNORED] = "ignored", [IN_BAD_SIGNATURE] = "bad_signature", [IN_BAD_BODY] = "bad_body",
+};
+
 static bool provider_label(const void *ctx, int i, const char *v[2])
 {
     v[0] = og_channel_provider((og_channel_t)i);
     return true;
 }
 
+static bool channel_label(const void *ctx, int i, const char *v[2])
+{
+    v[0] = og_channel_name((og_channel_t)i);
+    return true;
+}
+
 static const og_m_dim_t providers = {OG_CH__COUNT, {"provider", NULL}, NULL, provider_label};
 static const og_m_dim_t outcomes = {CB__COUNT, {"outcome", NULL}, cb_outcomes, NULL};
+static const og_m_dim_t channels = {OG_CH__COUNT, {"channel", NULL}, NULL, channel_label};
+static const og_m_dim_t in_outcome_dim = {IN__COUNT, {"outcome", NULL}, in_outcomes, NULL};
 
 static const og_m_metric_t metrics[] = {
     {"omnigate_status_callbacks_total", OG_M_COUNTER, &providers, &outcomes,
      offsetof(struct og_callbacks_metrics, callbacks), OG_M_SUM, NULL, false,
      "Provider status callbacks (API.md §10): statuses applied, duplicate or for an unknown message id, and "
      "requests refused for a bad signature or body."},
+    {"omnigate_inbound_messages_total", OG_M_COUNTER, &channels, &in_outcome_dim,
+     offsetof(struct og_callbacks_metrics, inbound), OG_M_SUM, NULL, false,
+     "Inbound messages (API.md §21) by channel: stored, duplicate (stored before), unrouted (no tenant "
+     "has the number or session) or ignored (not from a phone number); and Twilio inbound requests "
+     "refused for a bad signature or body."},
 };
 
 const og_m_block_t og_callbacks_metrics_block = OG_M_BLOCK(struct og_callbacks_metrics, metrics);
@@ -84,6 +117,14 @@ static void count(og_gw_t *gw, og_channel_t ch, cb_outcome_t outcome, uint64_t n
     struct og_callbacks_metrics *m = gw->callbacks_m;
     if (m != NULL && (unsigned)ch < OG_CH__COUNT && n > 0)
         og_metrics_add(&m->callbacks[ch][outcome], n);
+}
+
+/* `n` inbound messages of channel ch ended as `outcome`. */
+static void count_in(og_gw_t *gw, og_channel_t ch, in_outcome_t outcome, uint64_t n)
+{
+    struct og_callbacks_metrics *m = gw->callbacks_m;
+    if (m != NULL && (unsigned)ch < OG_CH__COUNT && n > 0)
+        og_metrics_add(&m->inbound[ch][outcome], n);
 }
 
 /* ---- statuses ------------------------------------------------------------------------------ */
@@ -260,22 +301,144 @@ static bool meta_template_change(json_t *out, const char *waba, const json_t *va
                                                 language, "status", status)) == 0;
 }
 
-json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err)
+/* ---- inbound messages (API.md §21) --------------------------------------------------------- */
+
+#define ROUTE_MAX 64 /* a route's key: a phone number id (32 digits), a session (64), a number */
+#define TYPE_MAX  32
+
+/* Appends one inbound message to `out`, as og_inbound_store (sql/021_inbound.sql) takes it:
+ * {"channel", "pid", "from", "route", "number", "type", "text", "at", "phoneNumberId",
+ * "session"}. `from` is E.164; `number` (may be NULL) the tenant's number it came to, digits for
+ * WhatsApp; `text` may be NULL. */
+static bool add_inbound(json_t *out, og_channel_t ch, const char *pid, const char *from, const char *route,
+                        const char *number, const char *type, const char *text, double at, og_err_t *err)
 {
-    return og_webhook_parse_meta_all(body, len, now, NULL, err);
+    if (pid == NULL || pid[0] == '\0' || strlen(pid) >= PID_MAX)
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "an inbound message has no message id, or one over %d bytes", PID_MAX - 1);
+    if (!og_phone_e164_valid(from))
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "an inbound message's sender is not a phone number");
+    if (route == NULL || route[0] == '\0' || strlen(route) > ROUTE_MAX)
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "an inbound message says no receiving number or session (or one over %d bytes)",
+                           ROUTE_MAX);
+    size_t tl = type != NULL ? strlen(type) : 0;
+    if (tl == 0 || tl > TYPE_MAX || strspn(type, "abcdefghijklmnopqrstuvwxyz_") != tl)
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "an inbound message's type is not a word");
+    json_t *m = json_pack("{s:s,s:s,s:s,s:s,s:s,s:f}", "channel", og_channel_name(ch), "pid", pid, "from",
+                          from, "route", route, "type", type, "at", at);
+    if (m == NULL)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    if (number != NULL)
+        json_object_set_new(m, "number", json_string(number));
+    if (text != NULL && text[0] != '\0')
+        json_object_set_new(m, "text", json_string(text));
+    if (ch == OG_CH_WHATSAPP_META)
+        json_object_set_new(m, "phoneNumberId", json_string(route));
+    else if (ch == OG_CH_WHATSAPP_QR)
+        json_object_set_new(m, "session", json_string(route));
+    json_array_append_new(out, m);
+    return true;
 }
 
-json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json_t **templates, og_err_t *err)
+/* The text of a Meta message: a text's body, a button's or a reply's title, a media caption. */
+static const char *meta_text(const json_t *msg, const char *type)
+{
+    const json_t *part = json_object_get(msg, type);
+    if (strcmp(type, "text") == 0)
+        return json_string_value(json_object_get(part, "body"));
+    if (strcmp(type, "button") == 0)
+        return json_string_value(json_object_get(part, "text"));
+    if (strcmp(type, "interactive") == 0) {
+        const json_t *reply = json_object_get(part, "button_reply");
+        if (reply == NULL)
+            reply = json_object_get(part, "list_reply");
+        return json_string_value(json_object_get(reply, "title"));
+    }
+    return json_string_value(json_object_get(part, "caption")); /* image, video, document */
+}
+
+/* One message of value.messages[] (a messages change of a Meta number). */
+static bool meta_inbound(json_t *out, const json_t *value, const json_t *msg, og_err_t *err)
+{
+    const char *pnid =
+        json_string_value(json_object_get(json_object_get(value, "metadata"), "phone_number_id"));
+    const char *id = json_string_value(json_object_get(msg, "id"));
+    const char *from = json_string_value(json_object_get(msg, "from"));
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    double at;
+    if (!json_is_object(msg) || id == NULL || from == NULL || type == NULL ||
+        !json_seconds(json_object_get(msg, "timestamp"), &at))
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "a message needs string id, from and type and a timestamp of Unix seconds");
+    if (pnid == NULL || strspn(pnid, "0123456789") != strlen(pnid))
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL,
+                           "a messages change with messages needs value.metadata.phone_number_id");
+    char e164[24];
+    snprintf(e164, sizeof(e164), "+%.20s", from);
+    return add_inbound(out, OG_CH_WHATSAPP_META, id, e164, pnid, NULL, type, meta_text(msg, type), at, err);
+}
+
+/* The digits of a WhatsApp id "<digits>@c.us" into out (17 bytes), or false. */
+static bool wa_user(const char *id, char out[17])
+{
+    const char *at = id != NULL ? strchr(id, '@') : NULL;
+    size_t n = at != NULL ? (size_t)(at - id) : 0;
+    if (at == NULL || strcmp(at, "@c.us") != 0 || n < 8 || n > 15 || strspn(id, "0123456789") != n)
+        return false;
+    memcpy(out, id, n);
+    out[n] = '\0';
+    return true;
+}
+
+/* WAHA's event `message` (a message someone sent the session): one inbound message, or
+ * nothing when it is not from a phone number (a group's, a status broadcast, an id WAHA cannot
+ * map to a number), counted in *ignored. */
+static bool waha_inbound(json_t *out, const json_t *root, const json_t *payload, double now, int *ignored,
+                         og_err_t *err)
+{
+    const char *session = json_string_value(json_object_get(root, "session"));
+    const char *id = json_string_value(json_object_get(payload, "id"));
+    json_t *from_me = json_object_get(payload, "fromMe");
+    if (!json_is_object(payload) || id == NULL || session == NULL)
+        return og_err_fail(err, OG_E_INVALID_PAYLOAD, "payload", "message needs session and payload.id");
+    char from[17], me[17], e164[20];
+    if (json_is_true(from_me) || !wa_user(json_string_value(json_object_get(payload, "from")), from)) {
+        (*ignored)++;
+        return true;
+    }
+    bool known_me = wa_user(json_string_value(json_object_get(json_object_get(root, "me"), "id")), me) ||
+                    wa_user(json_string_value(json_object_get(payload, "to")), me);
+    json_t *ts = json_object_get(payload, "timestamp");
+    double at = json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) : now;
+    snprintf(e164, sizeof(e164), "+%s", from);
+    bool media = json_is_true(json_object_get(payload, "hasMedia"));
+    return add_inbound(out, OG_CH_WHATSAPP_QR, id, e164, session, known_me ? me : NULL,
+                       media ? "media" : "text", json_string_value(json_object_get(payload, "body")), at,
+                       err);
+}
+
+json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t *err)
+{
+    return og_webhook_parse_meta_all(body, len, now, NULL, NULL, err);
+}
+
+json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json_t **templates,
+                                  json_t **inbound, og_err_t *err)
 {
     if (templates != NULL)
         *templates = NULL;
+    if (inbound != NULL)
+        *inbound = NULL;
     json_t *root = parse_json(body, len, err);
     if (root == NULL)
         return NULL;
     json_t *out = json_array();
     json_t *changed = json_array();
+    json_t *received = json_array();
     json_t *entries = json_object_get(root, "entry");
-    bool ok = out != NULL && changed != NULL;
+    bool ok = out != NULL && changed != NULL && received != NULL;
     if (!ok)
         og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     if (ok && !json_is_array(entries))
@@ -308,13 +471,20 @@ json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json
             if (strcmp(field, "messages") != 0)
                 continue; /* account updates, quality, ...: not ours to record */
             json_t *statuses = json_object_get(value, "statuses");
-            if (!json_is_object(value) || (statuses != NULL && !json_is_array(statuses))) {
+            json_t *messages = json_object_get(value, "messages");
+            if (!json_is_object(value) || (statuses != NULL && !json_is_array(statuses)) ||
+                (messages != NULL && !json_is_array(messages))) {
                 ok = og_err_fail(err, OG_E_INVALID_PAYLOAD, "entry", "a messages change has no value object");
                 break;
             }
             json_array_foreach(statuses, k, st)
             {
                 if (!(ok = meta_status(out, st, err)))
+                    break;
+            }
+            json_array_foreach(ok ? messages : NULL, k, st)
+            {
+                if (!(ok = meta_inbound(received, value, st, err)))
                     break;
             }
             if (!ok)
@@ -327,18 +497,33 @@ json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json
     if (!ok) {
         json_decref(out);
         json_decref(changed);
+        json_decref(received);
         return NULL;
     }
     if (templates != NULL)
         *templates = changed;
     else
         json_decref(changed);
+    if (inbound != NULL)
+        *inbound = received;
+    else
+        json_decref(received);
     (void)now;
     return out;
 }
 
 json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err)
 {
+    return og_webhook_parse_waha_all(body, len, now, NULL, NULL, err);
+}
+
+json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json_t **inbound, int *ignored,
+                                  og_err_t *err)
+{
+    if (inbound != NULL)
+        *inbound = NULL;
+    if (ignored != NULL)
+        *ignored = 0;
     json_t *root = parse_json(body, len, err);
     if (root == NULL)
         return NULL;
@@ -367,11 +552,22 @@ json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t
                                 json_string_value(json_object_get(payload, "ackName")), err);
         }
     }
+    json_t *received = NULL;
+    int skipped = 0;
+    if (ok && strcmp(event, "message") == 0 && inbound != NULL) {
+        ok = (received = json_array()) != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+        ok = ok && waha_inbound(received, root, payload, now, &skipped, err);
+    }
     json_decref(root);
     if (!ok) {
+        json_decref(received);
         json_decref(out);
         return NULL;
     }
+    if (inbound != NULL)
+        *inbound = received;
+    if (ignored != NULL)
+        *ignored = skipped;
     return out;
 }
 
@@ -490,7 +686,58 @@ done:
     return out;
 }
 
+json_t *og_webhook_parse_twilio_inbound(const char *body, size_t len, double now, int *ignored, og_err_t *err)
+{
+    form_t form;
+    json_t *out = NULL;
+    *ignored = 0;
+    if (!form_parse(body, len, &form)) {
+        og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "body is not a valid form");
+        goto done;
+    }
+    const char *sid = form_get(&form, "MessageSid");
+    if (sid == NULL)
+        sid = form_get(&form, "SmsMessageSid");
+    const char *from = form_get(&form, "From"), *to = form_get(&form, "To");
+    const char *text = form_get(&form, "Body"), *media = form_get(&form, "NumMedia");
+    if (sid == NULL || from == NULL || to == NULL) {
+        og_err_fail(err, OG_E_INVALID_PAYLOAD, "MessageSid", "MessageSid, From and To are required");
+        goto done;
+    }
+    if (!og_phone_e164_valid(to)) {
+        og_err_fail(err, OG_E_INVALID_PAYLOAD, "To", "To is not a phone number");
+        goto done;
+    }
+    out = json_array();
+    if (out == NULL) {
+        og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+        goto done;
+    }
+    /* A short code's or an alphanumeric sender's message: no number to answer or opt out. */
+    if (!og_phone_e164_valid(from)) {
+        (*ignored)++;
+        goto done;
+    }
+    bool has_media = media != NULL && media[0] != '\0' && strcmp(media, "0") != 0;
+    if (!add_inbound(out, OG_CH_SMS, sid, from, to, to, has_media ? "media" : "text", text, now, err)) {
+        json_decref(out);
+        out = NULL;
+    }
+done:
+    free(form.buf);
+    return out;
+}
+
 /* ---- the routes ---------------------------------------------------------------------------- */
+
+/* What a verified POST holds, as the parsers return it. */
+typedef struct wh_body {
+    json_t *statuses;  /* never NULL */
+    json_t *templates; /* Meta's template status changes, or NULL */
+    json_t *inbound;   /* inbound messages (API.md §21), or NULL */
+    int ignored;       /* inbound messages left out (not from a phone number) */
+    bool twiml;        /* Twilio's inbound route: the answer is TwiML */
+} wh_body_t;
 
 typedef struct wh_op {
     og_db_op_t op;
@@ -499,8 +746,12 @@ typedef struct wh_op {
     og_channel_t ch;
     char *json;
     int status_stmt;   /* index of status_apply in op, -1 when the POST had no status */
+    int inbound_stmt;  /* index of inbound_store in op, -1 when the POST had no inbound message */
+    int ignored;       /* inbound messages left out */
+    bool twiml;        /* answer with TwiML (Twilio's inbound route) */
     json_t *templates; /* Meta's template status changes recorded with them, or NULL */
     char *tpl_json;    /* `templates` as tpl_set_status takes them */
+    char *in_json;     /* the inbound messages as inbound_store takes them */
 } wh_op_t;
 
 static double now_s(void)
@@ -524,12 +775,22 @@ static void bad_signature(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, cons
     og_api_send_error(req, &err, NULL, NULL, &h, 1);
 }
 
-static void answer_counts(og_http_req_t *req, long long applied, long long duplicate, long long unknown)
+/* Twilio's inbound webhook wants TwiML back: an empty Response sends no reply to the sender. */
+static const char twiml_empty[] = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Response></Response>";
+
+/* The answer of a POST recorded: the statuses' counts and, when it held inbound messages (or
+ * left some out), theirs: {"stored", "duplicate", "unrouted", "ignored"}. */
+static void answer_counts(og_http_req_t *req, long long applied, long long duplicate, long long unknown,
+                          const long long *in)
 {
-    og_api_reply(req, 200, "ok",
-                 json_pack("{s:I,s:I,s:I}", "applied", (json_int_t)applied, "duplicate",
-                           (json_int_t)duplicate, "unknown", (json_int_t)unknown),
-                 NULL, 0);
+    json_t *data = json_pack("{s:I,s:I,s:I}", "applied", (json_int_t)applied, "duplicate",
+                             (json_int_t)duplicate, "unknown", (json_int_t)unknown);
+    if (data != NULL && in != NULL)
+        json_object_set_new(data, "inbound",
+                            json_pack("{s:I,s:I,s:I,s:I}", "stored", (json_int_t)in[IN_STORED], "duplicate",
+                                      (json_int_t)in[IN_DUPLICATE], "unrouted", (json_int_t)in[IN_UNROUTED],
+                                      "ignored", (json_int_t)in[IN_IGNORED]));
+    og_api_reply(req, 200, "ok", data, NULL, 0);
 }
 
 static long long cell(const PGresult *res, int col)
@@ -550,6 +811,14 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
         count(o->gw, o->ch, CB_APPLIED, (uint64_t)applied);
         count(o->gw, o->ch, CB_DUPLICATE, (uint64_t)duplicate);
         count(o->gw, o->ch, CB_UNKNOWN_MESSAGE, (uint64_t)unknown);
+        long long in[IN__COUNT] = {0};
+        const PGresult *ir = o->inbound_stmt >= 0 ? op->res[o->inbound_stmt] : NULL;
+        in[IN_STORED] = cell(ir, OG_C_INBOUND_STORE_STORED);
+        in[IN_DUPLICATE] = cell(ir, OG_C_INBOUND_STORE_DUPLICATE);
+        in[IN_UNROUTED] = cell(ir, OG_C_INBOUND_STORE_UNROUTED);
+        in[IN_IGNORED] = o->ignored;
+        for (int k = IN_STORED; k <= IN_IGNORED; k++)
+            count_in(o->gw, o->ch, (in_outcome_t)k, (uint64_t)in[k]);
         /* Committed: this worker's cache reads the changed templates again at their next use
          * (the other workers' entries end within OG_TPL_CACHE_MS). */
         size_t i;
@@ -560,53 +829,78 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
                                 json_string_value(json_object_get(t, "name")),
                                 json_string_value(json_object_get(t, "language")));
         }
-        answer_counts(o->req, applied, duplicate, unknown);
+        if (o->twiml)
+            og_http_respond(o->req, 200, NULL, 0, "text/xml", twiml_empty, sizeof(twiml_empty) - 1);
+        else
+            answer_counts(o->req, applied, duplicate, unknown,
+                          o->inbound_stmt >= 0 || o->ignored > 0 ? in : NULL);
     } else {
         og_answer_db_failure(o->req, &o->gw->w->log, op, st, "recording statuses failed",
                              "database unavailable: nothing was recorded");
     }
     og_db_op_clear(op);
+    free(o->in_json);
     free(o->tpl_json);
     json_decref(o->templates);
     free(o->json);
     free(o);
 }
 
-/* Records the statuses (and Meta's template status changes, `templates`, may be NULL) of a
- * verified body in one write, answering after COMMIT. Takes both arrays. */
-static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, json_t *statuses, json_t *templates)
+static void body_clear(wh_body_t *b)
 {
-    if (json_array_size(statuses) == 0 && json_array_size(templates) == 0) {
-        json_decref(statuses);
-        json_decref(templates);
-        answer_counts(req, 0, 0, 0);
+    json_decref(b->statuses);
+    json_decref(b->templates);
+    json_decref(b->inbound);
+}
+
+/* Records what a verified body holds in one write, answering after COMMIT: its statuses, Meta's
+ * template status changes, its inbound messages (one statement each for the whole POST). Takes
+ * the body's arrays. */
+static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, wh_body_t *b)
+{
+    if (json_array_size(b->statuses) == 0 && json_array_size(b->templates) == 0 &&
+        json_array_size(b->inbound) == 0) {
+        long long in[IN__COUNT] = {[IN_IGNORED] = b->ignored};
+        count_in(gw, ch, IN_IGNORED, (uint64_t)b->ignored);
+        body_clear(b);
+        if (b->twiml)
+            og_http_respond(req, 200, NULL, 0, "text/xml", twiml_empty, sizeof(twiml_empty) - 1);
+        else
+            answer_counts(req, 0, 0, 0, b->ignored > 0 ? in : NULL);
         return;
     }
     wh_op_t *o = gw->db != NULL ? calloc(1, sizeof(*o)) : NULL;
     bool ok = o != NULL;
-    if (ok && json_array_size(statuses) > 0)
-        ok = (o->json = json_dumps(statuses, JSON_COMPACT)) != NULL;
+    if (ok && json_array_size(b->statuses) > 0)
+        ok = (o->json = json_dumps(b->statuses, JSON_COMPACT)) != NULL;
     int n = 0;
     if (ok) {
         o->status_stmt = -1;
+        o->inbound_stmt = -1;
         if (o->json != NULL) {
             o->status_stmt = n;
             og_q_status_apply(&o->op.stmts[n++], &(og_q_status_apply_t){.statuses = o->json});
             /* In the same transaction: what the statuses say about numbers without WhatsApp. */
-            n += og_nowa_statuses_stmt(gw->nowa, &o->op, n, statuses, o->json);
+            n += og_nowa_statuses_stmt(gw->nowa, &o->op, n, b->statuses, o->json);
         }
-        /* And the templates' statuses: one statement for the whole POST. */
-        if (json_array_size(templates) > 0) {
-            ok = (o->tpl_json = json_dumps(templates, JSON_COMPACT)) != NULL;
+        if (json_array_size(b->templates) > 0) {
+            ok = (o->tpl_json = json_dumps(b->templates, JSON_COMPACT)) != NULL;
             if (ok)
                 og_q_tpl_set_status(&o->op.stmts[n++], &(og_q_tpl_set_status_t){.changes = o->tpl_json});
-            o->templates = json_incref(templates);
+            o->templates = json_incref(b->templates);
+        }
+        if (ok && json_array_size(b->inbound) > 0) {
+            ok = (o->in_json = json_dumps(b->inbound, JSON_COMPACT)) != NULL;
+            if (ok) {
+                o->inbound_stmt = n;
+                og_q_inbound_store(&o->op.stmts[n++], &(og_q_inbound_store_t){.items = o->in_json});
+            }
         }
     }
-    json_decref(statuses);
-    json_decref(templates);
+    body_clear(b);
     if (!ok) {
         if (o != NULL) {
+            free(o->in_json);
             free(o->tpl_json);
             json_decref(o->templates);
             free(o->json);
@@ -618,10 +912,23 @@ static void record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, json_t *sta
     o->gw = gw;
     o->req = req;
     o->ch = ch;
+    o->ignored = b->ignored;
+    o->twiml = b->twiml;
     o->op.nstmts = n;
     o->op.write = true;
     o->op.done = recorded;
     og_db_submit(gw->db, &o->op);
+}
+
+/* Records a parsed body, or answers the parser's refusal (`err`) when it has no statuses. */
+static void record_parsed(og_gw_t *gw, og_http_req_t *req, og_channel_t ch, wh_body_t *b, const og_err_t *err)
+{
+    if (b->statuses == NULL) {
+        count(gw, ch, CB_BAD_BODY, 1);
+        og_api_send_error(req, err, NULL, NULL, NULL, 0);
+        return;
+    }
+    record(gw, req, ch, b);
 }
 
 /* Parses the verified body with `parse` and records what it holds. */
@@ -629,13 +936,8 @@ static void parse_and_record(og_gw_t *gw, og_http_req_t *req, og_channel_t ch,
                              json_t *(*parse)(const char *, size_t, double, og_err_t *))
 {
     og_err_t err = {0};
-    json_t *statuses = parse(req->body, req->body_len, now_s(), &err);
-    if (statuses == NULL) {
-        count(gw, ch, CB_BAD_BODY, 1);
-        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return;
-    }
-    record(gw, req, ch, statuses, NULL);
+    wh_body_t b = {.statuses = parse(req->body, req->body_len, now_s(), &err)};
+    record_parsed(gw, req, ch, &b, &err);
 }
 
 static bool configured(const char *s)
@@ -680,14 +982,9 @@ void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         return;
     }
     og_err_t err = {0};
-    json_t *templates = NULL;
-    json_t *statuses = og_webhook_parse_meta_all(req->body, req->body_len, now_s(), &templates, &err);
-    if (statuses == NULL) {
-        count(gw, OG_CH_WHATSAPP_META, CB_BAD_BODY, 1);
-        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        return;
-    }
-    record(gw, req, OG_CH_WHATSAPP_META, statuses, templates);
+    wh_body_t b = {0};
+    b.statuses = og_webhook_parse_meta_all(req->body, req->body_len, now_s(), &b.templates, &b.inbound, &err);
+    record_parsed(gw, req, OG_CH_WHATSAPP_META, &b, &err);
 }
 
 void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -706,17 +1003,22 @@ void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
         bad_signature(gw, req, OG_CH_WHATSAPP_QR, "X-Webhook-Hmac");
         return;
     }
-    parse_and_record(gw, req, OG_CH_WHATSAPP_QR, og_webhook_parse_waha);
+    og_err_t err = {0};
+    wh_body_t b = {0};
+    b.statuses = og_webhook_parse_waha_all(req->body, req->body_len, now_s(), &b.inbound, &b.ignored, &err);
+    record_parsed(gw, req, OG_CH_WHATSAPP_QR, &b, &err);
 }
 
-void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* Whether a Twilio POST is configured and signed (§10: X-Twilio-Signature over
+ * OMNIGATE_PUBLIC_URL + the path and query it called); when not, it has been answered (404, 401
+ * counted as `bad_signature` by `refused`, 503). */
+static bool twilio_verified(og_gw_t *gw, og_http_req_t *req, void (*refused)(og_gw_t *gw))
 {
-    og_gw_t *gw = og_gw(ctx);
     const og_config_t *cfg = gw->w->cfg;
     /* The signature covers the URL Twilio called, which only OMNIGATE_PUBLIC_URL can tell. */
     if (!configured(cfg->sms_auth_token) || !configured(cfg->public_url)) {
         not_configured(req);
-        return;
+        return false;
     }
     size_t n;
     const char *sig = og_http_req_header(req, "x-twilio-signature", &n);
@@ -729,14 +1031,56 @@ void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
                  req->query != NULL ? "?" : "", (int)req->query_len, req->query != NULL ? req->query : "");
     if (un < 0) {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return;
+        return false;
     }
     bool ok =
         sig != NULL && og_webhook_twilio_signed(cfg->sms_auth_token, url, req->body, req->body_len, sig, n);
     free(url);
     if (!ok) {
-        bad_signature(gw, req, OG_CH_SMS, "X-Twilio-Signature");
+        refused(gw);
+        og_err_t err;
+        og_err_fail(&err, OG_E_INVALID_SIGNATURE, "X-Twilio-Signature",
+                    "missing or wrong X-Twilio-Signature");
+        og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
+        og_api_send_error(req, &err, NULL, NULL, &h, 1);
+    }
+    return ok;
+}
+
+static void twilio_status_refused(og_gw_t *gw)
+{
+    count(gw, OG_CH_SMS, CB_BAD_SIGNATURE, 1);
+}
+
+static void twilio_inbound_refused(og_gw_t *gw)
+{
+    count_in(gw, OG_CH_SMS, IN_BAD_SIGNATURE, 1);
+}
+
+void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    if (twilio_verified(gw, req, twilio_status_refused))
+        parse_and_record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
+}
+
+void og_webhook_twilio_inbound(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    if (!twilio_verified(gw, req, twilio_inbound_refused))
+        return;
+    og_err_t err = {0};
+    wh_body_t b = {.twiml = true};
+    b.inbound = og_webhook_parse_twilio_inbound(req->body, req->body_len, now_s(), &b.ignored, &err);
+    if (b.inbound == NULL) {
+        count_in(gw, OG_CH_SMS, IN_BAD_BODY, 1);
+        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
         return;
     }
-    parse_and_record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
+    if ((b.statuses = json_array()) == NULL) {
+        json_decref(b.inbound);
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        return;
+    }
+    record(gw, req, OG_CH_SMS, &b);
 }

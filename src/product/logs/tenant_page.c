@@ -122,3 +122,16 @@ void og_tenant_page_admin(og_http_req_t *req, const og_route_match_t *m, void *c
     memcpy(p->tenant_id, id, sizeof(id));
     page_submit(p, p->tenant_id, true);
 }
+
+bool og_tenant_page_filter(const og_http_req_t *req, const char *name, char *buf, size_t cap,
+                           bool (*valid)(const char *), const char *rule, og_err_t *err)
+{
+    int n = og_query_param(req->query, req->query_len, name, buf, cap);
+    if (n == -1) {
+        buf[0] = '\0';
+        return true;
+    }
+    if (n <= 0 || !valid(buf))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s must be %s", name, rule);
+    return true;
+}

@@ -26,6 +26,7 @@
 #include "omnigate/messaging/otp.h"
 #include "omnigate/messaging/sms_req.h"
 #include "omnigate/app/ctx.h"
+#include "omnigate/consent/consent.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/ids.h"
@@ -475,6 +476,25 @@ static bool read_channels(og_smsreq_t *c, json_t *body, og_err_t *err)
     return true;
 }
 
+/* Drops the channels of the kinds c->to opted out of (API.md §21); none left: 422
+ * recipient_opted_out. */
+static bool otp_consent(og_smsreq_t *c, og_err_t *err)
+{
+    unsigned out;
+    if (!og_smsreq_opted_out(c, &out, err))
+        return false;
+    int kept = 0;
+    for (int i = 0; i < c->nch; i++)
+        if (!(og_consent_kind_of(c->ch[i]) & out))
+            c->ch[kept++] = c->ch[i];
+    c->nch = kept;
+    c->attempts = kept;
+    if (kept == 0)
+        return og_err_fail(err, OG_E_RECIPIENT_OPTED_OUT, "to",
+                           "%s opted out of every channel this OTP would use", c->to);
+    return true;
+}
+
 static bool otp_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
 {
     const char *to = NULL, *tpl = OTP_DEFAULT_TPL, *sender = NULL;
@@ -496,6 +516,8 @@ static bool otp_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
     if (!read_channels(c, body, err))
         return false;
     snprintf(c->to, sizeof(c->to), "%s", to);
+    if (!otp_consent(c, err))
+        return false;
     c->length = (int)length;
     c->ttl = (int)ttl;
     snprintf(c->length_s, sizeof(c->length_s), "%d", c->length);

@@ -17,6 +17,7 @@
 #include "omnigate/messaging/send.h"
 #include "omnigate/messaging/send_item.h"
 #include "omnigate/app/ctx.h"
+#include "omnigate/consent/consent.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/ids.h"
@@ -415,9 +416,9 @@ static const char *template_waba(send_ctx_t *c, const char *wa_from)
 }
 
 /* What Meta gets (API.md §18): a template send needs its catalogue entry (the other channels
- * get `text` or the template's body); a free text on Meta follows outsideWindow, since no
- * recipient's window is known to be open yet (§21 brings inbound messages). Sets c->tpl_name
- * and c->tpl_language when an entry must be looked up. */
+ * get `text` or the template's body); a free text on Meta goes as it is while the recipient's
+ * window with the number is open (§21: it wrote within 24 h), else follows outsideWindow. Sets
+ * c->tpl_name and c->tpl_language when an entry must be looked up. */
 static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
 {
     json_t *settings = c->auth.tenant->settings;
@@ -444,7 +445,8 @@ static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
         if (tried(c, OG_CH_WHATSAPP_META) < 0)
             return true;
         og_settings_outside_window_t ow = og_settings_outside_window(settings);
-        if (ow == OG_OUTSIDE_WINDOW_SEND)
+        if (ow == OG_OUTSIDE_WINDOW_SEND ||
+            og_consent_window_open(c->gw->consent, c->meta_phone_number_id, c->to))
             return true;
         if (ow == OG_OUTSIDE_WINDOW_SKIP) {
             drop(c, OG_CH_WHATSAPP_META, "outside_window");
@@ -468,12 +470,35 @@ static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
     return c->tpl_name != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
 }
 
+/* Drops the channels of the kinds the recipient opted out of (API.md §21), each skipped with
+ * reason recipient_opted_out; 422 recipient_opted_out when none is left. */
+static bool check_consent(send_ctx_t *c, og_err_t *err)
+{
+    og_consent_t *consent = c->gw->consent;
+    if (consent != NULL && !og_consent_ready(consent))
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL,
+                           "the opt-out list is not loaded yet: retry in a second");
+    unsigned out = og_consent_suppressed(consent, c->auth.tenant->id, c->to);
+    if (out == 0)
+        return true;
+    og_channel_t planned[OG_ENGINE_MAX];
+    int n = c->nch;
+    memcpy(planned, c->ch, sizeof(planned));
+    for (int i = 0; i < n; i++)
+        if (og_consent_kind_of(planned[i]) & out)
+            drop(c, planned[i], OG_E_RECIPIENT_OPTED_OUT->name); /* the skip says what a 422 would */
+    if (c->nch == 0)
+        return og_err_fail(err, OG_E_RECIPIENT_OPTED_OUT, "to",
+                           "%s opted out of every channel this send would use", c->to);
+    return true;
+}
+
 /* Checks the body against the tenant's settings and fills the plan of attempts. */
 static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *wa_from = NULL, *sender = NULL;
     return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
-           resolve_senders(c, wa_from, sender, err) && plan_meta(c, wa_from, err);
+           resolve_senders(c, wa_from, sender, err) && check_consent(c, err) && plan_meta(c, wa_from, err);
 }
 
 /* messages.template of a template send or a wrapped text (sql/016): the template's name and

@@ -2,6 +2,7 @@
  * POST /api/sms/send (API.md §3): one SMS, recorded in the SMS log with its segments and
  * encoding. The steps it shares with the OTP routes are in messaging/sms_req.c.
  */
+#include "omnigate/consent/consent.h"
 #include "omnigate/messaging/sms.h"
 
 #include <stdio.h>
@@ -78,6 +79,11 @@ static bool sms_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
         return og_err_fail(err, OG_E_VALIDATION_FAILED, "to",
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     snprintf(c->to, sizeof(c->to), "%s", to);
+    unsigned out;
+    if (!og_smsreq_opted_out(c, &out, err))
+        return false;
+    if (out & OG_CONSENT_SMS)
+        return og_err_fail(err, OG_E_RECIPIENT_OPTED_OUT, "to", "%s opted out of sms", to);
     if ((c->text = strdup(text)) == NULL)
         return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
     return og_smsreq_text_segments(c, "text", err) && og_smsreq_sender(c, sender, err);

@@ -95,3 +95,17 @@ void og_stored_clear(og_stored_attempt_t *a)
     free(a->sms_error_text);
     a->sms_error_text = NULL;
 }
+
+void og_stored_start(const og_consent_t *consent, og_providers_t *prov, og_stored_attempt_t *a,
+                     og_attempt_t *att)
+{
+    unsigned kind = og_consent_kind_of(a->ch);
+    if (og_consent_suppressed(consent, a->tenant_id, a->to) & kind) {
+        og_provider_fail(&att->result, OG_ERR_RECIPIENT_OPTED_OUT,
+                         "%s opted out of %s after the message was accepted", a->to,
+                         og_consent_kind_name(kind));
+        att->done(att);
+        return;
+    }
+    og_attempt_start(prov, a->ch, &a->params, att);
+}

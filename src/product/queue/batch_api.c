@@ -377,12 +377,15 @@ static void finish(batch_req_t *b)
     }
     og_jw_array_end(&w);
     b->rows_text = og_jw_finish(&w, NULL);
-    bool oom = false;
-    for (size_t i = 0; i < b->n; i++)
-        oom = oom || b->msgs[i].err.code == OG_E_UNAVAILABLE;
-    /* Out of memory is the request's failure, not a message's rejection. */
-    if (b->rows_text == NULL || oom) {
-        og_api_error(b->req, OG_E_UNAVAILABLE, NULL, "out of memory");
+    const og_err_t *unavailable = NULL;
+    for (size_t i = 0; i < b->n && unavailable == NULL; i++)
+        if (b->msgs[i].err.code == OG_E_UNAVAILABLE)
+            unavailable = &b->msgs[i].err;
+    /* Out of memory, or a worker not ready (its opt-out list not loaded yet), is the request's
+     * failure, not a message's rejection: 503 with the message's reason. */
+    if (b->rows_text == NULL || unavailable != NULL) {
+        og_api_error(b->req, OG_E_UNAVAILABLE, NULL,
+                     unavailable != NULL ? unavailable->message : "out of memory");
         req_free(b);
         return;
     }

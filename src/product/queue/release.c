@@ -317,7 +317,7 @@ static void release(og_queue_t *q, const PGresult *res, int i)
                                   .seq = r->ch};
     og_stored_params(&r->sa); /* the settings are borrowed until here: the cache may change later */
     r->att = (og_attempt_t){.done = attempted, .arg = r};
-    og_attempt_start(&r->q->gw->prov, ch, &r->sa.params, &r->att);
+    og_stored_start(q->gw->consent, &q->gw->prov, &r->sa, &r->att);
 }
 
 static void on_tick(uv_timer_t *t);

@@ -189,7 +189,7 @@ static void call_provider(fb_t *f)
 {
     og_stored_params(&f->sa);
     f->att = (og_attempt_t){.done = attempted, .arg = f};
-    og_attempt_start(&f->gw->prov, f->ch[f->next], &f->sa.params, &f->att);
+    og_stored_start(f->gw->consent, &f->gw->prov, &f->sa, &f->att);
 }
 
 static void begun(og_db_op_t *op, og_db_status_t st)

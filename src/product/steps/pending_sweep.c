@@ -46,7 +46,8 @@ static void run(og_step_t *step, void *arg)
     og_q_sweep_pending(&op->stmts[0], &(og_q_sweep_pending_t){.older_ms = r->older_s});
     int n = 1 + og_jobs_close_stmt(step, op, 1);
     og_q_sweep_next(&op->stmts[n++]);
-    og_q_nowa_prune(&op->stmts[n++]); /* numbers no longer remembered as not on WhatsApp */
+    og_q_nowa_prune(&op->stmts[n++]);    /* numbers no longer remembered as not on WhatsApp */
+    og_q_consent_prune(&op->stmts[n++]); /* closed windows and old opt-ins (API.md §21) */
     op->nstmts = n;
     op->write = true;
     op->done = swept;

@@ -73,32 +73,18 @@ static bool cursor_valid(const char *c)
            digits(s2 + 1, strlen(s2 + 1));
 }
 
-/* Query parameter `name` into buf: "" when absent; false (err set) when present but empty,
- * malformed or refused by `valid`. */
-static bool filter(const og_http_req_t *req, const char *name, char *buf, size_t cap,
-                   bool (*valid)(const char *), const char *rule, og_err_t *err)
-{
-    int n = og_query_param(req->query, req->query_len, name, buf, cap);
-    if (n == -1) {
-        buf[0] = '\0';
-        return true;
-    }
-    if (n <= 0 || !valid(buf))
-        return og_err_fail(err, OG_E_VALIDATION_FAILED, name, "%s must be %s", name, rule);
-    return true;
-}
-
 /* The list's own parameters: the filters and the cursor. */
 static bool parse_list(og_tenant_page_t *p, og_err_t *err)
 {
     tpl_list_t *l = (tpl_list_t *)p;
     const og_http_req_t *req = p->req;
-    if (!filter(req, "name", l->name, sizeof(l->name), og_settings_template_name_valid,
-                "a template name: 1-512 of a-z, 0-9 and _", err) ||
-        !filter(req, "status", l->status, sizeof(l->status), status_valid,
-                "a template status as Meta spells it (APPROVED, PAUSED, ...)", err) ||
-        !filter(req, "language", l->language, sizeof(l->language), og_settings_template_language_valid,
-                "a language code such as en or en_US", err))
+    if (!og_tenant_page_filter(req, "name", l->name, sizeof(l->name), og_settings_template_name_valid,
+                               "a template name: 1-512 of a-z, 0-9 and _", err) ||
+        !og_tenant_page_filter(req, "status", l->status, sizeof(l->status), status_valid,
+                               "a template status as Meta spells it (APPROVED, PAUSED, ...)", err) ||
+        !og_tenant_page_filter(req, "language", l->language, sizeof(l->language),
+                               og_settings_template_language_valid, "a language code such as en or en_US",
+                               err))
         return false;
     int n = og_query_param(req->query, req->query_len, "cursor", l->cursor, sizeof(l->cursor));
     if (n == -1)

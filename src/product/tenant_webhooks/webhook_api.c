@@ -57,7 +57,7 @@ typedef struct wh_admin {
     wh_admin_kind_t kind;
     char id[37]; /* lower case, as PostgreSQL prints it: the associated data of the seal */
     char *url;
-    char events[200];
+    char events[OG_WH_EVENTS_LIT];
     char secret[OG_WH_SECRET_LEN + 1];
     char *sealed;
     og_seal_key_t key;

@@ -22,8 +22,9 @@
 #define PREFIX_LEN (sizeof(OG_WH_SECRET_PREFIX) - 1)
 
 const char *const og_wh_events[OG_WH_NEVENTS] = {
-    "message.sent", "message.failed", "message.delivered", "message.read",    "message.undelivered",
-    "otp.verified", "otp.locked",     "message.canceled",  "message.expired", "batch.completed",
+    "message.sent",     "message.failed",      "message.delivered",  "message.read",    "message.undelivered",
+    "otp.verified",     "otp.locked",          "message.canceled",   "message.expired", "batch.completed",
+    "message.received", "recipient.opted_out", "recipient.opted_in",
 };
 
 void og_wh_secret_new(char out[OG_WH_SECRET_LEN + 1])
@@ -108,7 +109,7 @@ bool og_wh_url_check(const char *url, bool allow_http, bool allow_private, og_er
     return true;
 }
 
-bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
+bool og_wh_events_parse(const json_t *events, char lit[OG_WH_EVENTS_LIT], og_err_t *err)
 {
     bool want[OG_WH_NEVENTS] = {false};
     if (events == NULL) {
@@ -131,7 +132,8 @@ bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err)
                     err, OG_E_VALIDATION_FAILED, "events",
                     "events[%zu] must be one of message.sent, message.failed, message.delivered, "
                     "message.read, message.undelivered, otp.verified, otp.locked, message.canceled, "
-                    "message.expired, batch.completed",
+                    "message.expired, batch.completed, message.received, recipient.opted_out, "
+                    "recipient.opted_in",
                     i);
             if (want[k])
                 return og_err_fail(err, OG_E_VALIDATION_FAILED, "events", "events must be distinct");

@@ -296,9 +296,34 @@ static bool sms_rates(const json_t *rates, og_err_t *err)
     return true;
 }
 
+/* channels.sms.inboundNumbers (API.md §21): the numbers whose inbound SMS are the tenant's,
+ * optional: distinct E.164 numbers, at most OG_SETTINGS_INBOUND_MAX. */
+static bool inbound_numbers(const json_t *nums, og_err_t *err)
+{
+    static const char path[] = "settings.channels.sms.inboundNumbers";
+    if (nums == NULL)
+        return true;
+    if (!json_is_array(nums) || json_array_size(nums) > OG_SETTINGS_INBOUND_MAX)
+        return invalid(err, path, "must be an array of at most 100 E.164 numbers");
+    size_t i;
+    json_t *v;
+    path_t field;
+    json_array_foreach((json_t *)nums, i, v)
+    {
+        path_fmt(field, "%s[%zu]", path, i);
+        if (!og_phone_e164_valid(json_string_value(v)))
+            return invalid(err, field, "must be an E.164 number: + then 8-15 digits, the first 1-9");
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(json_string_value(v), json_string_value(json_array_get(nums, k))) == 0)
+                return invalid(err, field, "repeats an earlier number");
+    }
+    return true;
+}
+
 static bool sms_channel(const json_t *ch, og_err_t *err)
 {
-    static const char *const keys[] = {"enabled", "senders", "defaultSender", "messagesPerSecond", NULL};
+    static const char *const keys[] = {"enabled",           "senders",        "defaultSender",
+                                       "messagesPerSecond", "inboundNumbers", NULL};
     static const char path[] = "settings.channels.sms";
     path_t field;
     if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
@@ -333,7 +358,8 @@ static bool sms_channel(const json_t *ch, og_err_t *err)
             return invalid(err, "settings.channels.sms.defaultSender",
                            "must be one of settings.channels.sms.senders");
     }
-    return sms_rates(json_object_get(ch, "messagesPerSecond"), err);
+    return sms_rates(json_object_get(ch, "messagesPerSecond"), err) &&
+           inbound_numbers(json_object_get(ch, "inboundNumbers"), err);
 }
 
 static bool validate_channels(const json_t *chs, og_err_t *err)

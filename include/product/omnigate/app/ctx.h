@@ -21,6 +21,7 @@ struct og_status_sweep;
 struct og_callbacks_metrics;
 struct og_tpl_cache;
 struct og_queue;
+struct og_consent;
 
 /* Per-worker state of the gateway, in w->app_data. */
 typedef struct og_gw {
@@ -42,6 +43,8 @@ typedef struct og_gw {
     struct og_tpl_cache *tpl;
     /* The release of queued messages (queue/release.h); NULL without a database. */
     struct og_queue *queue;
+    /* The copy of consent and WhatsApp windows (consent/consent.h); NULL without a database. */
+    struct og_consent *consent;
     /* Worker 0 with a database only: the status sweep (callbacks/status_sweep.h). */
     struct og_status_sweep *status_sweep;
     int closing; /* pieces still closing in the gateway's stop */

@@ -43,6 +43,8 @@
     X(OG_E_SEND_AT_OUT_OF_RANGE, "send_at_out_of_range", 422)                                                \
     /* a batch message's {{key}} without a value in its variables (API.md §20) */                           \
     X(OG_E_MISSING_VARIABLE, "missing_variable", 422)                                                        \
+    /* every channel left is one the recipient opted out of (API.md §21) */                                 \
+    X(OG_E_RECIPIENT_OPTED_OUT, "recipient_opted_out", 422)                                                  \
     X(OG_E_OTP_INVALID, "otp_invalid", 422)                                                                  \
     X(OG_E_RATE_LIMITED, "rate_limited", 429)                                                                \
     X(OG_E_OTP_COOLDOWN, "otp_cooldown", 429)                                                                \

@@ -36,6 +36,7 @@ void og_webhook_meta_verify(og_http_req_t *req, const og_route_match_t *m, void 
 void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_webhook_twilio_inbound(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 /* ---- the parsers, for the handlers and the unit tests -------------------------------------
  * Each turns a body into a JSON array of statuses, the parameter of status_apply
@@ -55,9 +56,27 @@ json_t *og_webhook_parse_meta(const char *body, size_t len, double now, og_err_t
  * (REINSTATED: APPROVED; docs/providers.md lists the events); changes that are incomplete, of
  * another event, or of a name, language or WABA id no catalogue entry can have are left out. */
 json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json_t **templates,
-                                  og_err_t *err);
+                                  json_t **inbound, og_err_t *err);
 json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err);
 json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err_t *err);
+
+/* Inbound messages (API.md §21), when `inbound` is not NULL: in *inbound (when the statuses are
+ * returned) a JSON array of the messages of the body as og_inbound_store
+ * (sql/021_inbound.sql) takes them: {"channel", "pid" (the provider's message id), "from"
+ * (E.164), "route" (Meta: value.metadata.phone_number_id; WAHA: session; Twilio: To),
+ * "number"? (the tenant's number it came to, when the body says: WAHA's me.id digits),
+ * "type" (Meta's type; WAHA's "text" or "media"; Twilio's "text" or "media"), "text"?, "at"
+ * (Unix seconds), "phoneNumberId"? (Meta), "session"? (WAHA)}. A message missing its id, sender
+ * or (Meta) timestamp refuses the body whole, as a bad status does. og_webhook_parse_meta_all
+ * reads value.messages[]; og_webhook_parse_waha_all the event `message`, where a message not
+ * from a phone number (fromMe, a group, a broadcast, an id that is not <digits>@c.us) is left
+ * out and counted in *ignored; og_webhook_parse_twilio_inbound Twilio's incoming message
+ * (MessageSid, From, To, Body, NumMedia; `now` its time), one from a short code or an
+ * alphanumeric sender (no E.164 From) counted in *ignored. */
+json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json_t **inbound, int *ignored,
+                                  og_err_t *err);
+json_t *og_webhook_parse_twilio_inbound(const char *body, size_t len, double now, int *ignored,
+                                        og_err_t *err);
 
 /* Twilio's signature: base64 of HMAC-SHA1(token, url + every form field of `body` sorted by
  * name, each as name then value, decoded, no separators). `url` is the full URL Twilio called

@@ -54,6 +54,12 @@ void og_tenant_page_serve(og_http_req_t *req, void *ctx, const og_tenant_page_ki
 void og_tenant_page_admin(og_http_req_t *req, const og_route_match_t *m, void *ctx,
                           const og_tenant_page_kind_t *kind);
 
+/* Query parameter `name` of a list into buf: "" when absent; false with `err` (422
+ * validation_failed, field `name`: "<name> must be <rule>") when present but empty, malformed or
+ * refused by `valid`. */
+bool og_tenant_page_filter(const og_http_req_t *req, const char *name, char *buf, size_t cap,
+                           bool (*valid)(const char *), const char *rule, og_err_t *err);
+
 /* For an admin route about the path's tenant: the admin token and the id read into `id`, and a
  * database configured; false after answering (401, 404, 503). */
 bool og_tenant_page_admin_tenant(og_http_req_t *req, const og_route_match_t *m, og_gw_t *gw, char id[37]);

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "omnigate/consent/consent.h"
 #include "omnigate/db.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/smsenc.h"
@@ -60,5 +61,11 @@ int og_stored_sms_stmt(og_stored_attempt_t *a, const og_attempt_result_t *r, og_
 
 /* Frees what og_stored_end_stmts and og_stored_sms_stmt allocated. */
 void og_stored_clear(og_stored_attempt_t *a);
+
+/* Starts the attempt of `a` (its params made) on `prov`, ending in att->done: at once and
+ * without a call, failed recipient_opted_out, when the recipient opted out of the channel's kind
+ * since the message was accepted (API.md §21: `consent`, NULL without a database). */
+void og_stored_start(const og_consent_t *consent, og_providers_t *prov, og_stored_attempt_t *a,
+                     og_attempt_t *att);
 
 #endif

@@ -21,7 +21,8 @@
 #define OG_WH_SECRET_LEN    (6 + 44) /* "whsec_" + base64 of 32 bytes, padded */
 #define OG_WH_KEY_MAX       64       /* bytes of a decoded secret this gateway accepts */
 #define OG_WH_URL_MAX       2048
-#define OG_WH_NEVENTS       10
+#define OG_WH_NEVENTS       13
+#define OG_WH_EVENTS_LIT    320          /* every event type as a text[] literal, NUL included */
 #define OG_WH_SIG_MAX       (3 + 44 + 1) /* "v1," + base64 of a SHA-256 HMAC, NUL */
 #define OG_WH_MASKED_MAX    24
 
@@ -54,7 +55,7 @@ bool og_wh_url_check(const char *url, bool allow_http, bool allow_private, og_er
 
 /* Reads `events` (NULL: every event) as a non-empty array of distinct event types into a
  * text[] literal "{a,b}" (lit must hold 200 bytes). False with `err` naming `events`. */
-bool og_wh_events_parse(const json_t *events, char lit[200], og_err_t *err);
+bool og_wh_events_parse(const json_t *events, char lit[OG_WH_EVENTS_LIT], og_err_t *err);
 
 /* Opens the sealed secret of tenant `tenant_id` into out (NUL-terminated). False when it does
  * not open (OMNIGATE_SECRET changed) or is not a secret. */

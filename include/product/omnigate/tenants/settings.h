@@ -28,6 +28,7 @@
 #define OG_SETTINGS_ACCESS_TOKEN_MAX  1024    /* whatsapp_meta accessToken, bytes */
 #define OG_SETTINGS_TEMPLATE_NAME_MAX 512     /* a WhatsApp template's name, bytes (Meta's limit) */
 #define OG_SETTINGS_LANGUAGE_MAX      15      /* a template's language code: en, en_US, ... */
+#define OG_SETTINGS_INBOUND_MAX       100     /* channels.sms.inboundNumbers (API.md §21) */
 #define OG_SETTINGS_PACE_MIN          0.01    /* a sender's pacing rate (API.md §19), lower bound */
 #define OG_SETTINGS_PACE_MAX          100000  /* and upper bound */
 
