@@ -8,7 +8,8 @@ API and enable SMS; set its webhook (secret shown once); create a token and read
 message with it through the API; find it in the unified log by number and open its timeline;
 retry its webhook delivery; revoke the token and see the next send refused (401). Queued,
 scheduled, canceled and expired messages (API.md §19): their badges, the status filter, and
-each message's queued life. Screenshots at 375 and 1280 px wide go to test/e2e/screenshots/.
+each message's queued life. Inbound messages, a recipient's page and the suppressions (API.md
+§21). Screenshots at 375 and 1280 px wide go to test/e2e/screenshots/.
 Throughout, the page must make no request to another origin (chromium's performance log), set no
 cookie, and the admin token must never appear in a URL or in the gateway's access log."""
 
@@ -31,7 +32,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import ROOT, assert_ok, wait_for
 from gwlib import (ADMIN_TOKEN, META_TOKEN, WA_FROM, add_tenant, call, linked_gateway, make_gateway,  # noqa: F401
-                   provider_env, sim)
+                   new_tenant, new_token, provider_env, query_url, sim)
+from test_inbound import META_PNID, SETTINGS as IN_SETTINGS, meta_message, post_meta, post_twilio_in, post_waha, waha_message
 from test_queue import META_ID, iso, message, tenant_with, until_status
 from test_webhooks_out import WH_ENV, rx  # noqa: F401
 
@@ -807,6 +809,245 @@ def test_console_templates(gateway, browser, sim):
     for u in urls:
         assert u.startswith(origin) or u.startswith("data:") or u.startswith("about:"), u
         assert ADMIN_TOKEN not in u, u
+
+
+# ---- inbound messages and consent (API.md §21) -----------------------------------------------------
+
+IN_A = "+4915112345801"  # asked on Meta two hours ago (its window is open), then wrote STOP by SMS
+IN_B = "+4915112345802"  # wrote on WAHA, with markup in the text
+IN_C = "+4915112345803"  # opted out of both kinds through the API; known not to be on WhatsApp
+# Markup a sender wrote: shown as written, never parsed (an element here would also change the title).
+IN_HTML = '<img src=x onerror="document.title=\'owned\'"><b>Hi</b> & <script>document.title="owned"</script>'
+
+
+def stamp_of(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(t))
+
+
+def cells(d, table):
+    """Each row of `table` as {data-label: the cell's text}, read in one script."""
+    return d.execute_script("""
+        return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr')).map(function (r) {
+          var o = {};
+          Array.from(r.cells).forEach(function (c) { o[c.getAttribute('data-label')] = c.textContent; });
+          return o; });""", table)
+
+
+def inbound_rows(d, table="#in-table"):
+    """The inbound table's rows as [(received, channel, channel badge class, from, to, type, text)]; from
+    is None on a recipient's page (every row is theirs) and to without the phone number id or session
+    under it."""
+    return [tuple(r) for r in d.execute_script("""
+        return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr')).map(function (r) {
+          var c = function (l) { return r.querySelector('td[data-label="' + l + '"]'); };
+          var b = c('Channel').querySelector('.badge');
+          return [c('Received').textContent, b.textContent, b.className, c('From') ? c('From').textContent : null,
+                  c('To').firstChild.firstChild.textContent, c('Type').textContent, c('Text').textContent]; });""",
+        table)]
+
+
+def want_rows(items, with_from=True):
+    badge = {"sms": "badge ch-sms", "whatsapp_meta": "badge ch-whatsapp", "whatsapp_qr": "badge ch-whatsapp"}
+    return [(i["receivedAt"], i["channel"], badge[i["channel"]], i["from"] if with_from else None, i["to"], i["type"],
+             i["text"]) for i in items]
+
+
+def recipient_facts(d):
+    return dict(d.execute_script("""
+        return Array.from(document.querySelectorAll('#rcp-facts dt')).map(function (t) {
+          return [t.textContent, t.nextElementSibling.textContent]; });"""))
+
+
+def open_tenant_tab(d, srv, tab):
+    """Signs in, opens the tenant of `srv` and its tab `tab`."""
+    d.get("http://127.0.0.1:%d/console" % srv.port)
+    fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+    fill(d, "#search-name", srv.tenant["name"]).send_keys(Keys.ENTER)
+    wait(d, lambda _: texts(d, "#tenant-table tbody tr") == [srv.tenant["name"]])
+    click(d, "#tenant-table tbody tr button")
+    wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == srv.tenant["id"])
+    click(d, ".tab[data-tab=%s]" % tab)
+
+
+def test_console_inbound(make_server, fresh_db, tmp_path, browser):
+    """Inbound messages and consent in the console (API.md §21), seeded through the providers' signed
+    webhooks (a Meta message that opens a window, a STOP by SMS that opts its sender out of SMS, a
+    WAHA message whose text holds markup) and the API (an opt-out of both kinds). The Inbound view
+    lists them newest first with their texts (the markup as text), filtered by sender, channel,
+    since and until, paged; a sender opens its recipient page: the suppression (kind, source,
+    reason, since), the open window, the last inbound time and its messages; a typed number
+    shows the API's suppressions, a closed window and the not-on-WhatsApp mark; the Suppressions
+    view lists every row, filtered by number and kind; the unified log's To opens the recipient
+    too. Screenshots inbound, recipient and suppressions at 1280 and 375 px; no CSP violation."""
+    srv = linked_gateway(make_server, fresh_db, tmp_path, env=WH_ENV)
+    d = browser
+    try:
+        srv.tenant = new_tenant(srv, settings=IN_SETTINGS, name="Inbound Shop")
+        srv.token = new_token(srv, srv.tenant["id"])["token"]
+        tid = srv.tenant["id"]
+        old = int(time.time()) - 7200
+        assert_ok(post_meta(srv, meta_message(IN_A, "Hi, is my order #1042 on its way?", ts=old)[0]))
+        r, _ = post_twilio_in(srv, IN_A, "STOP")
+        assert r.status == 200, r
+        assert_ok(post_waha(srv, waha_message(IN_B, IN_HTML)[0]))
+        assert_ok(call(srv, "PUT", "/api/suppressions/" + urllib.parse.quote(IN_C), token=srv.token,
+                       body={"channels": ["whatsapp", "sms"], "reason": "asked by phone"}))
+        query_url(srv.db_url, "INSERT INTO not_on_whatsapp (number, until) VALUES ('%s', '2099-01-01T00:00:00Z')" % IN_C)
+        items = assert_ok(call(srv, "GET", "/admin/tenants/%s/inbound" % tid, token=ADMIN_TOKEN))["data"]["items"]
+        assert [(i["from"], i["channel"]) for i in items] == [(IN_B, "whatsapp_qr"), (IN_A, "sms"),
+                                                             (IN_A, "whatsapp_meta")], items
+        sups = assert_ok(call(srv, "GET", "/admin/tenants/%s/suppressions" % tid, token=ADMIN_TOKEN))["data"]["items"]
+        since = {(x["to"], x["channel"]): x["createdAt"] for x in sups}
+
+        # The Inbound view: newest first, each with its channel badge, sender, number, type and text.
+        open_tenant_tab(d, srv, "inbound")
+        wait(d, lambda _: len(inbound_rows(d)) == 3)
+        assert inbound_rows(d) == want_rows(items)
+        assert items[2]["text"] == "Hi, is my order #1042 on its way?" and items[1]["text"] == "STOP"
+        # The sender's markup is text: shown as written, no element made of it, nothing ran.
+        assert inbound_rows(d)[0][6] == IN_HTML
+        assert d.find_elements(By.CSS_SELECTOR, "#in-table img, #in-table b, #in-table script") == []
+        assert d.title == "Omnigate console"
+        # Where each came in: Meta's phone number id, WAHA's session.
+        under = [c["To"] for c in cells(d, "#in-table")]
+        assert under[0].endswith("session default") and under[2].endswith("phone number id " + META_PNID), under
+        wait(d, lambda _: "3 inbound messages shown." in d.find_element(By.ID, "status").text)
+        shot(d, "inbound", 1280)
+        shot(d, "inbound", 375)
+
+        # Filters: channel, sender, since, until; a malformed sender refused next to its field.
+        Select(visible(d, "#in-channel")).select_by_value("sms")
+        click(d, "#in-form button[type=submit]")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items[1:2]))
+        Select(visible(d, "#in-channel")).select_by_value("")
+        fill(d, "#in-from", IN_A)
+        click(d, "#in-form button[type=submit]")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items[1:]))
+        d.find_element(By.ID, "in-from").clear()
+        fill(d, "#in-since", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old + 60)))
+        click(d, "#in-form button[type=submit]")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items[:2]))
+        d.find_element(By.ID, "in-since").clear()
+        fill(d, "#in-until", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(old + 60)))
+        click(d, "#in-form button[type=submit]")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items[2:]))
+        d.find_element(By.ID, "in-until").clear()
+        fill(d, "#in-from", "12345")
+        click(d, "#in-form button[type=submit]")
+        err = visible(d, "#in-form [data-field=from] .field-error")
+        assert "validation_failed" in err.text
+        assert d.find_element(By.ID, "in-from").get_attribute("aria-invalid") == "true"
+        # Paged: two, then the third with Next page.
+        d.find_element(By.ID, "in-from").clear()
+        fill(d, "#in-limit", "2")
+        click(d, "#in-form button[type=submit]")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items[:2]) and d.find_element(By.ID, "in-more").is_displayed())
+        assert not err.is_displayed()
+        click(d, "#in-more")
+        wait(d, lambda _: inbound_rows(d) == want_rows(items) and not d.find_element(By.ID, "in-more").is_displayed())
+
+        # A sender opens its recipient page: the STOP's suppression, Meta's window, its messages.
+        click(d, "#in-table button[aria-label='Open recipient %s']" % IN_A)
+        visible(d, "#rcp")
+        wait(d, lambda _: d.find_element(By.ID, "rcp-h").text == "Recipient " + IN_A)
+        assert d.find_element(By.CSS_SELECTOR, ".tab[data-tab=recipient]").get_attribute("aria-pressed") == "true"
+        assert d.switch_to.active_element == d.find_element(By.ID, "rcp-h")
+        assert d.find_element(By.ID, "rcp-to").get_attribute("value") == IN_A
+        assert recipient_facts(d) == {"Suppressed": "sms", "WhatsApp window": "open until " + stamp_of(old + 86400),
+                                      "Not on WhatsApp until": "not marked", "Last inbound at": items[1]["receivedAt"]}
+        assert cells(d, "#rcp-sup-table") == [{"Kind": "sms", "Source": "keyword", "Reason": "STOP",
+                                               "Since": since[(IN_A, "sms")]}]
+        assert cells(d, "#rcp-win-table") == [{"Phone number id": META_PNID + "+" + WA_FROM,
+                                               "Open until": stamp_of(old + 86400)}]
+        assert not d.find_element(By.ID, "rcp-sup-none").is_displayed()
+        assert not d.find_element(By.ID, "rcp-win-none").is_displayed()
+        wait(d, lambda _: inbound_rows(d, "#rcp-in-table") == want_rows(items[1:], with_from=False))
+        shot(d, "recipient", 1280)
+        shot(d, "recipient", 375)
+
+        # A number typed as people write it: the API's suppressions, no window, marked off WhatsApp,
+        # never wrote.
+        fill(d, "#rcp-to", "+49 151 1234-5803").send_keys(Keys.ENTER)
+        wait(d, lambda _: d.find_element(By.ID, "rcp-h").text == "Recipient " + IN_C)
+        assert cells(d, "#rcp-sup-table") == [
+            {"Kind": "sms", "Source": "api", "Reason": "asked by phone", "Since": since[(IN_C, "sms")]},
+            {"Kind": "whatsapp", "Source": "api", "Reason": "asked by phone", "Since": since[(IN_C, "whatsapp")]}]
+        assert recipient_facts(d) == {"Suppressed": "smswhatsapp", "WhatsApp window": "closed",
+                                      "Not on WhatsApp until": "2099-01-01T00:00:00.000Z", "Last inbound at": "never"}
+        assert d.find_element(By.ID, "rcp-win-none").is_displayed()
+        assert not d.find_element(By.ID, "rcp-win-table").is_displayed()
+        wait(d, lambda _: d.find_element(By.ID, "rcp-in-none").is_displayed())
+        assert inbound_rows(d, "#rcp-in-table") == []
+        # One who never wrote and never opted out: none, closed.
+        fill(d, "#rcp-to", "+4915112345809").send_keys(Keys.ENTER)
+        wait(d, lambda _: d.find_element(By.ID, "rcp-h").text == "Recipient +4915112345809")
+        assert d.find_element(By.ID, "rcp-sup-none").is_displayed()
+        assert recipient_facts(d)["Suppressed"] == "none" and recipient_facts(d)["WhatsApp window"] == "closed"
+        # Not a number: the API's error next to the field, and no stale page under it.
+        fill(d, "#rcp-to", "12345").send_keys(Keys.ENTER)
+        err = visible(d, "#rcp-form [data-field=to] .field-error")
+        assert "validation_failed" in err.text
+        assert not d.find_element(By.ID, "rcp").is_displayed()
+
+        # The Suppressions view: every one in force, by number and kind; filtered; a number opens it.
+        click(d, ".tab[data-tab=suppressions]")
+        want = [{"Number": IN_A, "Kind": "sms", "Source": "keyword", "Reason": "STOP", "Since": since[(IN_A, "sms")]},
+                {"Number": IN_C, "Kind": "sms", "Source": "api", "Reason": "asked by phone",
+                 "Since": since[(IN_C, "sms")]},
+                {"Number": IN_C, "Kind": "whatsapp", "Source": "api", "Reason": "asked by phone",
+                 "Since": since[(IN_C, "whatsapp")]}]
+        wait(d, lambda _: cells(d, "#sup-table") == want)
+        shot(d, "suppressions", 1280)
+        shot(d, "suppressions", 375)
+        Select(visible(d, "#sup-kind")).select_by_value("whatsapp")
+        click(d, "#sup-form button[type=submit]")
+        wait(d, lambda _: cells(d, "#sup-table") == want[2:])
+        Select(visible(d, "#sup-kind")).select_by_value("")
+        fill(d, "#sup-to", IN_A)
+        click(d, "#sup-form button[type=submit]")
+        wait(d, lambda _: cells(d, "#sup-table") == want[:1])
+        fill(d, "#sup-to", IN_B)
+        click(d, "#sup-form button[type=submit]")
+        wait(d, lambda _: d.find_element(By.ID, "sup-empty").is_displayed() and cells(d, "#sup-table") == [])
+        d.find_element(By.ID, "sup-to").clear()
+        fill(d, "#sup-limit", "2")
+        click(d, "#sup-form button[type=submit]")
+        wait(d, lambda _: cells(d, "#sup-table") == want[:2] and d.find_element(By.ID, "sup-more").is_displayed())
+        click(d, "#sup-more")
+        wait(d, lambda _: cells(d, "#sup-table") == want and not d.find_element(By.ID, "sup-more").is_displayed())
+        click(d, "#sup-table button[aria-label='Open recipient %s']" % IN_C)
+        wait(d, lambda _: d.find_element(By.ID, "rcp-h").text == "Recipient " + IN_C)
+
+        # The unified log's To opens the recipient too.
+        sent = assert_ok(call(srv, "POST", "/api/omni/send", token=srv.token,
+                              body={"to": IN_A, "text": "On its way!", "channels": ["whatsapp_meta"]}))["data"]
+        click(d, ".tab[data-tab=logs]")
+        Select(visible(d, "#log-kind")).select_by_value("omni")
+        fill(d, "#log-to", IN_A)
+        click(d, "#logs-form button[type=submit]")
+        wait(d, lambda _: texts(d, "#log-table tbody tr") == [sent["reference"]])
+        click(d, "#log-table button[aria-label='Open recipient %s']" % IN_A)
+        wait(d, lambda _: d.find_element(By.ID, "rcp-h").text == "Recipient " + IN_A)
+        wait(d, lambda _: len(inbound_rows(d, "#rcp-in-table")) == 2)
+
+        # Every control labelled; no CSP violation; the token in no request URL.
+        unlabeled = d.execute_script("""
+            return Array.from(document.querySelectorAll('input, select, textarea, button')).filter(function (e) {
+              if (e.tagName === 'BUTTON') return !(e.textContent.trim() || e.getAttribute('aria-label'));
+              return !(e.id && document.querySelector('label[for="' + e.id + '"]')) && !e.getAttribute('aria-label');
+            }).map(function (e) { return e.outerHTML; });""")
+        assert unlabeled == []
+        problems = [m for m in d.get_log("browser") if "Content Security Policy" in m.get("message", "")]
+        assert problems == [], problems
+        origin = "http://127.0.0.1:%d" % srv.port
+        urls = [e["params"]["request"]["url"] for e in perf(d) if e["method"] == "Network.requestWillBeSent"
+                and e["params"].get("documentURL", "").startswith(origin)]
+        assert any("/recipients/%2B" in u for u in urls)
+        for u in urls:
+            assert u.startswith(origin) or u.startswith("data:") or u.startswith("about:"), u
+            assert ADMIN_TOKEN not in u, u
+    finally:
+        srv.sim.stop()
 
 
 def test_console_assets(gateway):

@@ -1,6 +1,6 @@
 /*
  * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17, §18, §19) with fetch. Served with a strict CSP: no inline
+ * gateway's own admin API (API.md §5, §12, §17, §18, §19, §21) with fetch. Served with a strict CSP: no inline
  * script or style, no eval; the DOM is built with createElement and textContent only, so no
  * value from the API is ever parsed as HTML.
  *
@@ -39,7 +39,8 @@
     logBatch: "",
     logCursor: null,
     tplQuery: "",
-    tplCursor: null
+    tplCursor: null,
+    rcpSeq: 0          // the recipient read last asked for; an older answer is dropped
   };
 
   function $(id) { return document.getElementById(id); }
@@ -251,6 +252,7 @@
       if (res.status !== 200) return status(messageOf(res));
       show($("tenants"), false);
       show($("tenant"), true);
+      forgetRecipient();
       setTenant(res.body.data);
       selectTab("settings");
       $("tenant-h").focus();
@@ -264,7 +266,8 @@
     fillSettings(t);
   }
 
-  function selectTab(name) {
+  // `focus`: move focus to what the tab shows once it is loaded (a recipient opened from a number).
+  function selectTab(name, focus) {
     status("");
     document.querySelectorAll(".tab").forEach(function (b) {
       var on = b.getAttribute("data-tab") === name;
@@ -275,6 +278,9 @@
     if (name === "webhook") loadWebhook();
     if (name === "templates") onTemplates();
     if (name === "logs") setLogKind($("log-kind").value);
+    if (name === "inbound") onInbound();
+    if (name === "suppressions") onSuppressions();
+    if (name === "recipient") loadRecipient($("rcp-to").value, !!focus);
   }
 
   // -- settings
@@ -758,6 +764,7 @@
       var v = typeof c[1] === "function" ? c[1](item) : item[c[1]];
       var td = el("td", { "data-label": c[0] });
       if (c[1] === "reference" || c[1] === "id") td.appendChild(el("code", { text: v === null || v === undefined ? "" : String(v) }));
+      else if (c[1] === "to" && v) td.appendChild(numberButton(v));
       else if (kind === "omni" && c[1] === "status") td.appendChild(omniBadge(v));
       else if (c[1] === "createdAt" || c[1] === "expiresAt") td.appendChild(stamp(v));
       else td.textContent = v === null || v === undefined ? "" : String(v);
@@ -924,6 +931,208 @@
     $("timeline-close").focus();
   }
 
+  // ---- inbound messages, suppressions, a recipient (API.md §21) ----------------------------------
+  // What providers sent (a message's text, its type) is inserted as text only, like everything else.
+
+  // A channel as a badge: both WhatsApp channels one colour, SMS another; the word says which.
+  function channelBadge(ch) {
+    ch = ch === null || ch === undefined ? "" : String(ch);
+    var family = ch === "sms" ? "sms" : ch.indexOf("whatsapp") === 0 ? "whatsapp" : "other";
+    return el("span", { className: "badge ch-" + family, text: ch });
+  }
+
+  // A number as a button that opens its recipient page.
+  function numberButton(number) {
+    number = String(number);
+    var b = el("button", { type: "button", className: "link", text: number });
+    b.setAttribute("aria-label", "Open recipient " + number);
+    b.addEventListener("click", function () { openRecipient(number); });
+    return b;
+  }
+
+  function orNone(v, none) {
+    return v === null || v === undefined || v === "" ? el("span", { className: "muted", text: none }) : String(v);
+  }
+
+  // One inbound message; `withFrom` false on a recipient's page, where every message is theirs.
+  function inboundRow(m, withFrom) {
+    var via = m.phoneNumberId ? "phone number id " + m.phoneNumberId : m.session ? "session " + m.session : null;
+    return el("tr", { "data-id": String(m.id) }, [
+      el("td", { "data-label": "Received" }, [stamp(m.receivedAt)]),
+      el("td", { "data-label": "Channel" }, [channelBadge(m.channel)]),
+      withFrom ? el("td", { "data-label": "From" }, [numberButton(m.from)]) : null,
+      el("td", { "data-label": "To" }, [el("div", null, [String(m.to),
+        via ? el("div", { className: "muted small", text: via }) : null])]),
+      el("td", { "data-label": "Type", text: String(m.type || "") }),
+      el("td", { "data-label": "Text" }, [m.text === null || m.text === undefined ?
+        el("span", { className: "muted", text: "(no text)" }) : el("p", { className: "in-text", text: String(m.text) })])
+    ]);
+  }
+
+  function suppressionRow(x, withNumber) {
+    return el("tr", null, [
+      withNumber ? el("td", { "data-label": "Number" }, [numberButton(x.to)]) : null,
+      el("td", { "data-label": "Kind" }, [el("span", { className: "badge bad", text: String(x.channel) })]),
+      el("td", { "data-label": "Source", text: String(x.source) }),
+      el("td", { "data-label": "Reason" }, [orNone(x.reason, "none given")]),
+      el("td", { "data-label": "Since" }, [stamp(x.createdAt)])
+    ]);
+  }
+
+  // A list read a page at a time like the logs ("Next page" appends the next one). Each read
+  // bumps `seq`, so an answer to an older read (filters changed meanwhile) is dropped.
+  function pager(o) {
+    o.query = "";
+    o.cursor = null;
+    o.seq = 0;
+    return o;
+  }
+
+  var pagers = {
+    inbound: pager({ form: "in-form", table: "in-table", empty: "in-empty", more: "in-more",
+      noun: ["inbound message", "inbound messages"], path: "/inbound",
+      row: function (m) { return inboundRow(m, true); } }),
+    suppressions: pager({ form: "sup-form", table: "sup-table", empty: "sup-empty", more: "sup-more",
+      noun: ["suppression", "suppressions"], path: "/suppressions",
+      row: function (x) { return suppressionRow(x, true); } }),
+    recipientInbound: pager({ form: null, table: "rcp-in-table", empty: "rcp-in-none", more: "rcp-in-more",
+      noun: null, path: "/inbound", row: function (m) { return inboundRow(m, false); } })
+  };
+
+  function loadPage(p, more) {
+    var form = p.form ? $(p.form) : null;
+    if (form) clearErrors(form);
+    var seq = ++p.seq;
+    var query = p.query + (more && p.cursor ? "&cursor=" + encodeURIComponent(p.cursor) : "");
+    api("GET", "/admin/tenants/" + state.tenant.id + p.path + "?" + query).then(function (res) {
+      if (seq !== p.seq) return;
+      var body = $(p.table).tBodies[0];
+      if (!more) body.textContent = "";
+      if (res.status !== 200) {
+        show($(p.more), false);
+        return form ? showError(form, res) : status(messageOf(res));
+      }
+      res.body.data.items.forEach(function (it) { body.appendChild(p.row(it)); });
+      p.cursor = res.body.data.nextCursor;
+      show($(p.more), !!p.cursor);
+      show($(p.empty), body.rows.length === 0);
+      var n = body.rows.length;
+      if (p.noun) status(n + " " + p.noun[n === 1 ? 0 : 1] + " shown" + (p.cursor ? "; more on the next page." : "."));
+    });
+  }
+
+  function onInbound(ev) {
+    if (ev) ev.preventDefault();
+    pagers.inbound.query = q({ limit: $("in-limit").value.trim(), from: $("in-from").value.trim(),
+      channel: $("in-channel").value, since: $("in-since").value.trim(), until: $("in-until").value.trim() });
+    loadPage(pagers.inbound, false);
+  }
+
+  function onSuppressions(ev) {
+    if (ev) ev.preventDefault();
+    pagers.suppressions.query = q({ limit: $("sup-limit").value.trim(), to: $("sup-to").value.trim(),
+      channel: $("sup-kind").value });
+    loadPage(pagers.suppressions, false);
+  }
+
+  // -- a recipient: its suppressions, its WhatsApp windows, when it last wrote, its messages
+
+  // A number as typed ("+62 812-3456 7890") the way the API takes it.
+  function typedNumber(s) { return String(s || "").replace(/[\s().-]/g, ""); }
+
+  function openRecipient(number) {
+    $("rcp-to").value = number;
+    selectTab("recipient", true);
+  }
+
+  function forgetRecipient() {
+    state.rcpSeq++;
+    Object.keys(pagers).forEach(function (k) { pagers[k].seq++; });
+    $("rcp-to").value = "";
+    show($("rcp"), false);
+    show($("rcp-hint"), true);
+    clearErrors($("rcp-form"));
+  }
+
+  function onRecipient(ev) {
+    ev.preventDefault();
+    loadRecipient($("rcp-to").value, true);
+  }
+
+  function loadRecipient(typed, focus) {
+    var form = $("rcp-form"), to = typedNumber(typed);
+    clearErrors(form);
+    $("rcp-to").value = to;
+    var seq = ++state.rcpSeq;
+    pagers.recipientInbound.seq++;
+    if (to === "") {
+      show($("rcp"), false);
+      show($("rcp-hint"), true);
+      return;
+    }
+    api("GET", "/admin/tenants/" + state.tenant.id + "/recipients/" + encodeURIComponent(to)).then(function (res) {
+      if (seq !== state.rcpSeq) return;
+      if (res.status !== 200) {
+        show($("rcp"), false);
+        show($("rcp-hint"), true);
+        return showError(form, res);
+      }
+      showRecipient(res.body.data);
+      pagers.recipientInbound.query = q({ from: res.body.data.to, limit: 20 });
+      loadPage(pagers.recipientInbound, false);
+      if (focus) $("rcp-h").focus();
+    });
+  }
+
+  // The tenant's number a Meta phone number id belongs to (its settings), or null.
+  function metaNumberOf(phoneNumberId) {
+    var nums = channel((state.tenant && state.tenant.settings) || {}, "whatsapp_meta").numbers || {};
+    var found = null;
+    Object.keys(nums).forEach(function (n) { if (nums[n] && nums[n].phoneNumberId === phoneNumberId) found = n; });
+    return found;
+  }
+
+  function showRecipient(r) {
+    var windows = r.whatsappWindows || [], sups = r.suppressions || [], kinds = r.suppressed || [];
+    $("rcp-h").textContent = "Recipient " + r.to;
+    var latest = null;
+    windows.forEach(function (w) { if (!latest || Date.parse(w.openUntil) > Date.parse(latest)) latest = w.openUntil; });
+    var facts = $("rcp-facts");
+    facts.textContent = "";
+    facts.appendChild(dl([
+      ["Suppressed", kinds.length ? el("span", { className: "kinds" }, kinds.map(function (k) {
+        return el("span", { className: "badge bad", text: String(k) });
+      })) : el("span", { className: "badge good", text: "none" })],
+      ["WhatsApp window", latest ? el("span", null, [el("span", { className: "badge good", text: "open" }), " until ",
+        stamp(latest)]) : el("span", { className: "badge neutral", text: "closed" })],
+      ["Not on WhatsApp until", r.notOnWhatsappUntil ? stamp(r.notOnWhatsappUntil) :
+        el("span", { className: "muted", text: "not marked" })],
+      ["Last inbound at", r.lastInboundAt ? stamp(r.lastInboundAt) : el("span", { className: "muted", text: "never" })]
+    ]));
+    var sb = $("rcp-sup-table").tBodies[0];
+    sb.textContent = "";
+    sups.forEach(function (x) { sb.appendChild(suppressionRow(x, false)); });
+    show($("rcp-sup-table"), sups.length > 0);
+    show($("rcp-sup-none"), sups.length === 0);
+    var wb = $("rcp-win-table").tBodies[0];
+    wb.textContent = "";
+    windows.forEach(function (w) {
+      var number = metaNumberOf(w.phoneNumberId);
+      wb.appendChild(el("tr", null, [
+        el("td", { "data-label": "Phone number id" }, [el("div", null, [el("code", { text: String(w.phoneNumberId) }),
+          number ? el("div", { className: "muted small", text: "+" + number }) : null])]),
+        el("td", { "data-label": "Open until" }, [stamp(w.openUntil)])
+      ]));
+    });
+    show($("rcp-win-table"), windows.length > 0);
+    show($("rcp-win-none"), windows.length === 0);
+    $("rcp-in-table").tBodies[0].textContent = "";
+    show($("rcp-in-none"), false);
+    show($("rcp-in-more"), false);
+    show($("rcp-hint"), false);
+    show($("rcp"), true);
+  }
+
   // ---- wiring -----------------------------------------------------------------------------------------
 
   function init() {
@@ -954,6 +1163,12 @@
     $("logs-form").addEventListener("submit", onLogs);
     $("log-more").addEventListener("click", function () { loadLogs(true); });
     $("timeline-close").addEventListener("click", function () { $("timeline").close(); });
+    $("in-form").addEventListener("submit", onInbound);
+    $("in-more").addEventListener("click", function () { loadPage(pagers.inbound, true); });
+    $("sup-form").addEventListener("submit", onSuppressions);
+    $("sup-more").addEventListener("click", function () { loadPage(pagers.suppressions, true); });
+    $("rcp-form").addEventListener("submit", onRecipient);
+    $("rcp-in-more").addEventListener("click", function () { loadPage(pagers.recipientInbound, true); });
     if (token()) signedIn();
     else signOut("");
   }
