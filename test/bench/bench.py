@@ -63,6 +63,10 @@ fallback_first's per send in the same scenario, and the batch counts' reads whil
 `batch_counts` reads the counts of a --batch-big (100,000) message batch (1,000 through HTTP, the
 rest generated in SQL) every 50 ms while it drains.
 
+`consent` (issue 33, opt-in; test/bench/consent.py) measures sync sends/s with each worker's
+consent copy empty and holding --consent-rows (1,000,000) suppressions and as many WhatsApp
+windows, how long the copies take to read them, and a cold start on them.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
@@ -71,6 +75,7 @@ Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [
                 [--wh-events 40000] [--wh-rate 1000] [--queue-messages 20000] [--pacing-messages 5000]
                 [--pacing-rate 50] [--pacing-instances 3] [--priority-backlog 100000] [--priority-rate 1000]
                 [--scale-sizes 1000,100000,1000000] [--scale-backlog 100000] [--scale-rates 1000,80]
+                [--consent-rows 1000000]
 Scenarios: see SCENARIOS below; --scenarios also takes the groups of GROUPS (queue). Results: DIR/bench.json and DIR/bench.md.
 """
 
@@ -91,6 +96,7 @@ import urllib.request
 
 import logscale
 import batches as batches_bench
+import consent as consent_bench
 import queue as queue_bench
 import readers
 import statuses
@@ -1299,6 +1305,10 @@ def sc_queue_statements(b):
     queue_bench.sc_statements(b, sys.modules[__name__])
 
 
+def sc_consent(b):
+    consent_bench.sc_consent(b, sys.modules[__name__])
+
+
 def sc_batch_accept(b):
     batches_bench.sc_accept(b, sys.modules[__name__])
 
@@ -1339,6 +1349,8 @@ SCENARIOS = {
     # Batches (issue 32, test/bench/batches.py).
     "batch_accept": sc_batch_accept,
     "batch_counts": sc_batch_counts,
+    # Consent copies (issue 33, test/bench/consent.py): loads a million suppressions and windows.
+    "consent": sc_consent,
     # A diagnostic: restarts PostgreSQL with pg_stat_statements, and again without.
     "queue_statements": sc_queue_statements,
     # After every load scenario: the idle window needs nothing else running.
@@ -1350,7 +1362,7 @@ SCENARIOS = {
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes; queue_pacing
 # takes --pacing-messages / --pacing-rate seconds (100), queue_scale loads a million messages.
-OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements")
+OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements", "consent")
 # Names --scenarios takes for several scenarios at once.
 GROUPS = {"queue": ["queue_drain", "queue_pacing", "queue_priority", "queue_scale", "queue_statements"]}
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
@@ -1796,6 +1808,8 @@ def main():
                          "is the backlog's growth, not the outbox's")
     ap.add_argument("--queue-messages", type=int, default=20000,
                     help="queue_drain: queued sends accepted, then drained unpaced")
+    ap.add_argument("--consent-rows", type=int, default=1000000,
+                    help="consent: suppressions and windows loaded (each)")
     ap.add_argument("--batch-count", type=int, default=24,
                     help="batch_accept: batches of 1,000 messages posted from 4 threads")
     ap.add_argument("--batch-big", type=int, default=100000,

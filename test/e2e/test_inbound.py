@@ -358,6 +358,9 @@ def test_suppressions_api(gw):
     assert j["data"] == {"to": to, "suppressed": ["sms", "whatsapp"], "changed": ["sms", "whatsapp"]}, j
     j = assert_ok(call(gw, "PUT", path.replace("%2B", "+"), token=gw.token, body={"channels": ["sms"]}))
     assert j["data"] == {"to": to, "suppressed": ["sms", "whatsapp"], "changed": []}, j
+    # The gauge of suppressions in force, sampled every 10 s by worker 0.
+    assert wait_for(lambda: metric(gw, "omnigate_suppressions", channel="whatsapp", source="api") == 1, 15)
+    assert metric(gw, "omnigate_suppressions", channel="sms", source="api") == 1
     page = assert_ok(call(gw, "GET", "/api/suppressions?limit=1", token=gw.token))["data"]
     assert len(page["items"]) == 1 and page["nextCursor"] == to + "/sms", page
     page2 = assert_ok(call(gw, "GET", "/api/suppressions?limit=1&cursor=" + urllib.parse.quote(page["nextCursor"]),
