@@ -42,6 +42,12 @@ bool fuzz_utf8_valid(const char *s, size_t len);
  * route does before recording it). */
 void fuzz_check_statuses(json_t *statuses, const char *channel);
 
+/* Checks the inbound messages a parser returned (webhooks_in.h, API.md §21): an array whose
+ * elements name `channel`, a provider message id under 128 bytes, an E.164 sender, a route of 1
+ * to 64 bytes, a type of 1-32 of a-z and _, a finite time, and only the item's keys (text,
+ * number, phoneNumberId, session optional strings); and the array serializes. */
+void fuzz_check_inbound(json_t *items, const char *channel);
+
 /* A webhook parser of webhooks_in.h, and the time the harnesses give it as "now". */
 typedef json_t *(*og_webhook_parse_fn)(const char *body, size_t len, double now, og_err_t *err);
 #define FUZZ_NOW 1700000000.25

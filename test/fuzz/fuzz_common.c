@@ -7,6 +7,7 @@
 #include "fuzz.h"
 #include "omnigate/api.h"
 #include "omnigate/app/errors.h"
+#include "omnigate/phone.h"
 
 void fuzz_check_error(const og_err_t *err, const og_errcode_t *const *codes)
 {
@@ -75,6 +76,40 @@ static bool one_of(const char *s, const char *const *list)
         if (strcmp(s, *list) == 0)
             return true;
     return false;
+}
+
+void fuzz_check_inbound(json_t *items, const char *channel)
+{
+    static const char *const keys[] = {"channel", "pid",           "from",    "route", "number", "type",
+                                       "text",    "phoneNumberId", "session", "at",    NULL};
+    FUZZ_CHECK(json_is_array(items));
+    size_t i;
+    json_t *m;
+    json_array_foreach(items, i, m)
+    {
+        FUZZ_CHECK(json_is_object(m));
+        const char *key;
+        json_t *v;
+        json_object_foreach(m, key, v)
+        {
+            FUZZ_CHECK(one_of(key, keys));
+            FUZZ_CHECK(strcmp(key, "at") == 0 || json_is_string(v));
+        }
+        FUZZ_CHECK(strcmp(json_string_value(json_object_get(m, "channel")), channel) == 0);
+        const char *pid = json_string_value(json_object_get(m, "pid"));
+        FUZZ_CHECK(pid != NULL && pid[0] != '\0' && strlen(pid) < 128);
+        FUZZ_CHECK(og_phone_e164_valid(json_string_value(json_object_get(m, "from"))));
+        const char *route = json_string_value(json_object_get(m, "route"));
+        FUZZ_CHECK(route != NULL && route[0] != '\0' && strlen(route) <= 64);
+        const char *type = json_string_value(json_object_get(m, "type"));
+        FUZZ_CHECK(type != NULL && type[0] != '\0' && strlen(type) <= 32 &&
+                   strspn(type, "abcdefghijklmnopqrstuvwxyz_") == strlen(type));
+        json_t *at = json_object_get(m, "at");
+        FUZZ_CHECK(json_is_number(at) && isfinite(json_number_value(at)) && json_number_value(at) >= 0);
+    }
+    char *text = json_dumps(items, JSON_COMPACT);
+    FUZZ_CHECK(text != NULL);
+    free(text);
 }
 
 void fuzz_check_statuses(json_t *statuses, const char *channel)

@@ -7,7 +7,9 @@
  * sms at the time of receipt (fuzz_check_statuses); a form that does not decode is refused by
  * both; for a form that decodes, the signature check accepts the signature computed here the way
  * Twilio documents it (base64 of HMAC-SHA1 over the URL and every field, sorted, name then value)
- * and refuses it with one character changed.
+ * and refuses it with one character changed. The same body as an incoming message (POST
+ * /webhooks/twilio/inbound, API.md §21): refused with invalid_payload, or at most one inbound
+ * message (fuzz_check_inbound) at the time of receipt or one left out, never both.
  */
 #include <string.h>
 
@@ -102,6 +104,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *at = json_object_get(json_array_get(statuses, 0), "at");
     FUZZ_CHECK(at == NULL || json_number_value(at) == FUZZ_NOW);
     json_decref(statuses);
+    og_err_t err = {0};
+    int ignored = 0;
+    json_t *inbound = og_webhook_parse_twilio_inbound(body, size, FUZZ_NOW, &ignored, &err);
+    if (inbound == NULL) {
+        FUZZ_CHECK(err.code == OG_E_INVALID_PAYLOAD);
+    } else {
+        fuzz_check_inbound(inbound, "sms");
+        FUZZ_CHECK(json_array_size(inbound) + (size_t)ignored <= 1);
+        at = json_object_get(json_array_get(inbound, 0), "at");
+        FUZZ_CHECK(at == NULL || json_number_value(at) == FUZZ_NOW);
+    }
+    json_decref(inbound);
     check_signature(body, size);
     return 0;
 }

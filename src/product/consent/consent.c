@@ -43,6 +43,7 @@ struct og_consent {
     bool busy;    /* op in flight */
     bool closing; /* the timer is closed: the op's end frees c */
     bool loaded;
+    bool failing;           /* the last read failed (logged once) */
     char next[24];          /* where the next read of changes starts (a xid8) */
     uint64_t read_at_ms;    /* loop time of the last read that succeeded */
     uint64_t sampled_at_ms; /* loop time of the last sample */
@@ -220,8 +221,13 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     og_consent_t *c = container_of(op, og_consent_t, op);
     const PGresult *r = op->res[0];
     if (st != OG_DB_OK || r == NULL || PQntuples(r) == 0) {
-        log_failure(c, op, c->loaded ? "consent: reading changes failed" : "consent: loading failed");
+        if (!c->failing) /* once per outage, not every second */
+            log_failure(c, op, c->loaded ? "consent: reading changes failed" : "consent: loading failed");
+        c->failing = true;
     } else {
+        if (c->failing)
+            og_log(&c->gw->w->log, OG_LOG_INFO, "consent: reading again", NULL);
+        c->failing = false;
         uint64_t now = uv_now(&c->gw->w->loop);
         bool full = op->stmts[0].stmt == OG_Q_CONSENT_LOAD;
         og_kmap_t sup = OG_KMAP_INIT, win = OG_KMAP_INIT;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/consent/consent.h"
 #include "omnigate/ids.h"
 #include "omnigate/jw.h"
 #include "omnigate/messaging/budget.h"
@@ -434,7 +435,10 @@ static void claim(og_queue_t *q)
     /* A full claim or none: near the in-flight cap, claims asking for the few places each
      * outcome frees would run back to back, each paying a claim's fixed cost for a handful of
      * messages; rel_free claims again once a full claim's room is free. */
-    if (OG_QUEUE_IN_FLIGHT - q->in_flight < OG_QUEUE_CLAIM_MAX || !og_db_ready(q->gw->db)) {
+    /* Nor before this worker's copy of the opt-outs is loaded (consent/consent.h): a message
+     * released then could go to a number that opted out while it waited. */
+    if (OG_QUEUE_IN_FLIGHT - q->in_flight < OG_QUEUE_CLAIM_MAX || !og_db_ready(q->gw->db) ||
+        (q->gw->consent != NULL && !og_consent_ready(q->gw->consent))) {
         schedule(q);
         return;
     }

@@ -22,6 +22,7 @@
 
 #include "omnigate/messaging/budget.h"
 #include "omnigate/app/ctx.h"
+#include "omnigate/consent/consent.h"
 #include "omnigate/ids.h"
 #include "omnigate/messaging/stored.h"
 #include "omnigate/providers/provider.h"
@@ -303,7 +304,9 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
 static void run(og_step_t *step, void *arg)
 {
     og_gw_t *gw = arg;
-    fb_t *f = calloc(1, sizeof(*f));
+    /* Not before this worker's copy of the opt-outs is loaded (consent/consent.h): the step is
+     * claimed again when its lease ends, rather than call a number that may have opted out. */
+    fb_t *f = gw->consent == NULL || og_consent_ready(gw->consent) ? calloc(1, sizeof(*f)) : NULL;
     if (f == NULL) {
         og_jobs_finish(step, false);
         return;
