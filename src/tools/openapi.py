@@ -315,6 +315,29 @@ SCHEMAS = {
                                           "distinct E.164 numbers.",
                            "examples": [["+15550001111"]]},
     }, required=[]),
+    "Price": {"type": "string", "pattern": r"^(0|[1-9][0-9]{0,5})(\.[0-9]{1,6})?$",
+              "description": "A decimal string of up to 6 places, from 0 and below 1000000 (summed exactly, never "
+                             "as a float).", "examples": ["0.0450"]},
+    "Rate": obj({
+        "channel": ref("Channel"),
+        "prefix": {"type": "string", "pattern": r"^(\+[0-9]{1,15})?$",
+                   "description": "The numbers it applies to: \"\" (all) or + and 1-15 digits; the longest "
+                                  "matching prefix wins."},
+        "price": ref("Price"),
+        "category": {"type": "string", "pattern": "^(?i:marketing|utility|authentication|service)$",
+                     "description": "whatsapp_meta only: applies to templates of this category and beats an "
+                                    "entry without one."},
+    }, required=["channel", "prefix", "price"]),
+    "RateCardIn": obj({
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "rates": {"type": "array", "maxItems": 10000, "items": ref("Rate"),
+                  "description": "No two entries of one channel, prefix and category."},
+    }, required=["currency", "rates"]),
+    "RateCard": obj({
+        "currency": nullable({"type": "string", "pattern": "^[A-Z]{3}$"}),
+        "rates": {"type": "array", "items": ref("Rate")},
+        "updatedAt": nullable(ref("Timestamp")),
+    }),
     "Settings": obj({
         "defaultChannels": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,
                             "items": ref("Channel")},
@@ -326,6 +349,11 @@ SCHEMAS = {
                                          "description": "The authentication template of OTPs over WhatsApp: the "
                                                         "code is its body parameter and the parameter of its "
                                                         "copy-code button (API.md §18)."}}, required=[]),
+        "rates": {**ref("RateCardIn"),
+                  "description": "The tenant's rate card (API.md §22): for a channel it lists, only its entries "
+                                 "price the tenant's attempts; for the others, the global card's (GET /admin/rates). "
+                                 "In the global card's currency, else 422 validation_failed (field "
+                                 "settings.rates.currency)."},
     }, required=[], examples=[{
         "defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
         "defaultWhatsappFrom": "6281234567890",
@@ -1501,6 +1529,27 @@ def build():
                     "validation_failed (field settings.channels.whatsapp_meta.numbers) when no number has a "
                     "wabaId; 502 provider_error when Meta fails for any WABA: then no catalogue is changed.",
         op_id="adminTemplateSync"))
+    RATES_EX = {"currency": "USD", "rates": [{"channel": "sms", "prefix": "", "price": "0.0500"},
+                                             {"channel": "sms", "prefix": "+62", "price": "0.0300"},
+                                             {"channel": "whatsapp_meta", "prefix": "+62", "price": "0.0360",
+                                              "category": "marketing"}]}
+    add("/admin/rates", "get", op(
+        "The global rate card", ["admin"],
+        {200: ok_response(200, ref("RateCard"), "The card as last put (currency null and no rates before the "
+                          "first PUT).", ok_ex("rates", dict(RATES_EX, updatedAt="2026-11-28T10:00:00.000Z")))},
+        merge(ADMIN, DB), ADMIN_SEC,
+        description="API.md §22. The card every tenant's attempts are priced with, but on the channels the "
+                    "tenant's own card (settings.rates) lists.",
+        op_id="adminRatesGet"))
+    add("/admin/rates", "put", op(
+        "Replace the global rate card", ["admin"],
+        {200: ok_response(200, ref("RateCard"), "The card as stored.",
+                          ok_ex("rates", dict(RATES_EX, updatedAt="2026-11-28T10:00:00.000Z")))},
+        merge(ADMIN, DB, JSON_BODY, {409: ["conflict"]}), ADMIN_SEC, body=json_body("RateCardIn", {"card": RATES_EX}),
+        description="API.md §22: checked whole (422 validation_failed naming the field, e.g. rates[3].price, or "
+                    "unknown_field) and replaced whole. Bodies up to 2 MiB. 409 conflict (field currency) when "
+                    "tenants' own cards (settings.rates) are in another currency: one currency for every card.",
+        op_id="adminRatesPut"))
     add("/admin/tenants/{id}/inbound", "get", op(
         "A tenant's inbound messages, newest first", ["admin", "inbound"],
         {200: ok_response(200, ref("InboundPage"), "One page.",

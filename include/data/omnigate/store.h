@@ -147,6 +147,9 @@ enum og_store_stmt {
     OG_Q_SUPPRESSION_CHANGE,
     OG_Q_SUPPRESSION_KINDS,
     OG_Q_RECIPIENT_GET,
+    /* costs.sql: rate cards (API.md §22) */
+    OG_Q_RATES_GET,
+    OG_Q_RATES_PUT,
     OG_Q__COUNT
 };
 

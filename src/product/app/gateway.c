@@ -12,6 +12,7 @@
 #include "omnigate/callbacks/status_sweep.h"
 #include "omnigate/consent/consent.h"
 #include "omnigate/consent/consent_api.h"
+#include "omnigate/costs/rates_api.h"
 #include "omnigate/queue/message_api.h"
 #include "omnigate/queue/release.h"
 #include "omnigate/tenants/admin.h"
@@ -61,6 +62,8 @@ static const og_route_t routes[] = {
     {"GET", "/admin/tenants/{id}/inbound", og_inbound_admin_list},
     {"GET", "/admin/tenants/{id}/suppressions", og_suppression_admin_list},
     {"GET", "/admin/tenants/{id}/recipients/{to}", og_recipient_admin_get},
+    {"GET", "/admin/rates", og_rates_admin_get},
+    {"PUT", "/admin/rates", og_rates_admin_put, OG_RATES_MAX_BODY},
     {"GET", "/console", og_static_serve},
     {"GET", "/console/app.js", og_static_serve},
     {"GET", "/console/app.css", og_static_serve},

@@ -20,6 +20,7 @@
 #include "omnigate/app/answer.h"
 #include "omnigate/app/errors.h"
 #include "omnigate/api.h"
+#include "omnigate/tenants/admin.h"
 #include "omnigate/tenants/auth.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/json.h"
@@ -102,12 +103,8 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
 static wh_admin_t *admin_new(og_http_req_t *req, const og_route_match_t *m, void *ctx, wh_admin_kind_t kind)
 {
     og_gw_t *gw = og_gw(ctx);
-    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+    if (!og_admin_db(req, gw))
         return NULL;
-    if (gw->db == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
-        return NULL;
-    }
     char id[37];
     if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
         og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");

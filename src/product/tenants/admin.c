@@ -381,15 +381,22 @@ static void patch_write(admin_op_t *a, PGresult *current)
 
 /* ---- request parsing -------------------------------------------------------------------- */
 
+bool og_admin_db(og_http_req_t *req, og_gw_t *gw)
+{
+    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+        return false;
+    if (gw->db == NULL) {
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
+        return false;
+    }
+    return true;
+}
+
 static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind)
 {
     og_gw_t *gw = og_gw(ctx);
-    if (!og_auth_admin(req, gw->w->cfg->admin_token))
+    if (!og_admin_db(req, gw))
         return NULL;
-    if (gw->db == NULL) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "no database configured");
-        return NULL;
-    }
     admin_op_t *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");

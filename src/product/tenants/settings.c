@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "omnigate/app/errors.h"
+#include "omnigate/costs/rates.h"
 #include "omnigate/phone.h"
 
 /* NULL-terminated so it doubles as the key list of settings.channels. */
@@ -400,7 +401,7 @@ static bool validate_default_channels(const json_t *dc, og_err_t *err)
 bool og_settings_validate(json_t *settings, og_err_t *err)
 {
     static const char *const keys[] = {
-        "defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond", "channels", "otp", NULL};
+        "defaultChannels", "defaultWhatsappFrom", "rateLimitPerSecond", "channels", "otp", "rates", NULL};
     static const char *const otp_keys[] = {"whatsappTemplate", NULL};
     if (!object_with_keys(settings, "settings", keys, err))
         return false;
@@ -421,6 +422,13 @@ bool og_settings_validate(json_t *settings, og_err_t *err)
         if (!object_with_keys(v, "settings.otp", otp_keys, err) ||
             (wt != NULL && !template_ref(wt, "settings.otp.whatsappTemplate", err)))
             return false;
+    }
+    /* The tenant's rate card (API.md §22): costs/rates.h checks it as the global one. */
+    if ((v = json_object_get(settings, "rates")) != NULL) {
+        og_rate_card_t card;
+        if (!og_rate_card_parse(v, "settings.rates", &card, err))
+            return false;
+        og_rate_card_clear(&card);
     }
     return true;
 }

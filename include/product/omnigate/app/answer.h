@@ -13,9 +13,11 @@
 #include "omnigate/http.h"
 #include "omnigate/log.h"
 
-/* Answers `req` for an operation that ended with `st` (not OG_DB_OK): OG_DB_ERROR (the server
- * refused a statement: a bug or a broken schema, not worth retrying) logs `what` with the
- * request id, sqlstate and error and answers 500 internal_error; OG_DB_UNAVAILABLE answers
+/* Answers `req` for an operation that ended with `st` (not OG_DB_OK): OG_DB_ERROR with a
+ * SQLSTATE of a rule the schema checks (class OG: a tenant's rate card in another currency,
+ * answer.c lists them) answers that rule's error; any other OG_DB_ERROR (the server refused a
+ * statement: a bug or a broken schema, not worth retrying) logs `what` with the request id,
+ * sqlstate and error and answers 500 internal_error; OG_DB_UNAVAILABLE answers
  * 503 unavailable with `unavailable` as the message (e.g. "database unavailable: nothing was
  * sent"), which clients retry. */
 void og_answer_db_failure(og_http_req_t *req, og_log_t *log, const og_db_op_t *op, og_db_status_t st,

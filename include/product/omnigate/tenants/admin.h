@@ -7,6 +7,7 @@
 #ifndef OMNIGATE_TENANTS_ADMIN_H
 #define OMNIGATE_TENANTS_ADMIN_H
 
+#include "omnigate/app/ctx.h"
 #include "omnigate/http.h"
 #include "omnigate/error.h"
 #include "omnigate/router.h"
@@ -27,6 +28,10 @@ bool og_admin_list_query(const char *query, size_t len, og_admin_list_t *out, og
 
 /* Route handlers; ctx is the og_worker_t of a worker serving og_gateway_app (app/gateway.h); its app context
  * is og_gw(ctx) (app/ctx.h). */
+/* For an admin route: the admin token, and a database configured; false after answering (401,
+ * 503). */
+bool og_admin_db(og_http_req_t *req, og_gw_t *gw);
+
 void og_admin_tenant_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);

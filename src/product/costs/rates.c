@@ -1,0 +1,230 @@
+/*
+ * Rate cards. See include/product/omnigate/costs/rates.h.
+ */
+#include "omnigate/costs/rates.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "omnigate/api.h"
+
+static const char *const category_names[] = {NULL, "marketing", "utility", "authentication", "service"};
+
+bool og_price_parse(const char *s, og_micros_t *out)
+{
+    if (s == NULL || s[0] < '0' || s[0] > '9')
+        return false;
+    og_micros_t units = 0, frac = 0;
+    const char *p = s;
+    int intdigits = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (++intdigits > 7)
+            return false;
+        units = units * 10 + (*p - '0');
+    }
+    if (intdigits > 1 && s[0] == '0')
+        return false; /* "007" */
+    int places = 0;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++) {
+            if (++places > 6)
+                return false;
+            frac = frac * 10 + (*p - '0');
+        }
+        if (places == 0)
+            return false; /* "1." */
+    }
+    if (*p != '\0' || units >= OG_RATES_PRICE_MAX)
+        return false;
+    for (int k = places; k < 6; k++)
+        frac *= 10;
+    *out = units * 1000000 + frac;
+    return true;
+}
+
+void og_price_format(og_micros_t v, char out[OG_PRICE_TEXT])
+{
+    og_micros_t units = v / 1000000, frac = v % 1000000;
+    int places = 6;
+    while (places > 4 && frac % 10 == 0) {
+        frac /= 10;
+        places--;
+    }
+    snprintf(out, OG_PRICE_TEXT, "%lld.%0*lld", (long long)units, places, (long long)frac);
+}
+
+bool og_rate_category_parse(const char *s, og_rate_category_t *out)
+{
+    for (int i = OG_CAT_MARKETING; i <= OG_CAT_SERVICE && s != NULL; i++)
+        if (strcasecmp(s, category_names[i]) == 0) {
+            *out = (og_rate_category_t)i;
+            return true;
+        }
+    return false;
+}
+
+static bool prefix_valid(const char *p)
+{
+    size_t n = p != NULL ? strlen(p) : 0;
+    if (p == NULL)
+        return false;
+    if (n == 0)
+        return true;
+    return p[0] == '+' && n >= 2 && n <= OG_RATES_PREFIX_MAX && strspn(p + 1, "0123456789") == n - 1;
+}
+
+/* One entry of rates[], at `field` ("rates[3]"). */
+static bool read_rate(const json_t *e, const char *field, og_rate_t *r, og_err_t *err)
+{
+    static const char *const keys[] = {"channel", "prefix", "price", "category", NULL};
+    if (!json_is_object(e))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s must be an object", field);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)e, key, v)
+    {
+        bool known = false;
+        for (int i = 0; keys[i] != NULL; i++)
+            known = known || strcmp(key, keys[i]) == 0;
+        if (!known)
+            return og_err_fail(err, OG_E_UNKNOWN_FIELD, field, "%s has an unknown field %.64s", field, key);
+    }
+    const char *ch = json_string_value(json_object_get(e, "channel"));
+    if (!og_channel_parse(ch, &r->ch))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
+                           "%s.channel must be whatsapp_qr, whatsapp_meta or sms", field);
+    const char *prefix = json_string_value(json_object_get(e, "prefix"));
+    if (!prefix_valid(prefix))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
+                           "%s.prefix must be \"\" or + and 1-15 digits (the numbers it applies to)", field);
+    snprintf(r->prefix, sizeof(r->prefix), "%s", prefix);
+    if (!og_price_parse(json_string_value(json_object_get(e, "price")), &r->price))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
+                           "%s.price must be a decimal string of up to 6 places, from 0 and below 1000000",
+                           field);
+    json_t *cat = json_object_get(e, "category");
+    r->category = OG_CAT_NONE;
+    if (cat != NULL &&
+        (r->ch != OG_CH_WHATSAPP_META || !og_rate_category_parse(json_string_value(cat), &r->category)))
+        return og_err_fail(
+            err, OG_E_VALIDATION_FAILED, field,
+            "%s.category must be marketing, utility, authentication or service, on whatsapp_meta "
+            "only",
+            field);
+    return true;
+}
+
+static int rate_cmp(const void *a, const void *b)
+{
+    const og_rate_t *x = a, *y = b;
+    if (x->ch != y->ch)
+        return (int)x->ch - (int)y->ch;
+    if (x->category != y->category)
+        return (int)x->category - (int)y->category;
+    return strcmp(x->prefix, y->prefix);
+}
+
+bool og_rate_card_parse(const json_t *card, const char *path, og_rate_card_t *out, og_err_t *err)
+{
+    *out = (og_rate_card_t){{0}, NULL, 0};
+    if (!json_is_object(card))
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, path[0] ? path : NULL,
+                           "%s must be an object {currency, rates}", path[0] ? path : "the body");
+    /* Fields are named below `path` ("settings.rates.currency"), or from the top ("currency"). */
+    const char *dot = path[0] ? "." : "";
+    char field[64];
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)card, key, v)
+    {
+        if (strcmp(key, "currency") != 0 && strcmp(key, "rates") != 0) {
+            snprintf(field, sizeof(field), "%s%s%.32s", path, dot, key);
+            return og_err_fail(err, OG_E_UNKNOWN_FIELD, field, "%s is not a field of a rate card", field);
+        }
+    }
+    const char *cur = json_string_value(json_object_get(card, "currency"));
+    snprintf(field, sizeof(field), "%s%scurrency", path, dot);
+    if (cur == NULL || strlen(cur) != 3 || strspn(cur, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != 3)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
+                           "%s must be a currency code: 3 upper-case letters", field);
+    memcpy(out->currency, cur, 4);
+    json_t *rates = json_object_get(card, "rates");
+    snprintf(field, sizeof(field), "%s%srates", path, dot);
+    if (!json_is_array(rates) || json_array_size(rates) > OG_RATES_MAX)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s must be an array of at most %d entries",
+                           field, OG_RATES_MAX);
+    size_t n = json_array_size(rates);
+    out->rates = n > 0 ? calloc(n, sizeof(og_rate_t)) : NULL;
+    if (n > 0 && out->rates == NULL)
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        snprintf(field, sizeof(field), "%s%srates[%zu]", path, dot, i);
+        if (!read_rate(json_array_get(rates, i), field, &out->rates[i], err)) {
+            og_rate_card_clear(out);
+            return false;
+        }
+    }
+    out->n = n;
+    /* Sorted by (channel, category, prefix): a repeat is next to what it repeats. */
+    if (n > 1)
+        qsort(out->rates, n, sizeof(og_rate_t), rate_cmp);
+    for (size_t i = 1; i < n; i++) {
+        if (rate_cmp(&out->rates[i - 1], &out->rates[i]) == 0) {
+            snprintf(field, sizeof(field), "%s%srates", path, dot);
+            og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s lists %s prefix \"%s\"%s%s twice", field,
+                        og_channel_name(out->rates[i].ch), out->rates[i].prefix,
+                        out->rates[i].category ? " category " : "",
+                        out->rates[i].category ? category_names[out->rates[i].category] : "");
+            og_rate_card_clear(out);
+            return false;
+        }
+    }
+    return true;
+}
+
+void og_rate_card_clear(og_rate_card_t *c)
+{
+    free(c->rates);
+    c->rates = NULL;
+    c->n = 0;
+}
+
+static bool lists(const og_rate_card_t *c, og_channel_t ch)
+{
+    for (size_t i = 0; c != NULL && i < c->n; i++)
+        if (c->rates[i].ch == ch)
+            return true;
+    return false;
+}
+
+const og_rate_t *og_rates_find(const og_rate_card_t *tenant, const og_rate_card_t *global, og_channel_t ch,
+                               const char *to, og_rate_category_t category, const og_rate_card_t **card)
+{
+    const og_rate_card_t *c = lists(tenant, ch) ? tenant : global;
+    const og_rate_t *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; c != NULL && i < c->n; i++) {
+        const og_rate_t *r = &c->rates[i];
+        if (r->ch != ch || (r->category != OG_CAT_NONE && r->category != category))
+            continue;
+        size_t len = strlen(r->prefix);
+        if (strncmp(to, r->prefix, len) != 0)
+            continue;
+        bool better = best == NULL || (r->category != OG_CAT_NONE && best->category == OG_CAT_NONE) ||
+                      ((r->category != OG_CAT_NONE) == (best->category != OG_CAT_NONE) && len > best_len);
+        if (better) {
+            best = r;
+            best_len = len;
+        }
+    }
+    if (card != NULL)
+        *card = best != NULL ? c : NULL;
+    return best;
+}
+
+og_micros_t og_rate_cost(const og_rate_t *r, int segments)
+{
+    return r->ch == OG_CH_SMS ? r->price * (segments > 0 ? segments : 1) : r->price;
+}

@@ -1,0 +1,180 @@
+/*
+ * Rate cards (src/product/costs/rates.c, API.md §22): exact prices, the card's checks, and which
+ * rate an attempt gets: the tenant's card for the channels it lists, category before prefix,
+ * the longest prefix, SMS by segment.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "omnigate/api.h"
+#include "omnigate/costs/rates.h"
+
+static void test_prices(void **state)
+{
+    og_micros_t v;
+    assert_true(og_price_parse("0.045", &v));
+    assert_int_equal(v, 45000);
+    assert_true(og_price_parse("12", &v));
+    assert_int_equal(v, 12000000);
+    assert_true(og_price_parse("0.000001", &v));
+    assert_int_equal(v, 1);
+    assert_true(og_price_parse("999999.999999", &v));
+    assert_int_equal(v, 999999999999);
+    const char *const bad[] = {"",        "-1",  ".5",  "1.", "1e3", "0.0000001",
+                               "1000000", "007", "1,5", " 1", "0x1", NULL};
+    for (int i = 0; bad[i] != NULL; i++)
+        assert_false(og_price_parse(bad[i], &v));
+    assert_false(og_price_parse(NULL, &v));
+    char out[OG_PRICE_TEXT];
+    og_price_format(45000, out);
+    assert_string_equal(out, "0.0450");
+    og_price_format(45125, out);
+    assert_string_equal(out, "0.045125");
+    og_price_format(12000000, out);
+    assert_string_equal(out, "12.0000");
+    og_price_format(0, out);
+    assert_string_equal(out, "0.0000");
+    /* Exact sums: a million attempts at 0.000001 make exactly 1. */
+    og_micros_t sum = 0;
+    for (int i = 0; i < 1000000; i++)
+        sum += 1;
+    og_price_format(sum, out);
+    assert_string_equal(out, "1.0000");
+}
+
+static og_rate_card_t card(const char *json)
+{
+    json_t *j = json_loads(json, 0, NULL);
+    assert_non_null(j);
+    og_rate_card_t c;
+    og_err_t err = {0};
+    assert_true(og_rate_card_parse(j, "settings.rates", &c, &err));
+    json_decref(j);
+    return c;
+}
+
+static void test_card_checks(void **state)
+{
+    static const struct {
+        const char *json, *field;
+        const og_errcode_t *code;
+    } bad[] = {
+        {"[]", "settings.rates", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"usd\",\"rates\":[]}", "settings.rates.currency", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\"}", "settings.rates.rates", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[],\"x\":1}", "settings.rates.x", OG_E_UNKNOWN_FIELD},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"email\",\"prefix\":\"\",\"price\":\"1\"}]}",
+         "settings.rates.rates[0]", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"62\",\"price\":\"1\"}]}",
+         "settings.rates.rates[0]", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":0.1}]}",
+         "settings.rates.rates[0]", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":\"1\","
+         "\"category\":"
+         "\"marketing\"}]}",
+         "settings.rates.rates[0]", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"whatsapp_meta\",\"prefix\":\"\",\"price\":\"1\","
+         "\"category\":\"promo\"}]}",
+         "settings.rates.rates[0]", OG_E_VALIDATION_FAILED},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"\",\"price\":\"1\",\"cost\":1}]"
+         "}",
+         "settings.rates.rates[0]", OG_E_UNKNOWN_FIELD},
+        {"{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":\"1\"},"
+         "{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":\"2\"}]}",
+         "settings.rates.rates", OG_E_VALIDATION_FAILED},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        json_t *j = json_loads(bad[i].json, JSON_DECODE_ANY, NULL);
+        assert_non_null(j);
+        og_rate_card_t c;
+        og_err_t err = {0};
+        assert_false(og_rate_card_parse(j, "settings.rates", &c, &err));
+        assert_ptr_equal(err.code, bad[i].code);
+        assert_string_equal(err.field, bad[i].field);
+        assert_null(c.rates);
+        json_decref(j);
+    }
+    /* A request's whole body: its fields named from the top. */
+    json_t *j = json_loads("{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\"}]}", 0, NULL);
+    og_rate_card_t c0;
+    og_err_t err = {0};
+    assert_false(og_rate_card_parse(j, "", &c0, &err));
+    assert_string_equal(err.field, "rates[0]");
+    json_decref(j);
+    /* The same prefix on two channels, or with and without a category, is no repeat. */
+    og_rate_card_t c =
+        card("{\"currency\":\"EUR\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":\"1\"},"
+             "{\"channel\":\"whatsapp_meta\",\"prefix\":\"+62\",\"price\":\"2\"},"
+             "{\"channel\":\"whatsapp_meta\",\"prefix\":\"+62\",\"price\":\"3\",\"category\":"
+             "\"MARKETING\"}]}");
+    assert_int_equal(c.n, 3);
+    assert_string_equal(c.currency, "EUR");
+    og_rate_card_clear(&c);
+}
+
+static void test_find(void **state)
+{
+    og_rate_card_t g =
+        card("{\"currency\":\"USD\",\"rates\":["
+             "{\"channel\":\"sms\",\"prefix\":\"\",\"price\":\"0.0500\"},"
+             "{\"channel\":\"sms\",\"prefix\":\"+62\",\"price\":\"0.0300\"},"
+             "{\"channel\":\"sms\",\"prefix\":\"+6281\",\"price\":\"0.0250\"},"
+             "{\"channel\":\"whatsapp_meta\",\"prefix\":\"+62\",\"price\":\"0.0040\"},"
+             "{\"channel\":\"whatsapp_meta\",\"prefix\":\"\",\"price\":\"0.0410\",\"category\":"
+             "\"marketing\"},"
+             "{\"channel\":\"whatsapp_meta\",\"prefix\":\"+62\",\"price\":\"0.0360\",\"category\":"
+             "\"marketing\"}]}");
+    og_rate_card_t t =
+        card("{\"currency\":\"USD\",\"rates\":[{\"channel\":\"whatsapp_qr\",\"prefix\":\"\","
+             "\"price\":\"0\"},{\"channel\":\"sms\",\"prefix\":\"+49\",\"price\":\"0.0700\"}]}");
+    const og_rate_card_t *from;
+    /* The longest prefix. */
+    const og_rate_t *r = og_rates_find(NULL, &g, OG_CH_SMS, "+6281234", OG_CAT_NONE, &from);
+    assert_non_null(r);
+    assert_int_equal(r->price, 25000);
+    assert_ptr_equal(from, &g);
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_SMS, "+6221", OG_CAT_NONE, NULL)->price, 30000);
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_SMS, "+4415", OG_CAT_NONE, NULL)->price, 50000);
+    /* SMS by segment. */
+    assert_int_equal(og_rate_cost(r, 3), 75000);
+    assert_int_equal(og_rate_cost(r, 0), 25000);
+    /* A category beats no category, even with a shorter prefix; another category never applies. */
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+6281", OG_CAT_MARKETING, NULL)->price,
+                     36000);
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+4915", OG_CAT_MARKETING, NULL)->price,
+                     41000);
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+6281", OG_CAT_UTILITY, NULL)->price,
+                     4000);
+    assert_int_equal(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+6281", OG_CAT_NONE, NULL)->price, 4000);
+    assert_null(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+4915", OG_CAT_UTILITY, &from));
+    assert_null(from);
+    assert_int_equal(og_rate_cost(og_rates_find(NULL, &g, OG_CH_WHATSAPP_META, "+62", OG_CAT_NONE, NULL), 5),
+                     4000);
+    /* The tenant's card for the channels it lists, and only its entries: sms to +62 has no rate
+     * there, though the global card has one. */
+    assert_int_equal(og_rates_find(&t, &g, OG_CH_SMS, "+4915", OG_CAT_NONE, &from)->price, 70000);
+    assert_ptr_equal(from, &t);
+    assert_null(og_rates_find(&t, &g, OG_CH_SMS, "+6281", OG_CAT_NONE, NULL));
+    assert_int_equal(og_rates_find(&t, &g, OG_CH_WHATSAPP_META, "+6281", OG_CAT_NONE, &from)->price, 4000);
+    assert_ptr_equal(from, &g);
+    assert_int_equal(og_rates_find(&t, &g, OG_CH_WHATSAPP_QR, "+6281", OG_CAT_NONE, NULL)->price, 0);
+    assert_null(og_rates_find(NULL, &g, OG_CH_WHATSAPP_QR, "+6281", OG_CAT_NONE, NULL));
+    assert_null(og_rates_find(NULL, NULL, OG_CH_SMS, "+6281", OG_CAT_NONE, NULL));
+    og_rate_card_clear(&g);
+    og_rate_card_clear(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prices),
+        cmocka_unit_test(test_card_checks),
+        cmocka_unit_test(test_find),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
