@@ -265,8 +265,7 @@ if [[ -n "$sim_pid" ]]; then
   echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' -H 'Content-Type: application/json' \\"
   echo "    -d '{\"to\":\"$STOP_TO\",\"text\":\"Your code expires soon\"}' $BASE/api/sms/send"
   curl -s -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-    -d "{\"to\":\"$STOP_TO\",\"text\":\"Your code expires soon\"}" "$BASE/api/sms/send" |
-    "$PY" -c 'import json,sys; j=json.load(sys.stdin); print(json.dumps({k: j["data"][k] for k in ("reference","to","status")} if j["success"] else j, indent=2))'
+    -d "{\"to\":\"$STOP_TO\",\"text\":\"Your code expires soon\"}" "$BASE/api/sms/send" | show
   echo
   echo "run.sh: the recipient answers STOP (the simulator posts Twilio's inbound webhook to $BASE/webhooks/twilio/inbound)"
   IN="{\"provider\":\"twilio\",\"from\":\"$STOP_TO\",\"to\":\"$INBOUND\",\"text\":\"STOP\"}"
