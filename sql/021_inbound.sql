@@ -230,8 +230,8 @@ $$;
 -- The triggers: a refused attempt (provider_code), a failed delivery of an attempt
 -- (delivery_provider_code), an SMS record (error.providerCode: SMS sends, the sms attempts of
 -- unified sends, OTPs) and an OTP sent on WhatsApp (otp_events.error.providerCode). Their WHEN
--- clauses are evaluated without calling the function: a row without an opt-out code costs
--- nothing more.
+-- clauses (og_consent_code_kind, the one list of opt-out codes, inlined there) are evaluated
+-- without calling the trigger's function: a row without an opt-out code costs nothing more.
 CREATE FUNCTION og_consent_on_attempt() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -245,7 +245,8 @@ $$;
 
 CREATE TRIGGER attempts_consent AFTER INSERT OR UPDATE OF provider_code, delivery_provider_code ON attempts
 FOR EACH ROW
-WHEN (NEW.provider_code IN ('21610', '131050') OR NEW.delivery_provider_code IN ('21610', '131050'))
+WHEN (og_consent_code_kind(NEW.provider_code) IS NOT NULL
+      OR og_consent_code_kind(NEW.delivery_provider_code) IS NOT NULL)
 EXECUTE FUNCTION og_consent_on_attempt();
 
 CREATE FUNCTION og_consent_on_sms() RETURNS trigger
@@ -258,7 +259,7 @@ $$;
 
 CREATE TRIGGER sms_records_consent AFTER INSERT OR UPDATE OF error ON sms_records
 FOR EACH ROW
-WHEN (NEW.error ->> 'providerCode' = '21610')
+WHEN (og_consent_code_kind(NEW.error ->> 'providerCode') IS NOT NULL)
 EXECUTE FUNCTION og_consent_on_sms();
 
 CREATE FUNCTION og_consent_on_otp_event() RETURNS trigger
@@ -274,7 +275,7 @@ $$;
 
 CREATE TRIGGER otp_events_consent AFTER INSERT ON otp_events
 FOR EACH ROW
-WHEN (NEW.error ->> 'providerCode' IN ('21610', '131050'))
+WHEN (og_consent_code_kind(NEW.error ->> 'providerCode') IS NOT NULL)
 EXECUTE FUNCTION og_consent_on_otp_event();
 
 -- ---- storing ----------------------------------------------------------------------------------

@@ -78,6 +78,32 @@ static bool one_of(const char *s, const char *const *list)
     return false;
 }
 
+/* What a status and an inbound message of a parser share: an object of only the keys `keys`,
+ * on `channel`, a provider message id under 128 bytes, a finite time. */
+static void check_item(json_t *m, const char *const *keys, const char *channel)
+{
+    FUZZ_CHECK(json_is_object(m));
+    const char *key;
+    json_t *v;
+    json_object_foreach(m, key, v)
+    {
+        FUZZ_CHECK(one_of(key, keys));
+    }
+    FUZZ_CHECK(strcmp(json_string_value(json_object_get(m, "channel")), channel) == 0);
+    const char *pid = json_string_value(json_object_get(m, "pid"));
+    FUZZ_CHECK(pid != NULL && pid[0] != '\0' && strlen(pid) < 128);
+    json_t *at = json_object_get(m, "at");
+    FUZZ_CHECK(json_is_number(at) && isfinite(json_number_value(at)) && json_number_value(at) >= 0);
+}
+
+/* The array serializes, as the route does before recording it. */
+static void check_serializes(json_t *items)
+{
+    char *text = json_dumps(items, JSON_COMPACT);
+    FUZZ_CHECK(text != NULL);
+    free(text);
+}
+
 void fuzz_check_inbound(json_t *items, const char *channel)
 {
     static const char *const keys[] = {"channel", "pid",           "from",    "route", "number", "type",
@@ -87,29 +113,21 @@ void fuzz_check_inbound(json_t *items, const char *channel)
     json_t *m;
     json_array_foreach(items, i, m)
     {
-        FUZZ_CHECK(json_is_object(m));
+        check_item(m, keys, channel);
         const char *key;
         json_t *v;
         json_object_foreach(m, key, v)
         {
-            FUZZ_CHECK(one_of(key, keys));
             FUZZ_CHECK(strcmp(key, "at") == 0 || json_is_string(v));
         }
-        FUZZ_CHECK(strcmp(json_string_value(json_object_get(m, "channel")), channel) == 0);
-        const char *pid = json_string_value(json_object_get(m, "pid"));
-        FUZZ_CHECK(pid != NULL && pid[0] != '\0' && strlen(pid) < 128);
         FUZZ_CHECK(og_phone_e164_valid(json_string_value(json_object_get(m, "from"))));
         const char *route = json_string_value(json_object_get(m, "route"));
         FUZZ_CHECK(route != NULL && route[0] != '\0' && strlen(route) <= 64);
         const char *type = json_string_value(json_object_get(m, "type"));
         FUZZ_CHECK(type != NULL && type[0] != '\0' && strlen(type) <= 32 &&
                    strspn(type, "abcdefghijklmnopqrstuvwxyz_") == strlen(type));
-        json_t *at = json_object_get(m, "at");
-        FUZZ_CHECK(json_is_number(at) && isfinite(json_number_value(at)) && json_number_value(at) >= 0);
     }
-    char *text = json_dumps(items, JSON_COMPACT);
-    FUZZ_CHECK(text != NULL);
-    free(text);
+    check_serializes(items);
 }
 
 void fuzz_check_statuses(json_t *statuses, const char *channel)
@@ -123,20 +141,9 @@ void fuzz_check_statuses(json_t *statuses, const char *channel)
     json_t *s;
     json_array_foreach(statuses, i, s)
     {
-        FUZZ_CHECK(json_is_object(s));
-        const char *key;
-        json_t *v;
-        json_object_foreach(s, key, v)
-        {
-            FUZZ_CHECK(one_of(key, keys));
-        }
-        FUZZ_CHECK(strcmp(json_string_value(json_object_get(s, "channel")), channel) == 0);
-        const char *pid = json_string_value(json_object_get(s, "pid"));
-        FUZZ_CHECK(pid != NULL && pid[0] != '\0' && strlen(pid) < 128);
+        check_item(s, keys, channel);
         const char *status = json_string_value(json_object_get(s, "status"));
         FUZZ_CHECK(one_of(status, known_status));
-        json_t *at = json_object_get(s, "at");
-        FUZZ_CHECK(json_is_number(at) && isfinite(json_number_value(at)) && json_number_value(at) >= 0);
         bool failure = strcmp(status, "failed") == 0 || strcmp(status, "undelivered") == 0;
         FUZZ_CHECK(failure == one_of(json_string_value(json_object_get(s, "error")), delivery_errors));
         json_t *code = json_object_get(s, "code");
@@ -145,9 +152,7 @@ void fuzz_check_statuses(json_t *statuses, const char *channel)
         FUZZ_CHECK(message == NULL ||
                    (failure && json_is_string(message) && json_string_length(message) < 256));
     }
-    char *text = json_dumps(statuses, JSON_COMPACT);
-    FUZZ_CHECK(text != NULL);
-    free(text);
+    check_serializes(statuses);
 }
 
 json_t *fuzz_webhook_parse(og_webhook_parse_fn parse, const char *channel, size_t max,

@@ -292,7 +292,7 @@ static const char *gw_not_ready(og_worker_t *w)
         return "no database configured";
     if (!og_db_ready(gw->db))
         return "database unreachable";
-    if (gw->consent != NULL && !og_consent_ready(gw->consent))
+    if (!og_consent_ready(gw->consent))
         return "consent not loaded yet";
     return NULL;
 }

@@ -610,6 +610,13 @@ static bool form_parse(const char *body, size_t len, form_t *form)
     return true;
 }
 
+/* form_parse for a webhook's body: false with invalid_payload. */
+static bool form_read(const char *body, size_t len, form_t *form, og_err_t *err)
+{
+    return form_parse(body, len, form) ||
+           og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "body is not a valid form");
+}
+
 static const char *form_get(const form_t *form, const char *name)
 {
     for (size_t i = 0; i < form->n; i++)
@@ -652,10 +659,8 @@ json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err
 {
     form_t form;
     json_t *out = NULL;
-    if (!form_parse(body, len, &form)) {
-        og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "body is not a valid form");
+    if (!form_read(body, len, &form, err))
         goto done;
-    }
     const char *sid = form_get(&form, "MessageSid");
     const char *status = form_get(&form, "MessageStatus");
     if (sid == NULL)
@@ -691,10 +696,8 @@ json_t *og_webhook_parse_twilio_inbound(const char *body, size_t len, double now
     form_t form;
     json_t *out = NULL;
     *ignored = 0;
-    if (!form_parse(body, len, &form)) {
-        og_err_fail(err, OG_E_INVALID_PAYLOAD, NULL, "body is not a valid form");
+    if (!form_read(body, len, &form, err))
         goto done;
-    }
     const char *sid = form_get(&form, "MessageSid");
     if (sid == NULL)
         sid = form_get(&form, "SmsMessageSid");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "omnigate/api.h"
 #include "omnigate/ids.h"
 #include "omnigate/kmap.h"
 #include "omnigate/store.h"
@@ -148,7 +149,17 @@ bool og_consent_window_open(const og_consent_t *c, const char *phone_number_id, 
 
 bool og_consent_ready(const og_consent_t *c)
 {
-    return c->loaded;
+    return c == NULL || c->loaded;
+}
+
+bool og_consent_opted_out(const og_consent_t *c, const char *tenant_id, const char *number, unsigned *out,
+                          og_err_t *err)
+{
+    if (!og_consent_ready(c))
+        return og_err_fail(err, OG_E_UNAVAILABLE, NULL,
+                           "the opt-out list is not loaded yet: retry in a second");
+    *out = og_consent_suppressed(c, tenant_id, number);
+    return true;
 }
 
 /* ---- reading ---------------------------------------------------------------------------------- */

@@ -481,7 +481,7 @@ static bool read_channels(og_smsreq_t *c, json_t *body, og_err_t *err)
 static bool otp_consent(og_smsreq_t *c, og_err_t *err)
 {
     unsigned out;
-    if (!og_smsreq_opted_out(c, &out, err))
+    if (!og_consent_opted_out(c->gw->consent, c->auth.tenant->id, c->to, &out, err))
         return false;
     int kept = 0;
     for (int i = 0; i < c->nch; i++)

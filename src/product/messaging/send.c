@@ -474,11 +474,9 @@ static bool plan_meta(send_ctx_t *c, const char *wa_from, og_err_t *err)
  * reason recipient_opted_out; 422 recipient_opted_out when none is left. */
 static bool check_consent(send_ctx_t *c, og_err_t *err)
 {
-    og_consent_t *consent = c->gw->consent;
-    if (consent != NULL && !og_consent_ready(consent))
-        return og_err_fail(err, OG_E_UNAVAILABLE, NULL,
-                           "the opt-out list is not loaded yet: retry in a second");
-    unsigned out = og_consent_suppressed(consent, c->auth.tenant->id, c->to);
+    unsigned out;
+    if (!og_consent_opted_out(c->gw->consent, c->auth.tenant->id, c->to, &out, err))
+        return false;
     if (out == 0)
         return true;
     og_channel_t planned[OG_ENGINE_MAX];

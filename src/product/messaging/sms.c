@@ -80,7 +80,7 @@ static bool sms_validate(og_smsreq_t *c, json_t *body, og_err_t *err)
                            "to must be an E.164 number: + then 8-15 digits, the first 1-9");
     snprintf(c->to, sizeof(c->to), "%s", to);
     unsigned out;
-    if (!og_smsreq_opted_out(c, &out, err))
+    if (!og_consent_opted_out(c->gw->consent, c->auth.tenant->id, c->to, &out, err))
         return false;
     if (out & OG_CONSENT_SMS)
         return og_err_fail(err, OG_E_RECIPIENT_OPTED_OUT, "to", "%s opted out of sms", to);

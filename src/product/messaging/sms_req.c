@@ -3,8 +3,6 @@
  */
 #include "omnigate/messaging/sms_req.h"
 
-#include "omnigate/consent/consent.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,16 +148,6 @@ bool og_smsreq_sender(og_smsreq_t *c, const char *sender, og_err_t *err)
         return og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, NULL,
                            "the sms channel is not enabled for this tenant");
     return og_settings_sms_sender(settings, sender, c->sender, sizeof(c->sender), err);
-}
-
-bool og_smsreq_opted_out(og_smsreq_t *c, unsigned *out, og_err_t *err)
-{
-    og_consent_t *consent = c->gw->consent;
-    if (consent != NULL && !og_consent_ready(consent))
-        return og_err_fail(err, OG_E_UNAVAILABLE, NULL,
-                           "the opt-out list is not loaded yet: retry in a second");
-    *out = og_consent_suppressed(consent, c->auth.tenant->id, c->to);
-    return true;
 }
 
 bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err)

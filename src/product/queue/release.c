@@ -438,7 +438,7 @@ static void claim(og_queue_t *q)
     /* Nor before this worker's copy of the opt-outs is loaded (consent/consent.h): a message
      * released then could go to a number that opted out while it waited. */
     if (OG_QUEUE_IN_FLIGHT - q->in_flight < OG_QUEUE_CLAIM_MAX || !og_db_ready(q->gw->db) ||
-        (q->gw->consent != NULL && !og_consent_ready(q->gw->consent))) {
+        !og_consent_ready(q->gw->consent)) {
         schedule(q);
         return;
     }

@@ -306,7 +306,7 @@ static void run(og_step_t *step, void *arg)
     og_gw_t *gw = arg;
     /* Not before this worker's copy of the opt-outs is loaded (consent/consent.h): the step is
      * claimed again when its lease ends, rather than call a number that may have opted out. */
-    fb_t *f = gw->consent == NULL || og_consent_ready(gw->consent) ? calloc(1, sizeof(*f)) : NULL;
+    fb_t *f = og_consent_ready(gw->consent) ? calloc(1, sizeof(*f)) : NULL;
     if (f == NULL) {
         og_jobs_finish(step, false);
         return;

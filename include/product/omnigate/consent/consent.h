@@ -30,6 +30,7 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/channel.h"
+#include "omnigate/error.h"
 #include "omnigate/metrics.h"
 
 #define OG_CONSENT_READ_MS   1000
@@ -62,12 +63,18 @@ og_consent_t *og_consent_start(og_gw_t *gw, bool sample);
  * closed after this). */
 void og_consent_close(og_consent_t *c, void (*closed)(void *arg), void *arg);
 
-/* Whether the first read is done. */
+/* Whether the first read is done; true for NULL (no database: nothing to load). */
 bool og_consent_ready(const og_consent_t *c);
 
 /* The kinds tenant `tenant_id` may not send to `number` (E.164) on: 0 when none, or when c is
  * NULL (no database). */
 unsigned og_consent_suppressed(const og_consent_t *c, const char *tenant_id, const char *number);
+
+/* For a send (every route's one rule): the kinds tenant `tenant_id` may not send to `number` on,
+ * into *out; false with `err` (503 unavailable) while the copy is not loaded, for a send must
+ * never go out unchecked. */
+bool og_consent_opted_out(const og_consent_t *c, const char *tenant_id, const char *number, unsigned *out,
+                          og_err_t *err);
 
 /* Whether (phone_number_id, number)'s customer service window is open now. */
 bool og_consent_window_open(const og_consent_t *c, const char *phone_number_id, const char *number);

@@ -132,10 +132,6 @@ bool og_smsreq_new_op(og_smsreq_t *c);
 /* The sms channel must be enabled; the sender must be approved (or the default exists). */
 bool og_smsreq_sender(og_smsreq_t *c, const char *sender, og_err_t *err);
 
-/* The kinds of channel (consent/consent.h bits) c->to opted out of with c's tenant (API.md
- * §21) into *out; false with `err` (503) while this worker's copy is not loaded. */
-bool og_smsreq_opted_out(og_smsreq_t *c, unsigned *out, og_err_t *err);
-
 /* c->text must be a valid text of at most OG_SMS_MAX_SEGMENTS segments (`field` names it). */
 bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err);
 
