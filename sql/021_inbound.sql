@@ -163,6 +163,25 @@ LANGUAGE sql STABLE AS $$
         'createdAt', to_char(s.changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
 $$;
 
+-- One event of tenant p_tenant to its webhook (API.md §12), when the webhook is enabled and wants
+-- p_type: its outbox row (subject p_subject, data p_data), and the scheduler asked for the
+-- tenant's step (og_webhook_wake, sql/011). The events of §21 are made here.
+CREATE FUNCTION og_webhook_emit(p_tenant uuid, p_type text, p_subject text, p_data json) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    id bigint;
+BEGIN
+    PERFORM 1 FROM tenant_webhooks w
+    WHERE w.tenant_id = p_tenant AND w.disabled_at IS NULL AND p_type = ANY (w.events);
+    IF FOUND THEN
+        id := nextval('webhook_deliveries_id');
+        INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
+        VALUES (id, p_tenant, og_webhook_id_of(id), p_type, p_subject, og_webhook_body(p_type, p_data), now());
+        PERFORM og_webhook_wake(p_tenant);
+    END IF;
+END
+$$;
+
 -- Opts p_number of tenant p_tenant out of (p_out) or back into the kinds p_kinds, from
 -- p_source with p_reason. Writes only the kinds whose state changes, each with its event
 -- (recipient.opted_out or recipient.opted_in, when the tenant's webhook wants it). Returns the
@@ -190,16 +209,9 @@ BEGIN
     IF changed IS NULL THEN
         RETURN '{}';
     END IF;
-    PERFORM 1 FROM tenant_webhooks w
-    WHERE w.tenant_id = p_tenant AND w.disabled_at IS NULL AND t = ANY (w.events);
-    IF FOUND THEN
-        INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
-        SELECT x.id, p_tenant, og_webhook_id_of(x.id), t, p_number,
-            og_webhook_body(t, json_build_object('to', p_number, 'channel', x.k, 'source', p_source,
-                'reason', p_reason)), now()
-        FROM (SELECT nextval('webhook_deliveries_id') AS id, k FROM unnest(changed) k) x;
-        PERFORM og_webhook_wake(p_tenant);
-    END IF;
+    PERFORM og_webhook_emit(p_tenant, t, p_number,
+                            json_build_object('to', p_number, 'channel', k, 'source', p_source, 'reason', p_reason))
+    FROM unnest(changed) k;
     RETURN changed;
 END
 $$;
@@ -281,7 +293,7 @@ EXECUTE FUNCTION og_consent_on_otp_event();
 -- ---- storing ----------------------------------------------------------------------------------
 
 -- Stores the inbound messages of one webhook POST (p_items, a JSON array written by
--- src/product/callbacks/inbound.c: {"channel", "pid", "from", "route", "number", "type",
+-- src/product/callbacks/webhooks_in.c: {"channel", "pid", "from", "route", "number", "type",
 -- "text", "at" (Unix seconds), "phoneNumberId", "session"}; "route" is the route's key and
 -- "number", when known, the tenant's number it came to, digits for WhatsApp). Each routed one
 -- is stored once; a new one opens its Meta window, applies its keyword, and is an event
@@ -333,7 +345,7 @@ BEGIN
                     txid = pg_current_xact_id();
         END IF;
         word := upper(btrim(m.body, E' \t\r\n'));
-        kw := CASE WHEN m.type = 'text' AND length(word) <= 11 THEN og_consent_keyword(word) END;
+        kw := CASE WHEN m.type = 'text' THEN og_consent_keyword(word) END;
         IF kw IS NOT NULL THEN
             changed := og_consent_change(m.tenant_id, m.from_number,
                 CASE WHEN kw = 'all' THEN ARRAY['sms', 'whatsapp'] ELSE ARRAY[og_consent_kind(ch)] END,
@@ -344,15 +356,7 @@ BEGIN
                 opted_out := opted_out + cardinality(changed);
             END IF;
         END IF;
-        PERFORM 1 FROM tenant_webhooks w
-        WHERE w.tenant_id = m.tenant_id AND w.disabled_at IS NULL AND 'message.received' = ANY (w.events);
-        IF FOUND THEN
-            INSERT INTO webhook_deliveries (id, tenant_id, webhook_id, type, subject, body, next_at)
-            SELECT x.id, m.tenant_id, og_webhook_id_of(x.id), 'message.received', 'in_' || m.id,
-                og_webhook_body('message.received', i), now()
-            FROM og_inbound_item(m) AS i, LATERAL (SELECT nextval('webhook_deliveries_id') AS id) x;
-            PERFORM og_webhook_wake(m.tenant_id);
-        END IF;
+        PERFORM og_webhook_emit(m.tenant_id, 'message.received', i ->> 'id', i) FROM og_inbound_item(m) AS i;
     END LOOP;
 END
 $$;
