@@ -5,6 +5,8 @@ simulator. A change of consent made on one instance must reach a send on another
 
 import copy
 import json
+import subprocess
+import threading
 import time
 import urllib.parse
 
@@ -481,6 +483,47 @@ def test_other_instance_sees_a_change_within_2s(gw, make_server, tmp_path):
     t0 = time.monotonic()
     assert wait_for(lambda: send(other, to, ["sms"], token=gw.token).status == 200, 5)
     assert time.monotonic() - t0 < 2.0
+
+
+def test_send_waits_for_the_first_read_of_the_copy(gw, make_server, tmp_path):
+    """A worker whose consent copy is not read yet is not ready, and holds a send that reaches it
+    until the read ends instead of refusing it: with several workers, /readyz may be answered by
+    one already ready (this refusal was a 503 to sends just after a start). The held sends are
+    checked against the copy once it is read. Here the copy's first read of a new instance is
+    held back by a row security policy on suppressions that waits for an advisory lock this test
+    holds (the database is the test's own)."""
+    to = "+4915112345698"
+    assert_ok(call(gw, "PUT", "/api/suppressions/" + urllib.parse.quote(to), token=gw.token,
+                   body={"channels": ["sms"]}))
+    db(gw, "CREATE FUNCTION test_gate() RETURNS boolean LANGUAGE sql VOLATILE "
+           "AS 'SELECT true FROM pg_advisory_xact_lock_shared(4242)';"
+           "CREATE POLICY test_gate ON suppressions USING (test_gate()) WITH CHECK (true);"
+           "ALTER TABLE suppressions ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY")
+    holder = subprocess.Popen(["psql", gw.db_url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    answers, threads = {}, []
+    try:
+        holder.stdin.write("SELECT 'locked' FROM pg_advisory_lock(4242);\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "locked"
+        other = linked_gateway(make_server, gw.db_url, tmp_path, workers=1, env=WH_ENV, sim=gw.sim, ready=False)
+        assert wait_for(lambda: b"consent not loaded yet" in other.request("GET", "/readyz").body, 10)
+        threads = [threading.Thread(target=lambda k=k, t=t: answers.__setitem__(k, send(other, t, ["sms"],
+                                                                                         gw.token)))
+                   for k, t in (("free", "+4915112345697"), ("out", to))]
+        for t in threads:
+            t.start()
+        assert wait_for(lambda: metric(other, "omnigate_http_connections_open") >= 3, 5)
+        assert all(t.is_alive() for t in threads)
+        assert b"consent not loaded yet" in other.request("GET", "/readyz").body
+    finally:
+        holder.stdin.close()  # the session ends: its lock goes
+        holder.wait(10)
+    for t in threads:
+        t.join(15)
+    assert_ok(answers["free"])
+    assert_error(answers["out"], 422, "recipient_opted_out")
+    assert other.request("GET", "/readyz").status == 200
 
 
 def test_queued_message_checked_again_when_released(gw):

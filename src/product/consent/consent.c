@@ -44,13 +44,14 @@ struct og_consent {
     bool busy;    /* op in flight */
     bool closing; /* the timer is closed: the op's end frees c */
     bool loaded;
-    bool failing;           /* the last read failed (logged once) */
-    char next[24];          /* where the next read of changes starts (a xid8) */
-    uint64_t read_at_ms;    /* loop time of the last read that succeeded */
-    uint64_t sampled_at_ms; /* loop time of the last sample */
-    uint64_t swept_at_ms;   /* loop time windows closed were last dropped */
-    og_kmap_t sup;          /* (tenant, number) -> kind bits */
-    og_kmap_t win;          /* (phone number id, number) -> open until, ms since the epoch */
+    bool failing;               /* the last read failed (logged once) */
+    char next[24];              /* where the next read of changes starts (a xid8) */
+    uint64_t read_at_ms;        /* loop time of the last read that succeeded */
+    uint64_t sampled_at_ms;     /* loop time of the last sample */
+    uint64_t swept_at_ms;       /* loop time windows closed were last dropped */
+    og_kmap_t sup;              /* (tenant, number) -> kind bits */
+    og_kmap_t win;              /* (phone number id, number) -> open until, ms since the epoch */
+    og_consent_wait_t *waiting; /* sends waiting for the end of a read (og_consent_wait) */
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -150,6 +151,28 @@ bool og_consent_window_open(const og_consent_t *c, const char *phone_number_id, 
 bool og_consent_ready(const og_consent_t *c)
 {
     return c == NULL || c->loaded;
+}
+
+void og_consent_wait(og_consent_t *c, og_consent_wait_t *w)
+{
+    if (og_consent_ready(c)) {
+        w->done(w);
+        return;
+    }
+    w->next = c->waiting;
+    c->waiting = w;
+}
+
+/* Runs the sends waiting for a read's end. */
+static void resume_waiting(og_consent_t *c)
+{
+    og_consent_wait_t *w = c->waiting;
+    c->waiting = NULL;
+    while (w != NULL) {
+        og_consent_wait_t *next = w->next;
+        w->done(w);
+        w = next;
+    }
 }
 
 bool og_consent_opted_out(const og_consent_t *c, const char *tenant_id, const char *number, unsigned *out,
@@ -276,6 +299,8 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
     c->busy = false;
     if (c->closing)
         consent_free(c);
+    else
+        resume_waiting(c);
 }
 
 static void on_timer(uv_timer_t *t)
@@ -325,5 +350,6 @@ void og_consent_close(og_consent_t *c, void (*closed)(void *arg), void *arg)
 {
     c->closed = closed;
     c->closed_arg = arg;
+    resume_waiting(c);
     uv_close((uv_handle_t *)&c->timer, timer_closed);
 }

@@ -33,6 +33,7 @@
 #include "omnigate/store.h"
 #include "omnigate/templates/catalogue.h"
 #include "omnigate/templates/render.h"
+#include "omnigate/util.h"
 
 #define SMS_MAX_SEGMENTS 10
 
@@ -43,6 +44,7 @@ typedef struct send_ctx {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_gw_t *gw;
     og_http_req_t *req;
+    og_consent_wait_t consent_wait;
     og_engine_t engine;
     /* The database work of each step in turn: auth lookup, nowa check, idem claim, pending insert,
      * then (another) completion. Not held while the providers are called: most of a send's life
@@ -1135,6 +1137,12 @@ static void authed(og_auth_req_t *a)
     prepared(c);
 }
 
+static void consent_loaded(og_consent_wait_t *w)
+{
+    send_ctx_t *c = container_of(w, send_ctx_t, consent_wait);
+    og_auth_tenant(c->gw->auth, &c->auth);
+}
+
 void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
     og_gw_t *gw = og_gw(ctx);
@@ -1151,7 +1159,8 @@ void og_send_omni(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     c->auth.unified = true;
     c->auth.done = authed;
     c->auth.op = c->op;
-    og_auth_tenant(gw->auth, &c->auth);
+    c->consent_wait.done = consent_loaded;
+    og_consent_wait(gw->consent, &c->consent_wait);
 }
 
 /* ---- a batch's message (API.md §20; send_item.h) ---------------------------------------------- */

@@ -17,6 +17,7 @@
 #include "omnigate/queue/pacing.h"
 #include "omnigate/queue/release.h"
 #include "omnigate/tenants/settings.h"
+#include "omnigate/util.h"
 
 void og_smsreq_free(og_smsreq_t *c)
 {
@@ -236,6 +237,12 @@ static void authed(og_auth_req_t *a)
         og_smsreq_claim(c);
 }
 
+static void consent_loaded(og_consent_wait_t *w)
+{
+    og_smsreq_t *c = container_of(w, og_smsreq_t, consent_wait);
+    og_auth_tenant(c->gw->auth, &c->auth);
+}
+
 void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind)
 {
     og_smsreq_t *c = calloc(1, sizeof(*c));
@@ -253,5 +260,6 @@ void og_smsreq_start(og_http_req_t *req, void *ctx, const og_smsreq_kind_t *kind
     c->auth.unified = false;
     c->auth.done = authed;
     c->auth.op = c->op;
-    og_auth_tenant(c->gw->auth, &c->auth);
+    c->consent_wait.done = consent_loaded;
+    og_consent_wait(c->gw->consent, &c->consent_wait);
 }

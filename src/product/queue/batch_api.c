@@ -18,6 +18,7 @@
 #include "omnigate/app/answer.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/app/errors.h"
+#include "omnigate/consent/consent.h"
 #include "omnigate/ids.h"
 #include "omnigate/json.h"
 #include "omnigate/jw.h"
@@ -29,6 +30,7 @@
 #include "omnigate/templates/catalogue.h"
 #include "omnigate/templates/render.h"
 #include "omnigate/tenants/auth.h"
+#include "omnigate/util.h"
 
 typedef enum { ROUTE_CREATE, ROUTE_GET, ROUTE_CANCEL } route_t;
 
@@ -42,6 +44,7 @@ typedef struct batch_req {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_gw_t *gw;
     og_http_req_t *req;
+    og_consent_wait_t consent_wait; /* POST */
     og_db_op_t *op;
     route_t route;
     char id[OG_IDS_REFERENCE_SIZE]; /* the batch */
@@ -606,6 +609,12 @@ static batch_req_t *req_new(og_http_req_t *req, const og_route_match_t *m, og_gw
     return b;
 }
 
+static void consent_loaded(og_consent_wait_t *w)
+{
+    batch_req_t *b = container_of(w, batch_req_t, consent_wait);
+    og_auth_tenant(b->gw->auth, &b->auth);
+}
+
 static void serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, route_t route)
 {
     og_gw_t *gw = og_gw(ctx);
@@ -617,7 +626,11 @@ static void serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, rout
     b->auth.unified = true;
     b->auth.done = authed;
     b->auth.op = b->op;
-    og_auth_tenant(gw->auth, &b->auth);
+    b->consent_wait.done = consent_loaded;
+    if (route == ROUTE_CREATE) /* its messages are checked as it is read */
+        og_consent_wait(gw->consent, &b->consent_wait);
+    else
+        og_auth_tenant(gw->auth, &b->auth);
 }
 
 void og_batch_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)

@@ -13,7 +13,9 @@
  * that could not read for OG_CONSENT_RELOAD_MS (the database was away) reads everything again,
  * so what was pruned meanwhile (sql/021: opt-ins after a day) is never missed.
  *
- * Until its first read the copy knows nothing: the worker is not ready (/readyz) and a send
+ * Until its first read the copy knows nothing: the worker is not ready (/readyz), and a send
+ * that arrives meanwhile waits for that read (og_consent_wait: a worker just started is not
+ * refused its first sends while another worker already answers ready); if the read fails it
  * answers 503 rather than send to a number that may have opted out.
  *
  * Memory: 32 bytes a slot, at most half full: about 64 bytes per suppression in force and per
@@ -65,6 +67,17 @@ void og_consent_close(og_consent_t *c, void (*closed)(void *arg), void *arg);
 
 /* Whether the first read is done; true for NULL (no database: nothing to load). */
 bool og_consent_ready(const og_consent_t *c);
+
+/* A send waiting for the copy's first read. */
+typedef struct og_consent_wait {
+    struct og_consent_wait *next;
+    void (*done)(struct og_consent_wait *w);
+} og_consent_wait_t;
+
+/* Runs w->done once og_consent_opted_out can answer: at once (before returning) when the copy is
+ * loaded or c is NULL, else when the read in flight or the next one ends (loaded, or failed: the
+ * send then answers 503), or when c is closed. */
+void og_consent_wait(og_consent_t *c, og_consent_wait_t *w);
 
 /* The kinds tenant `tenant_id` may not send to `number` (E.164) on: 0 when none, or when c is
  * NULL (no database). */

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "omnigate/app/ctx.h"
+#include "omnigate/consent/consent.h"
 #include "omnigate/error.h"
 #include "omnigate/messaging/engine.h"
 #include "omnigate/messaging/idem.h"
@@ -54,6 +55,7 @@ typedef struct og_smsreq {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
     og_gw_t *gw;
     og_http_req_t *req;
+    og_consent_wait_t consent_wait;
     const og_smsreq_kind_t *kind;
     og_idem_t idem;
     og_db_op_t *op; /* the current database step's; none while a provider is called */
