@@ -24,8 +24,11 @@ VALUES ($1, $2, 'sms', $3, $4, $5, $6, $7, 'pending');
 -- $3 status = 'sent' or 'failed'
 -- $4 provider_id = provider message id, or NULL
 -- $5 error = a JSON object, or NULL
+-- $6 cost_micros = what it cost when sent (sql/023), or NULL
+-- $7 currency = the cost's currency, or NULL
 UPDATE sms_records s
 SET status = $3, provider_message_id = $4, error = $5::jsonb,
+    cost_micros = CASE WHEN $3 = 'sent' THEN $6::bigint END, cost_currency = CASE WHEN $3 = 'sent' THEN $7 END,
     delivery_status = CASE WHEN $3 = 'sent' THEN coalesce(d.status, 'sent') END,
     delivered_at = d.delivered_at
 FROM og_delivery_of('sms', $4) AS d
@@ -49,8 +52,12 @@ WHERE s.tenant_id = $1 AND s.reference = $2 AND coalesce(s.status, '') IN ('pend
 -- $10 status = 'sent' or 'failed'
 -- $11 provider_id = provider message id, or NULL
 -- $12 error = a JSON object, or NULL
+-- $13 cost_micros = what it cost when sent (sql/023), or NULL
+-- $14 currency = the cost's currency, or NULL
 INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_number, sender,
-    body, segments, encoding, status, provider_message_id, error, delivery_status, delivered_at)
+    body, segments, encoding, status, provider_message_id, error, delivery_status, delivered_at,
+    cost_micros, cost_currency)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb,
-    CASE WHEN $10 = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at
+    CASE WHEN $10 = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at,
+    CASE WHEN $10 = 'sent' THEN $13::bigint END, CASE WHEN $10 = 'sent' THEN $14 END
 FROM og_delivery_of('sms', $11) AS d;

@@ -27,9 +27,12 @@ def ref(name):
     return {"$ref": "#/components/schemas/" + name}
 
 
-def nullable(schema):
+def nullable(schema, description=None):
     """schema or null (JSON Schema 2020-12: no `nullable` in OpenAPI 3.1)."""
-    return {"anyOf": [schema, {"type": "null"}]}
+    o = {"anyOf": [schema, {"type": "null"}]}
+    if description is not None:
+        o["description"] = description
+    return o
 
 
 def obj(props, required=None, extra=False, **kw):
@@ -113,13 +116,20 @@ SCHEMAS = {
         "httpStatus": {"type": "integer"},
     }, required=["code"], description="An attempt's error as the log keeps it (members without a value are "
                                        "left out)."),
+    "Cost": obj({
+        "amount": {"type": "string", "pattern": "^[0-9]+\\.[0-9]{4,6}$",
+                   "description": "A decimal string of 4 to 6 places, exact (never a float)."},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    }, description="What an accepted attempt cost when its provider accepted it, by the rate cards then "
+                   "(API.md §22); later changes of a card never rewrite it."),
     "SendAttempt": {
         "type": "object",
         "oneOf": [
             obj({"channel": ref("Channel"), "status": {"const": "sent"}, "latencyMs": {"type": "integer", "minimum": 0},
-                 "providerMessageId": {"type": "string"}}),
+                 "providerMessageId": {"type": "string"},
+                 "cost": nullable(ref("Cost"), "null when no rate applies (API.md §22).")}),
             obj({"channel": ref("Channel"), "status": {"const": "failed"}, "latencyMs": {"type": "integer", "minimum": 0},
-                 "error": ref("AttemptError")}),
+                 "error": ref("AttemptError"), "cost": {"type": "null"}}),
         ],
     },
     "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
@@ -150,7 +160,8 @@ SCHEMAS = {
         "segments": {"type": "integer", "minimum": 1, "maximum": 10},
         "encoding": {"type": "string", "enum": ["gsm7", "ucs2"]},
         "error": ref("AttemptError"),
-    }, required=["reference", "status", "segments", "encoding"]),
+        "cost": nullable(ref("Cost"), "null when it failed or no rate applies (API.md §22)."),
+    }, required=["reference", "status", "segments", "encoding", "cost"]),
     "OtpSendResult": obj({
         "reference": ref("Reference"),
         "to": ref("E164"),
@@ -179,6 +190,7 @@ SCHEMAS = {
                  "providerMessageId": nullable({"type": "string"}),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
+                 "cost": nullable(ref("Cost"), "null when no rate applied (API.md §22)."),
                  "attemptedAt": ref("Timestamp"),
                  "deliveryStatus": nullable({"type": "string", "enum": DELIVERY}),
                  "deliveredAt": nullable(ref("Timestamp")), "readAt": nullable(ref("Timestamp")),
@@ -194,7 +206,7 @@ SCHEMAS = {
                  "throttles": ref("Throttles"),
                  "fallbackReason": nullable({"type": "string", "enum": ["status_failed", "status_undelivered",
                                                                         "no_status_in_time"]}),
-                 "error": nullable(ref("LogAttemptError")),
+                 "error": nullable(ref("LogAttemptError")), "cost": {"type": "null"},
                  "attemptedAt": ref("Timestamp"),
                  "deliveryStatus": {"type": "null"}, "deliveredAt": {"type": "null"}, "readAt": {"type": "null"},
                  "deliveryError": {"type": "null"}, "statusHistory": {"type": "array", "maxItems": 0}}),
@@ -239,6 +251,7 @@ SCHEMAS = {
         "status": {"type": "string", "enum": ["pending", "sent", "failed", "unknown"]},
         "providerMessageId": nullable({"type": "string"}),
         "error": nullable(ref("LogAttemptError")),
+        "cost": nullable(ref("Cost"), "null unless sent with a rate (API.md §22)."),
         "deliveryStatus": nullable({"type": "string", "enum": DELIVERY}),
         "deliveredAt": nullable(ref("Timestamp")),
         "createdAt": ref("Timestamp"),
@@ -981,9 +994,10 @@ SEND_EX = {"success": True, "message": "Message sent via whatsapp_meta", "data":
     "reference": REF_EX, "deliveryMode": "fallback", "winningChannel": "whatsapp_meta",
     "attempts": [
         {"channel": "whatsapp_qr", "status": "failed", "latencyMs": 10001,
-         "error": {"code": "provider_timeout", "message": "no answer in 10000 ms"}},
+         "error": {"code": "provider_timeout", "message": "no answer in 10000 ms"}, "cost": None},
         {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183,
-         "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2"}],
+         "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2",
+         "cost": {"amount": "0.0140", "currency": "USD"}}],
     "skipped": []}}
 TENANT_EX = {"id": "3f0c6b9e-2a4d-4e8b-9c1f-5d7a8b6c4e21", "name": "acme", "unifiedApiEnabled": True,
              "settings": {"defaultChannels": ["whatsapp_qr", "whatsapp_meta", "sms"],
@@ -1069,6 +1083,7 @@ OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hi Ana, yo
                     {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "template",
                      "throttles": 0,
                      "providerMessageId": "wamid.HBgNNjI4MTIzNDU2Nzg5MBUCABEYEjQ2", "fallbackReason": None,
+                     "cost": {"amount": "0.0140", "currency": "USD"},
                      "attemptedAt": "2026-11-22T14:05:25.130Z", "deliveryStatus": "delivered",
                      "deliveredAt": "2026-11-22T14:05:27.001Z", "readAt": None, "deliveryError": None,
                      "statusHistory": [{"status": "sent", "at": "2026-11-22T14:05:26.000Z"},
@@ -1101,7 +1116,8 @@ LOGS = {
             {"items": [{"reference": REF_EX, "source": "otp", "to": "+6281234567890", "sender": "ACME",
                         "text": "Your verification code is ******", "segments": 1, "encoding": "gsm7",
                         "status": "sent", "providerMessageId": "SM0123456789abcdef0123456789abcdef",
-                        "error": None, "deliveryStatus": "delivered", "deliveredAt": "2026-11-22T14:05:27.001Z",
+                        "error": None, "cost": {"amount": "0.0450", "currency": "USD"},
+                        "deliveryStatus": "delivered", "deliveredAt": "2026-11-22T14:05:27.001Z",
                         "createdAt": "2026-11-22T14:05:25.123Z"}], "nextCursor": None}),
     "otp": ("OtpLogPage", None, ["pending", "verified", "expired", "locked", "failed", "superseded"], "OTP log",
             {"items": [{"reference": REF_EX, "to": "+6281234567890", "status": "verified", "length": 6,
@@ -1167,7 +1183,7 @@ def build():
                           {"success": True, "message": "SMS sent", "data": {
                               "reference": REF_EX, "status": "sent",
                               "providerMessageId": "SM0123456789abcdef0123456789abcdef", "segments": 1,
-                              "encoding": "gsm7"}}, headers=RL + ("Idempotency-Replayed",))},
+                              "encoding": "gsm7", "cost": {"amount": "0.0450", "currency": "USD"}}}, headers=RL + ("Idempotency-Replayed",))},
         merge(JSON_BODY, TENANT, DB, IDEM, {
             422: ["sender_not_approved", "text_too_long", "no_channel_available", "recipient_opted_out"],
             502: ["delivery_failed"]}),

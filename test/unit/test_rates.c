@@ -7,12 +7,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "omnigate/api.h"
 #include "omnigate/costs/rates.h"
+#include "omnigate/jw.h"
 
 static void test_prices(void **state)
 {
@@ -169,12 +171,61 @@ static void test_find(void **state)
     og_rate_card_clear(&t);
 }
 
+/* og_cost_price: a tenant's card read from its settings, the global card for the rest, SMS by
+ * segment; og_cost_write and og_cost_json say the same. */
+static void test_cost_price(void **state)
+{
+    (void)state;
+    json_t *g = json_loads(
+        "{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\",\"prefix\":\"\","
+        "\"price\":\"0.05\"},{\"channel\":\"whatsapp_meta\",\"prefix\":\"+62\",\"price\":\"0.014\"}]}",
+        0, NULL);
+    og_rate_card_t global = {0};
+    og_err_t err = {0};
+    assert_true(og_rate_card_parse(g, "", &global, &err));
+    json_t *settings = json_loads("{\"rates\":{\"currency\":\"USD\",\"rates\":[{\"channel\":\"sms\","
+                                  "\"prefix\":\"+62\",\"price\":\"0.031\"}]}}",
+                                  0, NULL);
+    og_cost_t c;
+    assert_true(og_cost_price(&global, settings, OG_CH_SMS, "+6281234567890", OG_CAT_NONE, 3, &c));
+    assert_int_equal(c.micros, 93000);
+    assert_string_equal(c.currency, "USD");
+    /* The tenant lists sms: only its entries count there. */
+    assert_false(og_cost_price(&global, settings, OG_CH_SMS, "+4915112345678", OG_CAT_NONE, 1, &c));
+    assert_string_equal(c.currency, "");
+    assert_true(og_cost_price(&global, settings, OG_CH_WHATSAPP_META, "+6281234567890", OG_CAT_NONE, 1, &c));
+    assert_int_equal(c.micros, 14000);
+    assert_true(og_cost_price(&global, NULL, OG_CH_SMS, "+4915112345678", OG_CAT_NONE, 2, &c));
+    assert_int_equal(c.micros, 100000);
+    assert_false(og_cost_price(NULL, NULL, OG_CH_SMS, "+4915112345678", OG_CAT_NONE, 2, &c));
+
+    og_cost_t cost = {.micros = 45125, .currency = "EUR"};
+    og_jw_t w;
+    og_jw_init(&w, 0);
+    og_jw_object(&w);
+    og_cost_write(&w, &cost);
+    og_jw_object_end(&w);
+    char *text = og_jw_finish(&w, NULL);
+    assert_string_equal(text, "{\"cost\":{\"amount\":\"0.045125\",\"currency\":\"EUR\"}}");
+    json_t *j = og_cost_json(&cost);
+    char *jt = json_dumps(j, JSON_COMPACT);
+    assert_string_equal(jt, "{\"amount\":\"0.045125\",\"currency\":\"EUR\"}");
+    free(jt);
+    free(text);
+    json_decref(j);
+    assert_true(json_is_null(og_cost_json(NULL)));
+    og_rate_card_clear(&global);
+    json_decref(g);
+    json_decref(settings);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prices),
         cmocka_unit_test(test_card_checks),
         cmocka_unit_test(test_find),
+        cmocka_unit_test(test_cost_price),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

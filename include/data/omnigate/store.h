@@ -150,6 +150,7 @@ enum og_store_stmt {
     /* costs.sql: rate cards (API.md §22) */
     OG_Q_RATES_GET,
     OG_Q_RATES_PUT,
+    OG_Q_RATES_CURRENT,
     OG_Q__COUNT
 };
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "omnigate/api.h"
+#include "omnigate/costs/rates.h"
 #include "omnigate/ids.h"
 #include "omnigate/kmap.h"
 #include "omnigate/store.h"
@@ -52,6 +53,8 @@ struct og_consent {
     og_kmap_t sup;              /* (tenant, number) -> kind bits */
     og_kmap_t win;              /* (phone number id, number) -> open until, ms since the epoch */
     og_consent_wait_t *waiting; /* sends waiting for the end of a read (og_consent_wait) */
+    og_rate_card_t rates;       /* the global card; currency "" when there is none */
+    char rates_version[24];     /* its version (rates_current), "" when there is none */
     void (*closed)(void *arg);
     void *closed_arg;
 };
@@ -148,6 +151,11 @@ bool og_consent_window_open(const og_consent_t *c, const char *phone_number_id, 
     return og_kmap_get(&c->win, &k) > og_ids_now_ms();
 }
 
+const og_rate_card_t *og_consent_rates(const og_consent_t *c)
+{
+    return c != NULL && c->rates.currency[0] ? &c->rates : NULL;
+}
+
 bool og_consent_ready(const og_consent_t *c)
 {
     return c == NULL || c->loaded;
@@ -228,6 +236,7 @@ static void consent_free(og_consent_t *c)
 {
     void (*closed)(void *) = c->closed;
     void *arg = c->closed_arg;
+    og_rate_card_clear(&c->rates);
     og_kmap_clear(&c->sup);
     og_kmap_clear(&c->win);
     free(c);
@@ -250,11 +259,36 @@ static void sampled(og_consent_t *c, const PGresult *r)
             og_metrics_gauge(&c->m->suppressed[k][s], n[k][s]);
 }
 
+/* The global card as rates_current read it: none, the same version, or a new one. */
+static void rates_read(og_consent_t *c, const PGresult *r)
+{
+    if (PQntuples(r) == 0) {
+        og_rate_card_clear(&c->rates);
+        c->rates_version[0] = '\0';
+        return;
+    }
+    if (PQgetisnull(r, 0, OG_C_RATES_CURRENT_CARD))
+        return; /* the version this worker has */
+    json_t *j = json_loads(PQgetvalue(r, 0, OG_C_RATES_CURRENT_CARD), 0, NULL);
+    og_rate_card_t card = {0};
+    og_err_t err = {0};
+    if (j == NULL || !og_rate_card_parse(j, "", &card, &err)) {
+        /* Checked when it was put: out of memory. Kept as it was, read again next time. */
+        og_log(&c->gw->w->log, OG_LOG_ERROR, "rates: cannot read the global card", NULL);
+        json_decref(j);
+        return;
+    }
+    json_decref(j);
+    og_rate_card_clear(&c->rates);
+    c->rates = card;
+    snprintf(c->rates_version, sizeof(c->rates_version), "%s", PQgetvalue(r, 0, OG_C_RATES_CURRENT_VERSION));
+}
+
 static void read_done(og_db_op_t *op, og_db_status_t st)
 {
     og_consent_t *c = container_of(op, og_consent_t, op);
     const PGresult *r = op->res[0];
-    if (st != OG_DB_OK || r == NULL || PQntuples(r) == 0) {
+    if (st != OG_DB_OK || r == NULL || PQntuples(r) == 0 || op->res[1] == NULL) {
         if (!c->failing) /* once per outage, not every second */
             log_failure(c, op, c->loaded ? "consent: reading changes failed" : "consent: loading failed");
         c->failing = true;
@@ -269,6 +303,7 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
         bool ok = true;
         for (int i = 0; i < PQntuples(r) && ok; i++)
             ok = apply(ps, pw, r, i);
+        rates_read(c, op->res[1]);
         if (!ok) {
             /* Out of memory part way: what was applied stands; reading everything again later
              * puts the copy right (a full load changed nothing yet). */
@@ -287,8 +322,8 @@ static void read_done(og_db_op_t *op, og_db_status_t st)
             snprintf(c->next, sizeof(c->next), "%s", PQgetvalue(r, 0, OG_CONSENT_NEXT));
             c->read_at_ms = now;
         }
-        if (op->nstmts > 1 && op->res[1] != NULL && c->m != NULL)
-            sampled(c, op->res[1]);
+        if (op->nstmts > 2 && op->res[2] != NULL && c->m != NULL)
+            sampled(c, op->res[2]);
         if (now - c->swept_at_ms >= 60000) {
             uint64_t wall = og_ids_now_ms();
             og_kmap_filter(&c->win, window_open, &wall);
@@ -310,11 +345,13 @@ static void on_timer(uv_timer_t *t)
         return;
     uint64_t now = uv_now(&c->gw->w->loop);
     c->busy = true;
-    c->op = (og_db_op_t){.nstmts = 1, .done = read_done};
+    c->op = (og_db_op_t){.nstmts = 2, .done = read_done};
     if (!c->loaded || c->read_at_ms == 0 || now - c->read_at_ms >= OG_CONSENT_RELOAD_MS)
         og_q_consent_load(&c->op.stmts[0]);
     else
         og_q_consent_changes(&c->op.stmts[0], &(og_q_consent_changes_t){.since = c->next});
+    og_q_rates_current(&c->op.stmts[1],
+                       &(og_q_rates_current_t){.have = c->rates_version[0] ? c->rates_version : NULL});
     if (c->m != NULL && (c->sampled_at_ms == 0 || now - c->sampled_at_ms >= SAMPLE_MS)) {
         og_q_consent_sample(&c->op.stmts[c->op.nstmts++]);
         c->sampled_at_ms = now;

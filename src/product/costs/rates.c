@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "omnigate/api.h"
+#include "omnigate/jw.h"
 
 static const char *const category_names[] = {NULL, "marketing", "utility", "authentication", "service"};
 
@@ -227,4 +228,48 @@ const og_rate_t *og_rates_find(const og_rate_card_t *tenant, const og_rate_card_
 og_micros_t og_rate_cost(const og_rate_t *r, int segments)
 {
     return r->ch == OG_CH_SMS ? r->price * (segments > 0 ? segments : 1) : r->price;
+}
+
+bool og_cost_price(const og_rate_card_t *global, const json_t *settings, og_channel_t ch, const char *to,
+                   og_rate_category_t category, int segments, og_cost_t *out)
+{
+    out->micros = 0;
+    out->currency[0] = '\0';
+    og_rate_card_t tenant = {0};
+    const json_t *card = settings != NULL ? json_object_get(settings, "rates") : NULL;
+    og_err_t err = {0};
+    /* Checked when the settings were written: a card that does not read now counts as none. */
+    bool have_tenant = card != NULL && og_rate_card_parse(card, "settings.rates", &tenant, &err);
+    const og_rate_card_t *from = NULL;
+    const og_rate_t *r = og_rates_find(have_tenant ? &tenant : NULL, global, ch, to, category, &from);
+    if (r != NULL) {
+        out->micros = og_rate_cost(r, segments);
+        memcpy(out->currency, from->currency, sizeof(out->currency));
+    }
+    og_rate_card_clear(&tenant);
+    return r != NULL;
+}
+
+json_t *og_cost_json(const og_cost_t *cost)
+{
+    if (cost == NULL || !cost->currency[0])
+        return json_null();
+    char amount[OG_PRICE_TEXT];
+    og_price_format(cost->micros, amount);
+    return json_pack("{s:s,s:s}", "amount", amount, "currency", cost->currency);
+}
+
+void og_cost_write(og_jw_t *w, const og_cost_t *cost)
+{
+    og_jw_key(w, "cost");
+    if (cost == NULL || !cost->currency[0]) {
+        og_jw_null(w);
+        return;
+    }
+    char amount[OG_PRICE_TEXT];
+    og_price_format(cost->micros, amount);
+    og_jw_object(w);
+    og_jw_kstring(w, "amount", amount);
+    og_jw_kstring(w, "currency", cost->currency);
+    og_jw_object_end(w);
 }

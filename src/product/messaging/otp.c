@@ -235,6 +235,7 @@ static void otp_finished(og_engine_t *e)
             continue;
         /* A sent attempt is the last one: its result is still the attempt's. */
         bool sms_sent = k == e->winner;
+        og_smsreq_price(c, sms_sent);
         og_q_sms_record(
             &op->stmts[n++],
             &(og_q_sms_record_t){.tenant_id = c->auth.tenant->id,
@@ -248,7 +249,9 @@ static void otp_finished(og_engine_t *e)
                                  .encoding = og_sms_encoding_name(c->sms.encoding),
                                  .status = sms_sent ? "sent" : "failed",
                                  .provider_id = sms_sent ? c->att.result.provider_message_id : NULL,
-                                 .error = c->att_error[k]});
+                                 .error = c->att_error[k],
+                                 .cost_micros = og_smsreq_cost_micros(c),
+                                 .currency = og_smsreq_cost_currency(c)});
     }
     if (c->wa != NULL && c->wa->tpl_change != NULL)
         og_q_tpl_set_status(&op->stmts[n++], &(og_q_tpl_set_status_t){.changes = c->wa->tpl_change});

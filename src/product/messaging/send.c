@@ -18,6 +18,7 @@
 #include "omnigate/messaging/send_item.h"
 #include "omnigate/app/ctx.h"
 #include "omnigate/consent/consent.h"
+#include "omnigate/costs/rates.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/ids.h"
@@ -82,6 +83,7 @@ typedef struct send_ctx {
     og_tpl_out_t tpl; /* tpl.meta: Meta's template object; tpl.rendered: its body */
     char *tpl_name;   /* the template sent on Meta (the request's or windowTemplate) */
     char tpl_language[16];
+    og_rate_category_t tpl_category; /* its category, which its price may depend on (API.md §22) */
     /* Set (code not NULL) when the Meta attempt cannot be made (windowTemplate unusable): its
      * message is the attempt's not_configured reason. */
     og_err_t meta_err;
@@ -92,6 +94,10 @@ typedef struct send_ctx {
      * when out of memory (its result is then oom_result). */
     og_attempt_t *att[OG_ENGINE_MAX];
     uint64_t att_at_ms[OG_ENGINE_MAX];
+    /* What each accepted attempt cost (API.md §22), priced once the attempts ended (priced). */
+    og_cost_t cost[OG_ENGINE_MAX];
+    int priced;
+    char cost_s[24]; /* the sms attempt's, as its SMS record's parameter */
 
     og_idem_t idem;
 
@@ -544,7 +550,7 @@ static bool check_text(send_ctx_t *c, og_err_t *err)
 /* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
  * (msg_complete in sql/queries/messages.sql reads these names). */
 static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
-                          uint64_t at_ms, bool content_template)
+                          uint64_t at_ms, bool content_template, const og_cost_t *cost)
 {
     og_jw_object(w);
     og_jw_kstring(w, "channel", og_channel_name(ch));
@@ -557,6 +563,10 @@ static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t
         og_jw_kint(w, "attempted_at_ms", (long long)at_ms);
         if (r->sent) {
             og_jw_kstring(w, "provider_message_id", r->provider_message_id);
+            if (cost->currency[0]) {
+                og_jw_kint(w, "cost_micros", (long long)cost->micros);
+                og_jw_kstring(w, "currency", cost->currency);
+            }
         } else {
             og_jw_kstring(w, "error_code", r->error_code);
             og_jw_kstring(w, "error_message", r->error_message);
@@ -565,22 +575,41 @@ static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t
             if (r->http_status)
                 og_jw_kint(w, "http_status", r->http_status);
         }
-    } else if (r->sent) {
-        og_jw_kstring(w, "providerMessageId", r->provider_message_id);
     } else {
-        og_jw_key(w, "error");
-        og_provider_write_error(w, r);
+        if (r->sent) {
+            og_jw_kstring(w, "providerMessageId", r->provider_message_id);
+        } else {
+            og_jw_key(w, "error");
+            og_provider_write_error(w, r);
+        }
+        og_cost_write(w, r->sent ? cost : NULL);
     }
     og_jw_object_end(w);
 }
 
-/* The attempts started so far, in channel order (in `all` mode they ran at once). */
-static void write_attempts(og_jw_t *w, const send_ctx_t *c, int started, bool for_db)
+/* Prices the accepted attempts of the first `started` (once each): by the tenant's card and the
+ * global card as this worker has them now, the moment the providers' answers are recorded. */
+static void price(send_ctx_t *c, int started)
 {
+    for (; c->priced < started; c->priced++) {
+        int k = c->priced;
+        const og_attempt_result_t *r = result_of(c, k);
+        og_rate_category_t cat =
+            c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL ? c->tpl_category : OG_CAT_NONE;
+        if (r->sent)
+            og_cost_price(og_consent_rates(c->gw->consent), c->auth.tenant->settings, c->ch[k], c->to, cat,
+                          (int)c->sms.segments, &c->cost[k]);
+    }
+}
+
+/* The attempts started so far, in channel order (in `all` mode they ran at once). */
+static void write_attempts(og_jw_t *w, send_ctx_t *c, int started, bool for_db)
+{
+    price(c, started);
     og_jw_array(w);
     for (int k = 0; k < started; k++)
         write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k],
-                      c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL);
+                      c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL, &c->cost[k]);
     og_jw_array_end(w);
 }
 
@@ -656,10 +685,11 @@ static bool build_answer(send_ctx_t *c, const og_engine_t *e)
     return c->response_text != NULL;
 }
 
-/* Fills statement n of `op` with the SMS record of the sms attempt `r`; returns 1. */
-static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attempt_result_t *r)
+/* Fills statement n of `op` with the SMS record of the sms attempt `r`, the k-th; returns 1. */
+static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attempt_result_t *r, int k)
 {
     snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
+    snprintf(c->cost_s, sizeof(c->cost_s), "%lld", (long long)c->cost[k].micros);
     c->sms_status = r->sent ? "sent" : "failed";
     c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
     if (!r->sent) {
@@ -668,17 +698,20 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
         og_provider_write_error(&w, r);
         c->sms_error_text = og_jw_finish(&w, NULL);
     }
-    og_q_sms_record(&op->stmts[n], &(og_q_sms_record_t){.tenant_id = c->auth.tenant->id,
-                                                        .reference = c->reference,
-                                                        .source = "omni",
-                                                        .to = c->to,
-                                                        .sender = c->sender,
-                                                        .text = c->text,
-                                                        .segments = c->segments_s,
-                                                        .encoding = og_sms_encoding_name(c->sms.encoding),
-                                                        .status = c->sms_status,
-                                                        .provider_id = c->sms_provider_id,
-                                                        .error = c->sms_error_text});
+    og_q_sms_record(&op->stmts[n],
+                    &(og_q_sms_record_t){.tenant_id = c->auth.tenant->id,
+                                         .reference = c->reference,
+                                         .source = "omni",
+                                         .to = c->to,
+                                         .sender = c->sender,
+                                         .text = c->text,
+                                         .segments = c->segments_s,
+                                         .encoding = og_sms_encoding_name(c->sms.encoding),
+                                         .status = c->sms_status,
+                                         .provider_id = c->sms_provider_id,
+                                         .error = c->sms_error_text,
+                                         .cost_micros = c->cost[k].currency[0] ? c->cost_s : NULL,
+                                         .currency = c->cost[k].currency[0] ? c->cost[k].currency : NULL});
     return 1;
 }
 
@@ -719,7 +752,7 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
                                                                             .reference = c->reference});
     }
     if (sms_idx >= 0)
-        n += sms_record_stmt(c, op, n, result_of(c, sms_idx));
+        n += sms_record_stmt(c, op, n, result_of(c, sms_idx), sms_idx);
     /* Meta refused the template itself (132001, 132015, 132016): the catalogue says so until the
      * next sync or status event (API.md §18). */
     int meta = tried(c, OG_CH_WHATSAPP_META);
@@ -1080,6 +1113,8 @@ static void prepared(send_ctx_t *c)
  * Meta body and, without text, the other channels' text; a wrapped free text's body. */
 static bool apply_entry(send_ctx_t *c, const json_t *item, og_err_t *err)
 {
+    if (!og_rate_category_parse(json_string_value(json_object_get(item, "category")), &c->tpl_category))
+        c->tpl_category = OG_CAT_NONE;
     if (c->tpl_req != NULL)
         return og_tpl_apply(c->tpl_req, item, c->meta_waba_id, &c->tpl, err) &&
                (c->text != NULL || (c->text = strdup(c->tpl.rendered)) != NULL ||

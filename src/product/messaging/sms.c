@@ -25,6 +25,8 @@ static void sms_attempted(og_attempt_t *a)
         json_pack("{s:s,s:s,s:i,s:s}", "reference", c->reference, "status", r->sent ? "sent" : "failed",
                   "segments", (int)c->sms.segments, "encoding", og_sms_encoding_name(c->sms.encoding));
     og_err_t err = {0};
+    og_smsreq_price(c, r->sent);
+    json_object_set_new(data, "cost", og_cost_json(&c->cost));
     if (r->sent) {
         json_object_set_new(data, "providerMessageId", json_string(r->provider_message_id));
     } else {
@@ -41,7 +43,9 @@ static void sms_attempted(og_attempt_t *a)
                                          .reference = c->reference,
                                          .status = r->sent ? "sent" : "failed",
                                          .provider_id = r->sent ? r->provider_message_id : NULL,
-                                         .error = c->error_text});
+                                         .error = c->error_text,
+                                         .cost_micros = og_smsreq_cost_micros(c),
+                                         .currency = og_smsreq_cost_currency(c)});
     int n = 1 + og_idem_complete_stmt(&c->idem, c->op, 1, c->status_s, c->response_text);
     og_smsreq_submit(c, n, true, og_smsreq_committed);
 }

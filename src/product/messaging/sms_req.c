@@ -194,6 +194,25 @@ void og_smsreq_start_sms(og_smsreq_t *c, void (*done)(og_attempt_t *))
     og_smsreq_start_attempt(c, OG_CH_SMS, done);
 }
 
+void og_smsreq_price(og_smsreq_t *c, bool sent)
+{
+    c->cost = (og_cost_t){0};
+    if (sent)
+        og_cost_price(og_consent_rates(c->gw->consent), c->auth.tenant->settings, OG_CH_SMS, c->to,
+                      OG_CAT_NONE, (int)c->sms.segments, &c->cost);
+    snprintf(c->cost_s, sizeof(c->cost_s), "%lld", (long long)c->cost.micros);
+}
+
+const char *og_smsreq_cost_micros(const og_smsreq_t *c)
+{
+    return c->cost.currency[0] ? c->cost_s : NULL;
+}
+
+const char *og_smsreq_cost_currency(const og_smsreq_t *c)
+{
+    return c->cost.currency[0] ? c->cost.currency : NULL;
+}
+
 /* ---- the steps every kind runs ------------------------------------------------------------- */
 
 static void claimed(og_idem_t *i)

@@ -32,6 +32,7 @@
 
 #include "omnigate/app/ctx.h"
 #include "omnigate/channel.h"
+#include "omnigate/costs/rates.h"
 #include "omnigate/error.h"
 #include "omnigate/metrics.h"
 
@@ -88,6 +89,11 @@ unsigned og_consent_suppressed(const og_consent_t *c, const char *tenant_id, con
  * never go out unchecked. */
 bool og_consent_opted_out(const og_consent_t *c, const char *tenant_id, const char *number, unsigned *out,
                           og_err_t *err);
+
+/* The global rate card (API.md §22), which the copy's reads bring too (rates_current, when it
+ * changed), or NULL when there is none (or no database): a send prices its accepted attempts
+ * with it (og_cost_price), so a card put on any instance applies within about a second. */
+const og_rate_card_t *og_consent_rates(const og_consent_t *c);
 
 /* Whether (phone_number_id, number)'s customer service window is open now. */
 bool og_consent_window_open(const og_consent_t *c, const char *phone_number_id, const char *number);

@@ -86,4 +86,27 @@ const og_rate_t *og_rates_find(const og_rate_card_t *tenant, const og_rate_card_
 /* What an attempt at rate r costs: its price, times `segments` on sms (at least 1). */
 og_micros_t og_rate_cost(const og_rate_t *r, int segments);
 
+/* What an accepted attempt costs (API.md §22): millionths of `currency`; currency "" when no
+ * rate applied (the attempt's cost is null). */
+typedef struct og_cost {
+    og_micros_t micros;
+    char currency[4];
+} og_cost_t;
+
+/* The cost of an attempt on `ch` to `to` (E.164) of template category `category`, of `segments`
+ * SMS segments, by the tenant's card (its settings' `rates`, read here; settings may be NULL)
+ * and the global card (`global`, NULL when there is none), as og_rates_find chooses; false,
+ * with out->currency "", when no rate applies. */
+bool og_cost_price(const og_rate_card_t *global, const json_t *settings, og_channel_t ch, const char *to,
+                   og_rate_category_t category, int segments, og_cost_t *out);
+
+struct og_jw;
+
+/* Writes the key "cost": {"amount", "currency"} as an answer shows it (the logs' og_cost_json,
+ * sql/023, writes the same), or null when `cost` is NULL or has no currency. */
+void og_cost_write(struct og_jw *w, const og_cost_t *cost);
+
+/* The same as a JSON value (a new reference): the object, or null. */
+json_t *og_cost_json(const og_cost_t *cost);
+
 #endif
