@@ -385,6 +385,13 @@ class Bench:
                     "wabaId": BENCH_WABA}}},
                 "sms": {"enabled": True, "senders": ["ACME"], "defaultSender": "ACME"}}}
         self.settings = settings
+        # A global rate card of a realistic size (API.md §22: 750 entries, a price per country
+        # code and channel), so that sends price their accepted attempts as in production.
+        card = {"currency": "USD", "rates": [
+            {"channel": ch, "prefix": "+%d" % n, "price": "0.%04d" % (n * 7 % 10000)}
+            for n in range(1, 251) for ch in ("whatsapp_qr", "whatsapp_meta", "sms")]}
+        st, j = http_json("PUT", self.og_url("/admin/rates"), ADMIN, card)
+        assert st == 200, j
         self.tokens, self.tenant_ids = [], []
         for i in range(TENANTS):
             st, j = http_json("POST", self.og_url("/admin/tenants"), ADMIN,

@@ -200,26 +200,30 @@ static bool lists(const og_rate_card_t *c, og_channel_t ch)
     return false;
 }
 
+/* The entry of (ch, category, the first len characters of to), or NULL: a card's entries are
+ * sorted by rate_cmp. */
+static const og_rate_t *exact(const og_rate_card_t *c, og_channel_t ch, og_rate_category_t category,
+                              const char *to, size_t len)
+{
+    og_rate_t key = {.ch = ch, .category = category};
+    memcpy(key.prefix, to, len);
+    key.prefix[len] = '\0';
+    return bsearch(&key, c->rates, c->n, sizeof(og_rate_t), rate_cmp);
+}
+
+/* Category first, then the longest prefix: the prefixes of `to` from the longest to "", each
+ * looked up by bisection (a card of 750 entries: about a microsecond, against ten for reading
+ * every entry). */
 const og_rate_t *og_rates_find(const og_rate_card_t *tenant, const og_rate_card_t *global, og_channel_t ch,
                                const char *to, og_rate_category_t category, const og_rate_card_t **card)
 {
     const og_rate_card_t *c = lists(tenant, ch) ? tenant : global;
     const og_rate_t *best = NULL;
-    size_t best_len = 0;
-    for (size_t i = 0; c != NULL && i < c->n; i++) {
-        const og_rate_t *r = &c->rates[i];
-        if (r->ch != ch || (r->category != OG_CAT_NONE && r->category != category))
-            continue;
-        size_t len = strlen(r->prefix);
-        if (strncmp(to, r->prefix, len) != 0)
-            continue;
-        bool better = best == NULL || (r->category != OG_CAT_NONE && best->category == OG_CAT_NONE) ||
-                      ((r->category != OG_CAT_NONE) == (best->category != OG_CAT_NONE) && len > best_len);
-        if (better) {
-            best = r;
-            best_len = len;
-        }
-    }
+    size_t n = strnlen(to, OG_RATES_PREFIX_MAX);
+    og_rate_category_t kinds[2] = {category, OG_CAT_NONE};
+    for (int k = category == OG_CAT_NONE ? 1 : 0; c != NULL && c->n > 0 && best == NULL && k < 2; k++)
+        for (size_t len = n + 1; best == NULL && len-- > 0;)
+            best = exact(c, ch, kinds[k], to, len);
     if (card != NULL)
         *card = best != NULL ? c : NULL;
     return best;
