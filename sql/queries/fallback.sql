@@ -17,9 +17,10 @@ SELECT og_fallback_schedule($1::uuid, $2) AS due_now;
 -- Returns to, text, the channels (comma-separated), fallbackOn, the WhatsApp number, the SMS
 -- sender, the tenant's settings, the last attempt's seq, whether the wanted status is reached,
 -- the delivery status of the last accepted attempt, the seq of a 'pending' attempt (-1), and
--- Meta's template object of a template send ('' for a text send).
+-- Meta's template object of a template send ('' for a text send) and its category ('' when
+-- unknown).
 -- columns: to, text, channels, fallback_on, wa_from, sender, settings, last_seq, reached,
---     last_status, pending_seq, template
+--     last_status, pending_seq, template, category
 SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS channels,
     m.fallback_on, coalesce(m.whatsapp_from, '') AS wa_from, coalesce(m.sms_sender, '') AS sender,
     t.settings::text,
@@ -34,7 +35,8 @@ SELECT m.to_number AS to, m.body AS text, array_to_string(m.channels, ',') AS ch
     coalesce((SELECT a.seq FROM attempts a
               WHERE a.tenant_id = m.tenant_id AND a.reference = m.reference AND a.status = 'pending'
               LIMIT 1), -1) AS pending_seq,
-    coalesce((m.template -> 'meta')::text, '') AS template
+    coalesce((m.template -> 'meta')::text, '') AS template,
+    coalesce(m.template ->> 'category', '') AS category
 FROM messages m
 JOIN tenants t ON t.id = m.tenant_id
 WHERE m.tenant_id = $1 AND m.reference = $2;
@@ -65,10 +67,13 @@ VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5, $6);
 -- $8 provider_code = provider code, or NULL
 -- $9 http_status = HTTP status, or NULL
 -- $10 latency_ms = latency in ms
+-- $11 cost_micros = what it costs if accepted (sql/023), or NULL
+-- $12 currency = the cost's currency, or NULL
 WITH u AS (
     UPDATE attempts a
     SET status = $4, provider_message_id = $5, error_code = $6, error_message = $7,
         provider_code = $8, http_status = $9::integer, latency_ms = $10::integer,
+        cost_micros = CASE WHEN $4 = 'sent' THEN $11::bigint END, cost_currency = CASE WHEN $4 = 'sent' THEN $12 END,
         delivery_status = CASE WHEN $4 = 'sent' THEN coalesce(d.status, 'sent') END,
         delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
         delivery_provider_code = d.provider_code, delivery_message = d.error_message

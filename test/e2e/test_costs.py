@@ -43,6 +43,12 @@ def send(gw, body, token=None):
     return call(gw, "POST", "/api/omni/send", token=token or gw.token, body=body)
 
 
+def queued(gw, body):
+    r = send(gw, dict(body, queue=True))
+    assert r.status == 202, r
+    return r.json()["data"]["reference"]
+
+
 def omni_item(gw, reference, token=None):
     return assert_ok(call(gw, "GET", "/api/omni/logs?reference=" + reference,
                           token=token or gw.token))["data"]["items"][0]
@@ -159,3 +165,48 @@ def test_card_change_never_rewrites_and_tenant_card_wins(gw):
     assert d["attempts"][0]["cost"] is None
     d = assert_ok(send(gw, {"to": OK_TO, "text": "global", "channels": ["whatsapp_meta"]}, token=token))["data"]
     assert d["attempts"][0]["cost"] == cost("0.0140")
+
+
+def until_final(gw, reference, statuses=("sent", "delivered", "read"), timeout=15):
+    box = []
+
+    def done():
+        box[:] = [omni_item(gw, reference)]
+        return box[0]["status"] in statuses
+    assert wait_for(done, timeout), box
+    return box[0]
+
+
+def test_queued_and_batch_attempts_are_priced(gw):
+    """A queued message's attempts are priced as a sync send's: a template by its catalogue
+    category (kept with the message at the accept), an SMS by segment; so are a batch's."""
+    put_card(gw, CARD)
+    ref = queued(gw, {"to": OK_TO, "channels": ["whatsapp_meta"],
+                      "template": {"name": "welcome", "language": "en", "parameters": {"first_name": "Ana"}}})
+    assert [a["cost"] for a in until_final(gw, ref)["attempts"]] == [cost("0.0250")]
+    ref = queued(gw, {"to": META_FAILS, "text": "y" * 200, "channels": ["whatsapp_meta", "sms"]})
+    it = until_final(gw, ref)
+    assert [(a["channel"], a["status"], a["cost"]) for a in it["attempts"]] == [
+        ("whatsapp_meta", "failed", None), ("sms", "sent", cost("0.1000"))]
+    assert sms_item(gw, ref)["cost"] == cost("0.1000")
+    r = call(gw, "POST", "/api/omni/batches", token=gw.token, body={"messages": [
+        {"to": OK_TO, "text": "batch one", "channels": ["sms"]},
+        {"to": OK_TO, "channels": ["whatsapp_meta"], "template": order_template()}]})
+    assert r.status == 202, r
+    refs = r.json()["data"]["references"]
+    assert [until_final(gw, r)["attempts"][0]["cost"] for r in refs] == [cost("0.04125"), cost("0.0080")]
+
+
+def test_delivery_based_fallback_prices_the_later_attempt(gw):
+    """A sync send with fallbackOn: its first attempt priced at once; the step's later attempt
+    (after the first one's status failed) priced when its provider accepts it."""
+    put_card(gw, CARD)
+    to = "+6281234500088"
+    gw.sim.rule("whatsapp_meta", "ok", to=to, callback="not_on_whatsapp")
+    gw.sim.rule("sms", "ok", to=to, callback="delivered_read")
+    d = assert_ok(send(gw, {"to": to, "text": "chain", "channels": ["whatsapp_meta", "sms"],
+                            "fallbackOn": "delivered"}))["data"]
+    assert d["attempts"][0]["cost"] == cost("0.0140")
+    it = until_final(gw, d["reference"], ("delivered", "read"))
+    assert [(a["channel"], a["cost"]) for a in it["attempts"]] == [("whatsapp_meta", cost("0.0140")),
+                                                                    ("sms", cost("0.04125"))]

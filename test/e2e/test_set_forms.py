@@ -255,7 +255,7 @@ def test_one_bad_row_does_not_fail_its_batch(gw):
     """ % (bad_insert, bad_complete))
     retries0 = metric(gw, "omnigate_db_batch_retries_total")
     numbers = [magic(0, 0, 0, "%04d" % i) for i in range(120)]
-    for rnd in range(3):  # until both bad rows rode in a merged batch (nearly always the first round)
+    for rnd in range(10):  # until both bad rows rode in a merged batch (nearly always the first round)
         res = send_many(gw, numbers + [bad_insert, bad_complete])
         assert res[bad_insert].status == 500 and res[bad_insert].json()["error"]["code"] == "internal_error"
         assert res[bad_complete].status == 502

@@ -56,6 +56,11 @@ void og_price_format(og_micros_t v, char out[OG_PRICE_TEXT])
     snprintf(out, OG_PRICE_TEXT, "%lld.%0*lld", (long long)units, places, (long long)frac);
 }
 
+const char *og_rate_category_name(og_rate_category_t c)
+{
+    return c > OG_CAT_NONE && c <= OG_CAT_SERVICE ? category_names[c] : NULL;
+}
+
 bool og_rate_category_parse(const char *s, og_rate_category_t *out)
 {
     for (int i = OG_CAT_MARKETING; i <= OG_CAT_SERVICE && s != NULL; i++)

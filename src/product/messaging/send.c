@@ -507,8 +507,9 @@ static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
            resolve_senders(c, wa_from, sender, err) && check_consent(c, err) && plan_meta(c, wa_from, err);
 }
 
-/* messages.template of a template send or a wrapped text (sql/016): the template's name and
- * language, whether it wraps a free text, and Meta's template object as it is sent. */
+/* messages.template of a template send or a wrapped text (sql/016): the template's name,
+ * language and category (sql/023), whether it wraps a free text, and Meta's template object as
+ * it is sent. */
 static bool template_record(send_ctx_t *c, og_err_t *err)
 {
     if (c->tpl.meta == NULL)
@@ -518,6 +519,8 @@ static bool template_record(send_ctx_t *c, og_err_t *err)
     og_jw_object(&w);
     og_jw_kstring(&w, "name", c->tpl_name);
     og_jw_kstring(&w, "language", c->tpl_language);
+    if (c->tpl_category != OG_CAT_NONE) /* prices a later attempt (og_queue_claim, fallback_load) */
+        og_jw_kstring(&w, "category", og_rate_category_name(c->tpl_category));
     og_jw_key(&w, "wrapped");
     og_jw_bool(&w, c->wrap);
     og_jw_key(&w, "meta");

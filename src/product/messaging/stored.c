@@ -10,15 +10,39 @@
 #include "omnigate/store.h"
 #include "omnigate/tenants/settings.h"
 
+/* What the attempt costs if accepted (API.md §22): its template's category on Meta. */
+static void price(og_stored_attempt_t *a)
+{
+    og_rate_category_t cat =
+        a->ch == OG_CH_WHATSAPP_META && a->template_json != NULL ? a->category : OG_CAT_NONE;
+    og_cost_price(a->rates, a->settings, a->ch, a->to, cat, (int)a->sms.segments, &a->cost);
+}
+
+const char *og_stored_cost_micros(og_stored_attempt_t *a, bool sent)
+{
+    if (!sent || !a->cost.currency[0])
+        return NULL;
+    snprintf(a->cost_s, sizeof(a->cost_s), "%lld", (long long)a->cost.micros);
+    return a->cost_s;
+}
+
+const char *og_stored_cost_currency(const og_stored_attempt_t *a, bool sent)
+{
+    return sent && a->cost.currency[0] ? a->cost.currency : NULL;
+}
+
 void og_stored_params(og_stored_attempt_t *a)
 {
     a->params = (og_send_params_t){.to = a->to, .text = a->text};
     a->token_sealed = false;
+    a->sms = (og_sms_info_t){0};
     if (a->ch == OG_CH_SMS) {
         a->params.from = a->sender[0] ? a->sender : NULL;
         og_sms_encode_info(a->text, strlen(a->text), &a->sms);
+        price(a);
         return;
     }
+    price(a);
     og_settings_wa_number_t num;
     if (a->wa_from[0] && og_settings_wa_number(a->settings, og_channel_name(a->ch), a->wa_from, &num)) {
         a->params.from = a->wa_from;
@@ -58,7 +82,9 @@ int og_stored_end_stmts(og_stored_attempt_t *a, const og_attempt_result_t *r, og
                                .error_message = r->sent ? NULL : r->error_message,
                                .provider_code = !r->sent && r->provider_code[0] ? r->provider_code : NULL,
                                .http_status = r->http_status ? a->http_s : NULL,
-                               .latency_ms = a->latency_s});
+                               .latency_ms = a->latency_s,
+                               .cost_micros = og_stored_cost_micros(a, r->sent),
+                               .currency = og_stored_cost_currency(a, r->sent)});
     return k - n + og_stored_sms_stmt(a, r, op, k);
 }
 
@@ -86,7 +112,9 @@ int og_stored_sms_stmt(og_stored_attempt_t *a, const og_attempt_result_t *r, og_
                                          .encoding = og_sms_encoding_name(a->sms.encoding),
                                          .status = r->sent ? "sent" : "failed",
                                          .provider_id = r->sent ? r->provider_message_id : NULL,
-                                         .error = a->sms_error_text});
+                                         .error = a->sms_error_text,
+                                         .cost_micros = og_stored_cost_micros(a, r->sent),
+                                         .currency = og_stored_cost_currency(a, r->sent)});
     return k - n;
 }
 

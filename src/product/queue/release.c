@@ -239,7 +239,9 @@ static void attempted(og_attempt_t *a)
                              .provider_code = !res->sent && res->provider_code[0] ? res->provider_code : NULL,
                              .http_status = res->http_status ? r->http_s : NULL,
                              .latency_ms = r->latency_s,
-                             .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL});
+                             .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL,
+                             .cost_micros = og_stored_cost_micros(&r->sa, res->sent),
+                             .currency = og_stored_cost_currency(&r->sa, res->sent)});
     n += og_stored_sms_stmt(&r->sa, res, op, n);
     op->nstmts = n;
     op->write = true;
@@ -250,6 +252,22 @@ static void attempted(og_attempt_t *a)
 }
 
 /* ---- the claim -------------------------------------------------------------------------------- */
+
+/* Meta's template object of a claimed message's template (sql/023: {"name", "language",
+ * "meta", "category"?}), malloc'd, and its category into *category; NULL for a free text (or
+ * out of memory: the attempt then sends the text). */
+static char *claimed_template(const char *text, og_rate_category_t *category)
+{
+    if (text[0] == '\0')
+        return NULL;
+    json_t *t = json_loads(text, 0, NULL);
+    json_t *meta = json_object_get(t, "meta");
+    char *out = meta != NULL ? json_dumps(meta, JSON_COMPACT) : NULL;
+    if (!og_rate_category_parse(json_string_value(json_object_get(t, "category")), category))
+        *category = OG_CAT_NONE;
+    json_decref(t);
+    return out;
+}
 
 static char *dup_col(const PGresult *res, int row, int col)
 {
@@ -297,8 +315,8 @@ static void release(og_queue_t *q, const PGresult *res, int i)
     snprintf(r->tenant_id, sizeof(r->tenant_id), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TENANT_ID));
     snprintf(r->wa_from, sizeof(r->wa_from), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_WA_FROM));
     snprintf(r->sender, sizeof(r->sender), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_SENDER));
-    const char *tpl = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TEMPLATE);
-    r->template_json = tpl[0] ? strdup(tpl) : NULL;
+    og_rate_category_t category = OG_CAT_NONE;
+    r->template_json = claimed_template(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TEMPLATE), &category);
     r->ch = atoi(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_CH));
     snprintf(r->ch_s, sizeof(r->ch_s), "%d", r->ch);
     if (q->m != NULL) {
@@ -314,6 +332,8 @@ static void release(og_queue_t *q, const PGresult *res, int i)
                                   .sender = r->sender,
                                   .template_json = r->template_json,
                                   .settings = settings,
+                                  .category = category,
+                                  .rates = og_consent_rates(q->gw->consent),
                                   .ch = ch,
                                   .seq = r->ch};
     og_stored_params(&r->sa); /* the settings are borrowed until here: the cache may change later */

@@ -44,8 +44,9 @@ typedef struct fb {
     int next; /* index of the channel (= seq of the attempt) being tried */
     const char *reason;
 
-    char *template_json;    /* Meta's template object of a template send (or wrapped text), or NULL */
-    og_stored_attempt_t sa; /* the attempt on channel `next` (messaging/stored.h) */
+    char *template_json;         /* Meta's template object of a template send (or wrapped text), or NULL */
+    og_rate_category_t category; /* its category (API.md §22: its price may depend on it) */
+    og_stored_attempt_t sa;      /* the attempt on channel `next` (messaging/stored.h) */
     og_attempt_t att;
     int schedule_stmt; /* in the ending write, -1 when none */
 
@@ -101,6 +102,8 @@ static void aim(fb_t *f)
                                   .sender = f->sender,
                                   .template_json = f->template_json,
                                   .settings = f->settings,
+                                  .category = f->category,
+                                  .rates = og_consent_rates(f->gw->consent),
                                   .ch = f->ch[f->next],
                                   .seq = f->next,
                                   .sms_error_text = f->sa.sms_error_text};
@@ -253,6 +256,8 @@ static void loaded(og_db_op_t *op, og_db_status_t st)
     f->text = strdup(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TEXT));
     const char *tpl = PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_TEMPLATE);
     f->template_json = tpl[0] != '\0' ? strdup(tpl) : NULL;
+    if (!og_rate_category_parse(PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_CATEGORY), &f->category))
+        f->category = OG_CAT_NONE;
     bool channels_ok = parse_channels(f, PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_CHANNELS));
     snprintf(f->wa_from, sizeof(f->wa_from), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_WA_FROM));
     snprintf(f->sender, sizeof(f->sender), "%s", PQgetvalue(r, 0, OG_C_FALLBACK_LOAD_SENDER));

@@ -66,6 +66,9 @@ void og_price_format(og_micros_t v, char out[OG_PRICE_TEXT]);
  * in upper case) into *out; false for anything else (NULL included). */
 bool og_rate_category_parse(const char *s, og_rate_category_t *out);
 
+/* "marketing", "utility", "authentication" or "service"; NULL for OG_CAT_NONE. */
+const char *og_rate_category_name(og_rate_category_t c);
+
 /* Reads and checks a card; `path` names it in errors ("settings.rates"; "" for a card that is a
  * request's whole body, its fields then named from the top: "currency", "rates[3]"): 422
  * validation_failed naming the field (currency: 3 upper-case letters; rates: an array of at

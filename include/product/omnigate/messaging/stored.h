@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "omnigate/consent/consent.h"
+#include "omnigate/costs/rates.h"
 #include "omnigate/db.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/smsenc.h"
@@ -23,24 +24,33 @@ typedef struct og_stored_attempt {
     const char *reference;
     const char *to;
     const char *text;
-    const char *wa_from;       /* "" when none */
-    const char *sender;        /* the SMS sender, "" when none */
-    const char *template_json; /* Meta's template object, or NULL for a free text */
-    const json_t *settings;    /* the tenant's, opened */
+    const char *wa_from;         /* "" when none */
+    const char *sender;          /* the SMS sender, "" when none */
+    const char *template_json;   /* Meta's template object, or NULL for a free text */
+    const json_t *settings;      /* the tenant's, opened */
+    og_rate_category_t category; /* the Meta template's (its price may depend on it), or none */
+    const og_rate_card_t *rates; /* the global rate card (og_consent_rates), NULL when none */
     og_channel_t ch;
     int seq; /* the attempt's seq: the channel's place in the message's channels */
     /* out (og_stored_params) */
     og_send_params_t params;
     bool token_sealed; /* the channel's access token did not open (settings.h) */
     og_sms_info_t sms;
+    og_cost_t cost; /* what the attempt costs if its provider accepts it (API.md §22) */
     /* SQL parameters that must outlive the op */
-    char seq_s[12], latency_s[24], http_s[12], segments_s[12];
+    char seq_s[12], latency_s[24], http_s[12], segments_s[12], cost_s[24];
     char *sms_error_text;
 } og_stored_attempt_t;
 
 /* Fills a->params (and a->sms for sms) for channel a->ch from the senders the send resolved
- * and the settings now; what is missing makes the attempt fail not_configured. */
+ * and the settings now; what is missing makes the attempt fail not_configured. And a->cost:
+ * what the attempt costs if accepted, by the cards now (the settings are at hand only here). */
 void og_stored_params(og_stored_attempt_t *a);
+
+/* The cost parameters of the attempt's outcome: a->cost's millionths and currency when `sent`
+ * with a rate, else NULL (each). */
+const char *og_stored_cost_micros(og_stored_attempt_t *a, bool sent);
+const char *og_stored_cost_currency(const og_stored_attempt_t *a, bool sent);
 
 /* The adapter saw no token: the reason it had none is ours to give (call from the attempt's
  * done callback before reading its result). */
