@@ -22,6 +22,8 @@ PACKAGES=(
   curl ca-certificates procps
   # The console's browser test (test/e2e/test_console.py): headless chromium driven by selenium.
   chromium chromium-driver python3-selenium
+  # promtool checks deploy/prometheus/ and the dashboard's queries (test_monitoring.py); the service is not used.
+  prometheus
 )
 
 # The official OpenAPI 3.1 schema for test_openapi.py: the npm package below, installed into a
