@@ -9,7 +9,10 @@
 -- later ones (fallback_end), and the SMS records of POST /api/sms/send, of unified sends and of
 -- OTPs.
 
-ALTER TABLE attempts ADD COLUMN cost_micros bigint, ADD COLUMN cost_currency text;
+ALTER TABLE attempts ADD COLUMN cost_micros bigint, ADD COLUMN cost_currency text,
+    -- An accepted WhatsApp attempt: what its text would have cost by SMS to its recipient (the
+    -- SMS rate, per segment), priced with its cost, or NULL: what fallback saved (sql/024).
+    ADD COLUMN sms_equiv_micros bigint;
 ALTER TABLE sms_records ADD COLUMN cost_micros bigint, ADD COLUMN cost_currency text;
 
 -- A price in millionths as the API writes it: 4 to 6 places ("0.0450", "0.04512", "0.045125"),
@@ -25,7 +28,8 @@ $$;
 -- An attempt's `cost` (API.md §22): {"amount", "currency"}, or null.
 CREATE FUNCTION og_cost_json(micros bigint, currency text) RETURNS json
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN micros IS NOT NULL THEN json_build_object('amount', og_price_text(micros), 'currency', currency) END
+    SELECT CASE WHEN micros IS NOT NULL AND currency IS NOT NULL
+                THEN json_build_object('amount', og_price_text(micros), 'currency', currency) END
 $$;
 
 -- The set form of msg_complete (sql/016) with each accepted attempt's cost (its JSON's
@@ -44,17 +48,18 @@ BEGIN
         INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
             error_code, error_message, provider_code, http_status, latency_ms, attempted_at,
             delivery_status, delivered_at, read_at, delivery_error, delivery_provider_code,
-            delivery_message, content, cost_micros, cost_currency)
+            delivery_message, content, cost_micros, cost_currency, sms_equiv_micros)
         SELECT x.tenant_id, x.reference, y.seq, y.channel, y.status, y.provider_message_id,
             y.error_code, y.error_message, y.provider_code, y.http_status, y.latency_ms,
             to_timestamp(y.attempted_at_ms / 1000.0),
             CASE WHEN y.status = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at,
             d.read_at, d.delivery_error, d.provider_code, d.error_message, y.content,
-            CASE WHEN y.status = 'sent' THEN y.cost_micros END, CASE WHEN y.status = 'sent' THEN y.currency END
+            CASE WHEN y.status = 'sent' THEN y.cost_micros END, CASE WHEN y.status = 'sent' THEN y.currency END,
+            CASE WHEN y.status = 'sent' THEN y.sms_equiv_micros END
         FROM x CROSS JOIN LATERAL json_to_recordset(x.attempts) AS y(seq smallint, channel text,
             status text, provider_message_id text, error_code text, error_message text,
             provider_code text, http_status integer, latency_ms integer, attempted_at_ms bigint,
-            content text, cost_micros bigint, currency text)
+            content text, cost_micros bigint, currency text, sms_equiv_micros bigint)
         LEFT JOIN LATERAL og_delivery_of(y.channel, y.provider_message_id) AS d
             ON y.status = 'sent'
         RETURNING tenant_id, reference, status, delivery_status),
@@ -77,12 +82,14 @@ BEGIN
 END
 $$;
 
--- The unified log item (sql/018) with each attempt's cost (null unless accepted).
+-- The unified log item (sql/018) with each attempt's cost (null unless accepted) and the
+-- message's channels in the order they were to be tried (what usage's fallback figures count).
 CREATE OR REPLACE FUNCTION og_message_item(m messages) RETURNS SETOF json
 LANGUAGE sql STABLE AS $$
     SELECT json_build_object(
         'reference', m.reference, 'to', m.to_number, 'text', m.body,
-        'deliveryMode', m.delivery_mode, 'status', m.status, 'winningChannel', m.winning_channel,
+        'deliveryMode', m.delivery_mode, 'channels', m.channels, 'status', m.status,
+        'winningChannel', m.winning_channel,
         'fallbackOn', m.fallback_on, 'fallbackAfterSeconds', m.fallback_after_s,
         'priority', m.priority,
         'dueAt', to_char(m.due_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
@@ -322,13 +329,15 @@ END
 $$;
 
 -- og_queue_done_many (sql/019) with each release's cost: p_cost (millionths) and p_currency,
--- NULL without one; written when the attempt was accepted. A new signature, so the old one goes.
+-- NULL without one, and p_sms_equiv (the same text by SMS, for a WhatsApp attempt); written
+-- when the attempt was accepted. A new signature, so the old one goes.
 DROP FUNCTION og_queue_done_many(uuid[], text[], smallint[], text[], text[], text[], text[], text[], text[],
                                  integer[], integer[], integer[]);
 CREATE FUNCTION og_queue_done_many(p_tenant uuid[], p_ref text[], p_ch smallint[], p_owner text[],
                                    p_outcome text[], p_pid text[], p_error_code text[], p_error_message text[],
                                    p_provider_code text[], p_http integer[], p_latency integer[],
-                                   p_retry_ms integer[], p_cost bigint[], p_currency text[])
+                                   p_retry_ms integer[], p_cost bigint[], p_currency text[],
+                                   p_sms_equiv bigint[])
 RETURNS void
 LANGUAGE plpgsql
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off AS $$
@@ -417,7 +426,8 @@ BEGIN
         INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at, content,
                                    throttles, provider_message_id, error_code, error_message, provider_code,
                                    http_status, delivery_status, delivered_at, read_at, delivery_error,
-                                   delivery_provider_code, delivery_message, cost_micros, cost_currency)
+                                   delivery_provider_code, delivery_message, cost_micros, cost_currency,
+                                   sms_equiv_micros)
         -- The entries as read above (in key order, with their place in the parameters).
         SELECT x.t, x.r, x.c, m.channels[x.c + 1], CASE WHEN p_outcome[x.i] = 'sent' THEN 'sent' ELSE 'failed' END,
             p_latency[x.i], x.la,
@@ -426,7 +436,8 @@ BEGIN
             CASE WHEN p_outcome[x.i] = 'sent' THEN coalesce(d.status, 'sent') END,
             d.delivered_at, d.read_at, d.delivery_error, d.provider_code, d.error_message,
             CASE WHEN p_outcome[x.i] = 'sent' THEN p_cost[x.i] END,
-            CASE WHEN p_outcome[x.i] = 'sent' THEN p_currency[x.i] END
+            CASE WHEN p_outcome[x.i] = 'sent' THEN p_currency[x.i] END,
+            CASE WHEN p_outcome[x.i] = 'sent' THEN p_sms_equiv[x.i] END
         FROM unnest(e_t, e_r, e_c, e_i, e_la, e_th) AS x(t, r, c, i, la, th)
         JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
         LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], p_pid[x.i]) AS d ON p_outcome[x.i] = 'sent'
@@ -438,7 +449,8 @@ BEGIN
             delivery_status = EXCLUDED.delivery_status, delivered_at = EXCLUDED.delivered_at,
             read_at = EXCLUDED.read_at, delivery_error = EXCLUDED.delivery_error,
             delivery_provider_code = EXCLUDED.delivery_provider_code, delivery_message = EXCLUDED.delivery_message,
-            cost_micros = EXCLUDED.cost_micros, cost_currency = EXCLUDED.cost_currency
+            cost_micros = EXCLUDED.cost_micros, cost_currency = EXCLUDED.cost_currency,
+            sms_equiv_micros = EXCLUDED.sms_equiv_micros
         RETURNING a.tenant_id, a.reference, a.seq, a.delivery_status),
     u AS (
         UPDATE messages m

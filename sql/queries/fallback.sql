@@ -69,11 +69,13 @@ VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5, $6);
 -- $10 latency_ms = latency in ms
 -- $11 cost_micros = what it costs if accepted (sql/023), or NULL
 -- $12 currency = the cost's currency, or NULL
+-- $13 sms_equiv_micros = for a WhatsApp attempt, what its text would cost by SMS, or NULL
 WITH u AS (
     UPDATE attempts a
     SET status = $4, provider_message_id = $5, error_code = $6, error_message = $7,
         provider_code = $8, http_status = $9::integer, latency_ms = $10::integer,
         cost_micros = CASE WHEN $4 = 'sent' THEN $11::bigint END, cost_currency = CASE WHEN $4 = 'sent' THEN $12 END,
+        sms_equiv_micros = CASE WHEN $4 = 'sent' THEN $13::bigint END,
         delivery_status = CASE WHEN $4 = 'sent' THEN coalesce(d.status, 'sent') END,
         delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
         delivery_provider_code = d.provider_code, delivery_message = d.error_message

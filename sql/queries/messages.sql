@@ -111,25 +111,28 @@ FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text
 -- $4 winner = winning channel, or NULL
 -- $5 attempts = a JSON array of {seq, channel, status, provider_message_id, error_code,
 --      error_message, provider_code, http_status, latency_ms, attempted_at_ms, content,
---      cost_micros, currency} (content: 'template' for Meta's template message, absent for a
---      free text; cost_micros and currency: what an accepted attempt costs, absent without a rate)
+--      cost_micros, currency, sms_equiv_micros} (content: 'template' for Meta's template
+--      message, absent for a free text; cost_micros and currency: what an accepted attempt
+--      costs, absent without a rate; sms_equiv_micros: for a WhatsApp one, what its text would
+--      have cost by SMS, absent without an SMS rate)
 -- $6 goes_on = 'true' when a delivery-based fallback goes on after this (a step follows): the
 --      message is not undelivered while its chain goes on
 WITH a AS (
     INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
         error_code, error_message, provider_code, http_status, latency_ms, attempted_at,
         delivery_status, delivered_at, read_at, delivery_error, delivery_provider_code,
-        delivery_message, content, cost_micros, cost_currency)
+        delivery_message, content, cost_micros, cost_currency, sms_equiv_micros)
     SELECT $1, $2, x.seq, x.channel, x.status, x.provider_message_id,
         x.error_code, x.error_message, x.provider_code, x.http_status, x.latency_ms,
         to_timestamp(x.attempted_at_ms / 1000.0),
         CASE WHEN x.status = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at,
         d.read_at, d.delivery_error, d.provider_code, d.error_message, x.content,
-        CASE WHEN x.status = 'sent' THEN x.cost_micros END, CASE WHEN x.status = 'sent' THEN x.currency END
+        CASE WHEN x.status = 'sent' THEN x.cost_micros END, CASE WHEN x.status = 'sent' THEN x.currency END,
+        CASE WHEN x.status = 'sent' THEN x.sms_equiv_micros END
     FROM json_to_recordset($5::json) AS x(seq smallint, channel text, status text,
         provider_message_id text, error_code text, error_message text, provider_code text,
         http_status integer, latency_ms integer, attempted_at_ms bigint, content text,
-        cost_micros bigint, currency text)
+        cost_micros bigint, currency text, sms_equiv_micros bigint)
     LEFT JOIN LATERAL og_delivery_of(x.channel, x.provider_message_id) AS d
         ON x.status = 'sent'
     RETURNING status, delivery_status)

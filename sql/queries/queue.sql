@@ -92,10 +92,11 @@ FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer, $5::boolean) AS c
 -- $12 retry_ms = the provider's Retry-After in ms, or NULL
 -- $13 cost_micros = what the attempt costs if accepted (sql/023), or NULL
 -- $14 currency = the cost's currency, or NULL
+-- $15 sms_equiv_micros = for a WhatsApp attempt, what its text would cost by SMS, or NULL
 -- Returns nothing.
 SELECT FROM og_queue_done_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::smallint], ARRAY[$4::text],
     ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::text], ARRAY[$8::text], ARRAY[$9::text], ARRAY[$10::integer],
-    ARRAY[$11::integer], ARRAY[$12::integer], ARRAY[$13::bigint], ARRAY[$14::text]);
+    ARRAY[$11::integer], ARRAY[$12::integer], ARRAY[$13::bigint], ARRAY[$14::text], ARRAY[$15::bigint]);
 
 -- name: queue_done_many
 -- The set form of queue_done: a write batch's releases in one call. Each parameter is an array
@@ -114,10 +115,11 @@ SELECT FROM og_queue_done_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::small
 -- $12 retry_ms = Retry-After values in ms, or NULLs
 -- $13 cost_micros = costs, or NULLs
 -- $14 currency = their currencies, or NULLs
+-- $15 sms_equiv_micros = the same texts' SMS costs, or NULLs
 -- Returns nothing.
 SELECT FROM og_queue_done_many($1::uuid[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::text[], $9::text[], $10::integer[], $11::integer[], $12::integer[], $13::bigint[],
-    $14::text[]);
+    $14::text[], $15::bigint[]);
 
 -- name: queue_cancel
 -- Cancels a queued or scheduled message no provider is working on (og_queue_cancel).

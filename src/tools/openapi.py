@@ -228,6 +228,9 @@ SCHEMAS = {
                                                   "template's body with its parameters filled in."},
         "template": nullable(ref("TemplateRef")),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
+        "channels": {"type": "array", "items": ref("Channel"),
+                     "description": "The channels the message was to be tried on, in order (those skipped "
+                                    "included: see skipped)."},
         "status": {"type": "string", "enum": OMNI_STATUSES,
                    "description": "queued (due), scheduled (due later), canceled and expired are a queued send's "
                                   "(API.md §19); a queued message stays queued while its attempt is in flight (the attempt is "
@@ -346,6 +349,40 @@ SCHEMAS = {
         "rates": {"type": "array", "maxItems": 10000, "items": ref("Rate"),
                   "description": "No two entries of one channel, prefix and category."},
     }, required=["currency", "rates"]),
+    "Money": obj({
+        "amount": {"type": "string", "pattern": "^-?[0-9]+\\.[0-9]{4,6}$",
+                   "description": "A decimal string of 4 to 6 places, exact; negative when fallback cost more."},
+        "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+    }),
+    "UsageRow": obj({
+        "day": {"type": "string", "format": "date", "description": "The UTC day (groupBy day or day,channel)."},
+        "channel": ref("Channel"),
+        "messages": {"type": "integer", "minimum": 0,
+                     "description": "By day: messages created that day (unified messages, SMS sends and OTPs' "
+                                    "SMS); by channel: messages with an attempt on it."},
+        "attempts": {"type": "integer", "minimum": 0},
+        "accepted": {"type": "integer", "minimum": 0},
+        "delivered": {"type": "integer", "minimum": 0,
+                      "description": "Accepted attempts whose delivery status reached delivered (or read)."},
+        "read": {"type": "integer", "minimum": 0},
+        "failed": {"type": "integer", "minimum": 0, "description": "Attempts failed (or unknown)."},
+        "segments": {"type": "integer", "minimum": 0, "description": "The segments of accepted SMS."},
+        "cost": nullable(ref("Cost"), "null while no rate card has a currency."),
+    }, required=["messages", "attempts", "accepted", "delivered", "read", "failed", "segments", "cost"]),
+    "Usage": obj({
+        "currency": nullable({"type": "string", "pattern": "^[A-Z]{3}$"},
+                             "The tenant's card's currency, else the global card's; null without a card."),
+        "rows": {"type": "array", "items": ref("UsageRow")},
+        "fallback": obj({
+            "messages": {"type": "integer", "minimum": 0,
+                         "description": "fallback messages that had more than one channel to try and were "
+                                        "accepted on one."},
+            "wonBy": obj({c: {"type": "integer", "minimum": 0} for c in ("whatsapp_qr", "whatsapp_meta", "sms")}),
+            "savings": nullable(ref("Money"), "What the ones a WhatsApp channel won would have cost by SMS "
+                                               "(the SMS rate for their recipient and text) minus what they cost; "
+                                               "null without a currency."),
+        }),
+    }),
     "RateCard": obj({
         "currency": nullable({"type": "string", "pattern": "^[A-Z]{3}$"}),
         "rates": {"type": "array", "items": ref("Rate")},
@@ -781,6 +818,22 @@ def qparam(name, schema, description):
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
+USAGE_EX = {"currency": "USD", "rows": [
+    {"day": "2026-11-27", "messages": 1200, "attempts": 1310, "accepted": 1190, "delivered": 1150,
+     "read": 900, "failed": 120, "segments": 260, "cost": {"amount": "14.2300", "currency": "USD"}}],
+    "fallback": {"messages": 1100, "wonBy": {"whatsapp_qr": 700, "whatsapp_meta": 300, "sms": 100},
+                 "savings": {"amount": "38.5000", "currency": "USD"}}}
+
+
+USAGE_PARAMS = [
+    qparam("since", ref("Timestamp"), "The first day: the UTC day of this time (default: 30 days before until)."),
+    qparam("until", ref("Timestamp"), "The last day, included: the UTC day of this time (default: now). At most "
+                                      "400 days after since."),
+    qparam("groupBy", {"type": "string", "enum": ["day", "channel", "day,channel"], "default": "day"},
+           "Rows by day, by channel, or by both."),
+]
+
+
 def pparam(name, schema, description):
     return {"name": name, "in": "path", "required": True, "schema": schema, "description": description}
 
@@ -1078,6 +1131,7 @@ def template_params():
 
 OMNI_ITEM_EX = {"reference": REF_EX, "to": "+6281234567890", "text": "Hi Ana, your order A-17 ships today",
                 "template": {"name": "order_update", "language": "en_US"}, "deliveryMode": "fallback",
+                "channels": ["whatsapp_meta", "sms"],
                 "status": "delivered", "winningChannel": "whatsapp_meta", "fallbackOn": None,
                 "fallbackAfterSeconds": None, "priority": None, "dueAt": None, "validUntil": None, "attempts": [
                     {"channel": "whatsapp_meta", "status": "sent", "latencyMs": 183, "content": "template",
@@ -1423,6 +1477,16 @@ def build():
                     "logs." + not_locked,
         error_headers=RL, op_id="recipientGet"))
 
+    add("/api/usage", "get", op(
+        "Usage and cost by day and channel, and what fallback saved", ["logs"],
+        {200: ok_response(200, ref("Usage"), "The totals.", ok_ex("usage", USAGE_EX), headers=RL)},
+        merge(TENANT, DB, {422: ["validation_failed"]}), TENANT_SEC, USAGE_PARAMS,
+        description="API.md §22: answered from totals kept as messages and attempts are written (never by "
+                    "reading the logs), equal to a count over the logs. Whole UTC days from since's to "
+                    "until's; not paged. Needs scope logs. Unknown query parameters are refused (422 "
+                    "validation_failed names them).",
+        error_headers=RL, op_id="usageGet"))
+
     # ---- admin API
     not_found = {404: ["not_found"]}
     add("/admin/tenants", "post", op(
@@ -1566,6 +1630,17 @@ def build():
                     "unknown_field) and replaced whole. Bodies up to 2 MiB. 409 conflict (field currency) when "
                     "tenants' own cards (settings.rates) are in another currency: one currency for every card.",
         op_id="adminRatesPut"))
+    add("/admin/tenants/{id}/usage", "get", op(
+        "A tenant's usage by day and channel", ["admin", "logs"],
+        {200: ok_response(200, ref("Usage"), "The totals.", ok_ex("usage", USAGE_EX))},
+        merge(ADMIN, not_found, DB, {422: ["validation_failed"]}), ADMIN_SEC, [TENANT_ID] + USAGE_PARAMS,
+        description="The admin mirror of GET /api/usage.", op_id="adminUsageTenant"))
+    add("/admin/usage", "get", op(
+        "Every tenant's usage by day and channel", ["admin", "logs"],
+        {200: ok_response(200, ref("Usage"), "The totals of every tenant (currency: the global card's).",
+                          ok_ex("usage", USAGE_EX))},
+        merge(ADMIN, DB, {422: ["validation_failed"]}), ADMIN_SEC, USAGE_PARAMS,
+        description="GET /api/usage summed over every tenant.", op_id="adminUsageAll"))
     add("/admin/tenants/{id}/inbound", "get", op(
         "A tenant's inbound messages, newest first", ["admin", "inbound"],
         {200: ok_response(200, ref("InboundPage"), "One page.",

@@ -13,6 +13,7 @@
 #include "omnigate/consent/consent.h"
 #include "omnigate/consent/consent_api.h"
 #include "omnigate/costs/rates_api.h"
+#include "omnigate/costs/usage_api.h"
 #include "omnigate/queue/message_api.h"
 #include "omnigate/queue/release.h"
 #include "omnigate/tenants/admin.h"
@@ -64,6 +65,9 @@ static const og_route_t routes[] = {
     {"GET", "/admin/tenants/{id}/recipients/{to}", og_recipient_admin_get},
     {"GET", "/admin/rates", og_rates_admin_get},
     {"PUT", "/admin/rates", og_rates_admin_put, OG_RATES_MAX_BODY},
+    {"GET", "/admin/usage", og_usage_admin_all},
+    {"GET", "/admin/tenants/{id}/usage", og_usage_admin_tenant},
+    {"GET", "/api/usage", og_usage_get},
     {"GET", "/console", og_static_serve},
     {"GET", "/console/app.js", og_static_serve},
     {"GET", "/console/app.css", og_static_serve},

@@ -10,6 +10,7 @@
 
 #include "omnigate/api.h"
 #include "omnigate/jw.h"
+#include "omnigate/smsenc.h"
 
 static const char *const category_names[] = {NULL, "marketing", "utility", "authentication", "service"};
 
@@ -257,6 +258,14 @@ bool og_cost_price(const og_rate_card_t *global, const json_t *settings, og_chan
     }
     og_rate_card_clear(&tenant);
     return r != NULL;
+}
+
+bool og_cost_sms_equivalent(const og_rate_card_t *global, const json_t *settings, const char *to,
+                            const char *text, og_cost_t *out)
+{
+    og_sms_info_t info;
+    og_sms_encode_info(text, strlen(text), &info);
+    return og_cost_price(global, settings, OG_CH_SMS, to, OG_CAT_NONE, (int)info.segments, out);
 }
 
 json_t *og_cost_json(const og_cost_t *cost)

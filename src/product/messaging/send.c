@@ -96,6 +96,7 @@ typedef struct send_ctx {
     uint64_t att_at_ms[OG_ENGINE_MAX];
     /* What each accepted attempt cost (API.md §22), priced once the attempts ended (priced). */
     og_cost_t cost[OG_ENGINE_MAX];
+    og_cost_t sms_equiv[OG_ENGINE_MAX]; /* a WhatsApp one's text by SMS (savings) */
     int priced;
     char cost_s[24]; /* the sms attempt's, as its SMS record's parameter */
 
@@ -553,7 +554,8 @@ static bool check_text(send_ctx_t *c, og_err_t *err)
 /* One attempt as the answer lists it (API.md §2), or, `for_db`, as the completion write records it
  * (msg_complete in sql/queries/messages.sql reads these names). */
 static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t ch, bool for_db, int seq,
-                          uint64_t at_ms, bool content_template, const og_cost_t *cost)
+                          uint64_t at_ms, bool content_template, const og_cost_t *cost,
+                          const og_cost_t *sms_equiv)
 {
     og_jw_object(w);
     og_jw_kstring(w, "channel", og_channel_name(ch));
@@ -570,6 +572,8 @@ static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t
                 og_jw_kint(w, "cost_micros", (long long)cost->micros);
                 og_jw_kstring(w, "currency", cost->currency);
             }
+            if (sms_equiv->currency[0])
+                og_jw_kint(w, "sms_equiv_micros", (long long)sms_equiv->micros);
         } else {
             og_jw_kstring(w, "error_code", r->error_code);
             og_jw_kstring(w, "error_message", r->error_message);
@@ -599,9 +603,13 @@ static void price(send_ctx_t *c, int started)
         const og_attempt_result_t *r = result_of(c, k);
         og_rate_category_t cat =
             c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL ? c->tpl_category : OG_CAT_NONE;
-        if (r->sent)
-            og_cost_price(og_consent_rates(c->gw->consent), c->auth.tenant->settings, c->ch[k], c->to, cat,
-                          (int)c->sms.segments, &c->cost[k]);
+        const og_rate_card_t *global = og_consent_rates(c->gw->consent);
+        if (!r->sent)
+            continue;
+        og_cost_price(global, c->auth.tenant->settings, c->ch[k], c->to, cat, (int)c->sms.segments,
+                      &c->cost[k]);
+        if (c->ch[k] != OG_CH_SMS)
+            og_cost_sms_equivalent(global, c->auth.tenant->settings, c->to, c->text, &c->sms_equiv[k]);
     }
 }
 
@@ -612,7 +620,7 @@ static void write_attempts(og_jw_t *w, send_ctx_t *c, int started, bool for_db)
     og_jw_array(w);
     for (int k = 0; k < started; k++)
         write_attempt(w, result_of(c, k), c->ch[k], for_db, k, c->att_at_ms[k],
-                      c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL, &c->cost[k]);
+                      c->ch[k] == OG_CH_WHATSAPP_META && c->tpl.meta != NULL, &c->cost[k], &c->sms_equiv[k]);
     og_jw_array_end(w);
 }
 

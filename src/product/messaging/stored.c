@@ -16,6 +16,17 @@ static void price(og_stored_attempt_t *a)
     og_rate_category_t cat =
         a->ch == OG_CH_WHATSAPP_META && a->template_json != NULL ? a->category : OG_CAT_NONE;
     og_cost_price(a->rates, a->settings, a->ch, a->to, cat, (int)a->sms.segments, &a->cost);
+    a->sms_equiv = (og_cost_t){0};
+    if (a->ch != OG_CH_SMS)
+        og_cost_sms_equivalent(a->rates, a->settings, a->to, a->text, &a->sms_equiv);
+}
+
+const char *og_stored_sms_equiv_micros(og_stored_attempt_t *a, bool sent)
+{
+    if (!sent || !a->sms_equiv.currency[0])
+        return NULL;
+    snprintf(a->sms_equiv_s, sizeof(a->sms_equiv_s), "%lld", (long long)a->sms_equiv.micros);
+    return a->sms_equiv_s;
 }
 
 const char *og_stored_cost_micros(og_stored_attempt_t *a, bool sent)
@@ -84,7 +95,8 @@ int og_stored_end_stmts(og_stored_attempt_t *a, const og_attempt_result_t *r, og
                                .http_status = r->http_status ? a->http_s : NULL,
                                .latency_ms = a->latency_s,
                                .cost_micros = og_stored_cost_micros(a, r->sent),
-                               .currency = og_stored_cost_currency(a, r->sent)});
+                               .currency = og_stored_cost_currency(a, r->sent),
+                               .sms_equiv_micros = og_stored_sms_equiv_micros(a, r->sent)});
     return k - n + og_stored_sms_stmt(a, r, op, k);
 }
 

@@ -241,7 +241,8 @@ static void attempted(og_attempt_t *a)
                              .latency_ms = r->latency_s,
                              .retry_ms = throttled && res->retry_after_s ? r->retry_s : NULL,
                              .cost_micros = og_stored_cost_micros(&r->sa, res->sent),
-                             .currency = og_stored_cost_currency(&r->sa, res->sent)});
+                             .currency = og_stored_cost_currency(&r->sa, res->sent),
+                             .sms_equiv_micros = og_stored_sms_equiv_micros(&r->sa, res->sent)});
     n += og_stored_sms_stmt(&r->sa, res, op, n);
     op->nstmts = n;
     op->write = true;

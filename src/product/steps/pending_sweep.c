@@ -30,6 +30,10 @@ static void swept(og_db_op_t *op, og_db_status_t st)
     free(r);
 }
 
+/* Usage rows of past days merged per sweep (sql/024: og_usage_compact): a day's shards are a
+ * few dozen per tenant and channel, so one sweep merges thousands of tenants' days. */
+#define USAGE_COMPACT_ROWS "10000"
+
 static void run(og_step_t *step, void *arg)
 {
     og_gw_t *gw = arg;
@@ -48,6 +52,7 @@ static void run(og_step_t *step, void *arg)
     og_q_sweep_next(&op->stmts[n++]);
     og_q_nowa_prune(&op->stmts[n++]);    /* numbers no longer remembered as not on WhatsApp */
     og_q_consent_prune(&op->stmts[n++]); /* closed windows and old opt-ins (API.md §21) */
+    og_q_usage_compact(&op->stmts[n++], &(og_q_usage_compact_t){.limit = USAGE_COMPACT_ROWS}); /* §22 */
     op->nstmts = n;
     op->write = true;
     op->done = swept;

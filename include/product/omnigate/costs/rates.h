@@ -103,6 +103,12 @@ typedef struct og_cost {
 bool og_cost_price(const og_rate_card_t *global, const json_t *settings, og_channel_t ch, const char *to,
                    og_rate_category_t category, int segments, og_cost_t *out);
 
+/* What `text` to `to` would have cost by SMS (og_cost_price on sms, its segments counted here):
+ * recorded with an accepted WhatsApp attempt, what fallback saved is measured by it (API.md
+ * §22 savings). False, out->currency "", without an SMS rate. */
+bool og_cost_sms_equivalent(const og_rate_card_t *global, const json_t *settings, const char *to,
+                            const char *text, og_cost_t *out);
+
 struct og_jw;
 
 /* Writes the key "cost": {"amount", "currency"} as an answer shows it (the logs' og_cost_json,

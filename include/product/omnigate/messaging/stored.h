@@ -36,9 +36,10 @@ typedef struct og_stored_attempt {
     og_send_params_t params;
     bool token_sealed; /* the channel's access token did not open (settings.h) */
     og_sms_info_t sms;
-    og_cost_t cost; /* what the attempt costs if its provider accepts it (API.md §22) */
+    og_cost_t cost;      /* what the attempt costs if its provider accepts it (API.md §22) */
+    og_cost_t sms_equiv; /* a WhatsApp attempt's text by SMS (savings) */
     /* SQL parameters that must outlive the op */
-    char seq_s[12], latency_s[24], http_s[12], segments_s[12], cost_s[24];
+    char seq_s[12], latency_s[24], http_s[12], segments_s[12], cost_s[24], sms_equiv_s[24];
     char *sms_error_text;
 } og_stored_attempt_t;
 
@@ -51,6 +52,7 @@ void og_stored_params(og_stored_attempt_t *a);
  * with a rate, else NULL (each). */
 const char *og_stored_cost_micros(og_stored_attempt_t *a, bool sent);
 const char *og_stored_cost_currency(const og_stored_attempt_t *a, bool sent);
+const char *og_stored_sms_equiv_micros(og_stored_attempt_t *a, bool sent);
 
 /* The adapter saw no token: the reason it had none is ours to give (call from the attempt's
  * done callback before reading its result). */
