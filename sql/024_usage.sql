@@ -291,3 +291,32 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- A tenant's (p_tenant) or every tenant's (NULL) totals per day and channel over [p_since,
+-- p_until], shards summed: usage_rows (sql/queries/usage.sql), which the gateway groups as the
+-- request asks. Two statements, each with its own plan: a tenant's rows by the primary key,
+-- every tenant's by day.
+CREATE FUNCTION og_usage_sums(p_tenant uuid, p_since date, p_until date)
+RETURNS TABLE (day date, channel text, messages bigint, attempts bigint, accepted bigint, delivered bigint,
+               read bigint, failed bigint, segments bigint, cost_micros bigint, won bigint, savings_micros bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF p_tenant IS NOT NULL THEN
+        RETURN QUERY
+        SELECT u.day, u.channel, sum(u.messages)::bigint, sum(u.attempts)::bigint, sum(u.accepted)::bigint,
+            sum(u.delivered)::bigint, sum(u.read)::bigint, sum(u.failed)::bigint, sum(u.segments)::bigint,
+            sum(u.cost_micros)::bigint, sum(u.won)::bigint, sum(u.savings_micros)::bigint
+        FROM usage_totals u
+        WHERE u.tenant_id = p_tenant AND u.day BETWEEN p_since AND p_until
+        GROUP BY u.day, u.channel;
+    ELSE
+        RETURN QUERY
+        SELECT u.day, u.channel, sum(u.messages)::bigint, sum(u.attempts)::bigint, sum(u.accepted)::bigint,
+            sum(u.delivered)::bigint, sum(u.read)::bigint, sum(u.failed)::bigint, sum(u.segments)::bigint,
+            sum(u.cost_micros)::bigint, sum(u.won)::bigint, sum(u.savings_micros)::bigint
+        FROM usage_totals u
+        WHERE u.day BETWEEN p_since AND p_until
+        GROUP BY u.day, u.channel;
+    END IF;
+END
+$$;

@@ -67,6 +67,11 @@ rest generated in SQL) every 50 ms while it drains.
 consent copy empty and holding --consent-rows (1,000,000) suppressions and as many WhatsApp
 windows, how long the copies take to read them, and a cold start on them.
 
+`usage` (issue 34, opt-in; test/bench/usage.py) makes a year of --usage-messages (10,000,000)
+messages for one tenant as the write path makes them (the usage triggers keep the totals), then
+times GET /api/usage for the year by day, channel and both (p99 target < 50 ms), its plan, and
+the first request after a restart.
+
 Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [--conns 64]
                 [--workers 1] [--out DIR] [--status-conns 8] [--status-rate 5000]
                 [--status-attempts 1000000] [--steps-sends 10000] [--steps-conns 16]
@@ -75,7 +80,7 @@ Usage: bench.py --omnigate BIN --sim BIN [--scenarios a,b,...] [--duration 10] [
                 [--wh-events 40000] [--wh-rate 1000] [--queue-messages 20000] [--pacing-messages 5000]
                 [--pacing-rate 50] [--pacing-instances 3] [--priority-backlog 100000] [--priority-rate 1000]
                 [--scale-sizes 1000,100000,1000000] [--scale-backlog 100000] [--scale-rates 1000,80]
-                [--consent-rows 1000000]
+                [--consent-rows 1000000] [--usage-messages 10000000]
 Scenarios: see SCENARIOS below; --scenarios also takes the groups of GROUPS (queue). Results: DIR/bench.json and DIR/bench.md.
 """
 
@@ -97,6 +102,7 @@ import urllib.request
 import logscale
 import batches as batches_bench
 import consent as consent_bench
+import usage as usage_bench
 import queue as queue_bench
 import readers
 import statuses
@@ -1316,6 +1322,10 @@ def sc_consent(b):
     consent_bench.sc_consent(b, sys.modules[__name__])
 
 
+def sc_usage(b):
+    usage_bench.sc_usage(b, sys.modules[__name__])
+
+
 def sc_batch_accept(b):
     batches_bench.sc_accept(b, sys.modules[__name__])
 
@@ -1358,6 +1368,8 @@ SCENARIOS = {
     "batch_counts": sc_batch_counts,
     # Consent copies (issue 33, test/bench/consent.py): loads a million suppressions and windows.
     "consent": sc_consent,
+    # Usage totals (issue 34, test/bench/usage.py): a year of 10 million messages, then GET /api/usage.
+    "usage": sc_usage,
     # A diagnostic: restarts PostgreSQL with pg_stat_statements, and again without.
     "queue_statements": sc_queue_statements,
     # After every load scenario: the idle window needs nothing else running.
@@ -1369,7 +1381,7 @@ SCENARIOS = {
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes; queue_pacing
 # takes --pacing-messages / --pacing-rate seconds (100), queue_scale loads a million messages.
-OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements", "consent")
+OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements", "consent", "usage")
 # Names --scenarios takes for several scenarios at once.
 GROUPS = {"queue": ["queue_drain", "queue_pacing", "queue_priority", "queue_scale", "queue_statements"]}
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",
@@ -1758,6 +1770,7 @@ def report(b, dur, path, png):
     lines += steps_report(b)
     lines += logscale.report(b)
     lines += queue_bench.report(b)
+    lines += usage_bench.report(b)
     if dur:
         lines += ["", "Durability: %d sends answered 2xx; %d of the send tenants' messages completed in the "
                   "database (`sent`, or `delivered`/`read`/`undelivered` since), each with its "
@@ -1772,6 +1785,7 @@ def report(b, dur, path, png):
 
 
 def main():
+    usage_bench.load_sql(ROOT)
     ap = argparse.ArgumentParser()
     ap.add_argument("--omnigate", required=True)
     ap.add_argument("--sim", required=True)
@@ -1817,6 +1831,8 @@ def main():
                     help="queue_drain: queued sends accepted, then drained unpaced")
     ap.add_argument("--consent-rows", type=int, default=1000000,
                     help="consent: suppressions and windows loaded (each)")
+    ap.add_argument("--usage-messages", type=int, default=10000000,
+                    help="usage: messages of the tenant over the last 365 days")
     ap.add_argument("--batch-count", type=int, default=24,
                     help="batch_accept: batches of 1,000 messages posted from 4 threads")
     ap.add_argument("--batch-big", type=int, default=100000,

@@ -41,6 +41,12 @@ static void test_prices(void **state)
     assert_string_equal(out, "12.0000");
     og_price_format(0, out);
     assert_string_equal(out, "0.0000");
+    og_price_format(-12000, out);
+    assert_string_equal(out, "-0.0120");
+    og_price_format(-1234567891, out);
+    assert_string_equal(out, "-1234.567891");
+    og_price_format(45120, out);
+    assert_string_equal(out, "0.04512");
     /* Exact sums: a million attempts at 0.000001 make exactly 1. */
     og_micros_t sum = 0;
     for (int i = 0; i < 1000000; i++)

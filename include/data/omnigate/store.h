@@ -152,7 +152,8 @@ enum og_store_stmt {
     OG_Q_RATES_PUT,
     OG_Q_RATES_CURRENT,
     /* usage.sql: usage totals (API.md §22) */
-    OG_Q_USAGE_GET,
+    OG_Q_USAGE_ROWS,
+    OG_Q_USAGE_CURRENCY,
     OG_Q_USAGE_COMPACT,
     OG_Q__COUNT
 };

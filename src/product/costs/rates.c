@@ -48,13 +48,15 @@ bool og_price_parse(const char *s, og_micros_t *out)
 
 void og_price_format(og_micros_t v, char out[OG_PRICE_TEXT])
 {
-    og_micros_t units = v / 1000000, frac = v % 1000000;
+    /* A negative amount (a saving that cost more) is its absolute value with a sign. */
+    unsigned long long a = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    unsigned long long units = a / 1000000, frac = a % 1000000;
     int places = 6;
     while (places > 4 && frac % 10 == 0) {
         frac /= 10;
         places--;
     }
-    snprintf(out, OG_PRICE_TEXT, "%lld.%0*lld", (long long)units, places, (long long)frac);
+    snprintf(out, OG_PRICE_TEXT, "%s%llu.%0*llu", v < 0 ? "-" : "", units, places, frac);
 }
 
 const char *og_rate_category_name(og_rate_category_t c)

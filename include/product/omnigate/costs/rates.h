@@ -59,7 +59,7 @@ typedef struct og_rate_card {
  * "12", not "1e3", "-1", ".5" or "1."), into *out; false otherwise. */
 bool og_price_parse(const char *s, og_micros_t *out);
 
-/* `v` as a decimal string of 4 to 6 places ("0.0450", "0.045125", "12.0000"). */
+/* `v` as a decimal string of 4 to 6 places ("0.0450", "0.045125", "12.0000", "-0.0120"). */
 void og_price_format(og_micros_t v, char out[OG_PRICE_TEXT]);
 
 /* "marketing", "utility", "authentication", "service" (any case, as Meta's listing spells them
