@@ -18,9 +18,13 @@
 --     for the WhatsApp channels, what those would have cost by SMS minus what they cost
 --     (attempts.sms_equiv_micros and cost_micros; nothing when either is unknown).
 --
--- The triggers that join a statement's old and new rows set hash joins on: the set functions
--- that fire them turn them off for their own statements (sql/013, sql/019), and a nested loop
--- over two transition tables of a large write batch would cost its square.
+-- Cost: each trigger is one statement, kept planned (plan_cache_mode = force_generic_plan, as
+-- the set forms do, sql/014); the counting rule is in functions PostgreSQL inlines. (A first
+-- version passing arrays through two layers of functions cost a one-send statement 120-300 us of
+-- the backend; docs/performance.md has the figures.) The triggers that join a statement's old
+-- and new rows set hash joins on: the set functions that fire them turn them off for their own
+-- statements (sql/013, sql/019), and a nested loop over two transition tables of a large write
+-- batch would cost its square.
 --
 -- How: statement-level triggers with transition tables add each statement's changes, new
 -- minus old, grouped by (tenant, day, channel), to the rows of the backend that runs it (shard
@@ -48,56 +52,48 @@ CREATE TABLE usage_totals (
 -- /admin/usage (every tenant) by day.
 CREATE INDEX usage_totals_day ON usage_totals (day);
 
--- Adds each element's counts to its (tenant, day, channel) row of this backend: the one write
--- of every trigger below. The keys must be distinct (the callers group by them).
-CREATE FUNCTION og_usage_add(p_t uuid[], p_day date[], p_ch text[], p_messages bigint[], p_attempts bigint[],
-                             p_accepted bigint[], p_delivered bigint[], p_read bigint[], p_failed bigint[],
-                             p_segments bigint[], p_cost bigint[], p_won bigint[], p_savings bigint[])
-RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
-                                   failed, segments, cost_micros, won, savings_micros)
-    SELECT x.t, x.d, x.c, pg_backend_pid(), x.m, x.a, x.ac, x.de, x.rd, x.f, x.s, x.co, x.w, x.sv
-    FROM unnest(p_t, p_day, p_ch, p_messages, p_attempts, p_accepted, p_delivered, p_read, p_failed, p_segments,
-                p_cost, p_won, p_savings) AS x(t, d, c, m, a, ac, de, rd, f, s, co, w, sv)
-    WHERE (x.m, x.a, x.ac, x.de, x.rd, x.f, x.s, x.co, x.w, x.sv) <> (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-    ORDER BY 1, 2, 3
-    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
-    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
-        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
-        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
-        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
-        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros
-$$;
-
 -- The UTC day of a time: the day usage counts it on.
 CREATE FUNCTION og_usage_day(t timestamptz) RETURNS date
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT (t AT TIME ZONE 'UTC')::date
 $$;
 
--- What one attempt (or SMS record) counts, by its status, delivery status and cost: the rule of
--- the header, in one place for every trigger.
-CREATE FUNCTION og_usage_counts(status text, delivery_status text, cost bigint,
-                                OUT attempts bigint, OUT accepted bigint, OUT delivered bigint, OUT read bigint,
-                                OUT failed bigint, OUT cost_micros bigint)
+-- What one attempt (or SMS record) of status st, delivery status ds and cost counts: the rule of
+-- the header, once; each an expression PostgreSQL puts in place of the call.
+CREATE FUNCTION og_usage_final(st text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (st IN ('sent', 'failed', 'unknown'))::integer $$;
+CREATE FUNCTION og_usage_accepted(st text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (st = 'sent')::integer $$;
+CREATE FUNCTION og_usage_failed(st text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (st IN ('failed', 'unknown'))::integer $$;
+CREATE FUNCTION og_usage_delivered(st text, ds text) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT (status IN ('sent', 'failed', 'unknown'))::int::bigint, (status = 'sent')::int::bigint,
-        (status = 'sent' AND delivery_status IN ('delivered', 'read'))::int::bigint,
-        (status = 'sent' AND delivery_status = 'read')::int::bigint,
-        (status IN ('failed', 'unknown'))::int::bigint, CASE WHEN status = 'sent' THEN coalesce(cost, 0) ELSE 0 END
+    SELECT (st = 'sent' AND coalesce(ds IN ('delivered', 'read'), false))::integer
 $$;
+CREATE FUNCTION og_usage_read(st text, ds text) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (st = 'sent' AND coalesce(ds = 'read', false))::integer $$;
+CREATE FUNCTION og_usage_cost(st text, cost bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT CASE WHEN st = 'sent' THEN coalesce(cost, 0) ELSE 0 END $$;
+
+-- Each trigger below is one statement: its rows' counts grouped by (tenant, day, channel) and
+-- added to this backend's rows by the same upsert (the columns it does not count are 0).
 
 -- Messages: the day's count, as they are created.
 CREATE FUNCTION og_usage_messages_new() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_add(array_agg(x.t), array_agg(x.d), array_agg(''::text), array_agg(x.n), array_agg(0::bigint),
-                         array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint),
-                         array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint))
-    FROM (SELECT n.tenant_id AS t, og_usage_day(n.created_at) AS d, count(*) AS n
-          FROM new_rows n GROUP BY 1, 2) x
-    HAVING count(*) > 0;
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT n.tenant_id, og_usage_day(n.created_at), '', pg_backend_pid(), count(*), 0, 0, 0, 0, 0, 0, 0, 0, 0
+    FROM new_rows n
+    GROUP BY 1, 2
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
@@ -108,27 +104,28 @@ REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION og_usage_m
 -- Messages: a fallback message's winning channel, as it is set or moved (won, savings).
 CREATE FUNCTION og_usage_messages_won() RETURNS trigger
 LANGUAGE plpgsql
-SET enable_hashjoin = on SET enable_mergejoin = on AS $$
+SET enable_hashjoin = on SET enable_mergejoin = on SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_add(array_agg(y.t), array_agg(y.d), array_agg(y.c), array_agg(0::bigint),
-                         array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint),
-                         array_agg(0::bigint), array_agg(0::bigint), array_agg(0::bigint), array_agg(y.w),
-                         array_agg(y.sv))
-    FROM (SELECT z.t, z.d, z.c, sum(z.sign)::bigint AS w, sum(z.sign * z.sv)::bigint AS sv
-          FROM (SELECT n.tenant_id AS t, og_usage_day(n.created_at) AS d, w.c, w.sign,
-                    coalesce((SELECT CASE WHEN w.c <> 'sms' AND a.cost_micros IS NOT NULL
-                                          THEN a.sms_equiv_micros - a.cost_micros END
-                              FROM attempts a
-                              WHERE a.tenant_id = n.tenant_id AND a.reference = n.reference AND a.channel = w.c
-                                  AND a.status = 'sent'
-                              ORDER BY a.seq DESC LIMIT 1), 0) AS sv
-                FROM new_rows n
-                JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.reference = n.reference
-                CROSS JOIN LATERAL (VALUES (o.winning_channel, -1), (n.winning_channel, 1)) AS w(c, sign)
-                WHERE o.winning_channel IS DISTINCT FROM n.winning_channel AND w.c IS NOT NULL
-                    AND n.delivery_mode = 'fallback' AND cardinality(n.channels) > 1) z
-          GROUP BY 1, 2, 3) y
-    HAVING count(*) > 0;
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT n.tenant_id, og_usage_day(n.created_at), w.c, pg_backend_pid(), 0, 0, 0, 0, 0, 0, 0, 0, sum(w.sign),
+        sum(w.sign * coalesce((
+            SELECT CASE WHEN w.c <> 'sms' AND a.cost_micros IS NOT NULL THEN a.sms_equiv_micros - a.cost_micros END
+            FROM attempts a
+            WHERE a.tenant_id = n.tenant_id AND a.reference = n.reference AND a.channel = w.c AND a.status = 'sent'
+            ORDER BY a.seq DESC LIMIT 1), 0))
+    FROM new_rows n
+    JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.reference = n.reference
+    CROSS JOIN LATERAL (VALUES (o.winning_channel, -1), (n.winning_channel, 1)) AS w(c, sign)
+    WHERE o.winning_channel IS DISTINCT FROM n.winning_channel AND w.c IS NOT NULL
+        AND n.delivery_mode = 'fallback' AND cardinality(n.channels) > 1
+    GROUP BY 1, 2, 3
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
@@ -136,78 +133,61 @@ $$;
 CREATE TRIGGER messages_usage_won AFTER UPDATE ON messages
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION og_usage_messages_won();
 
--- Attempts and SMS records: each row's counts with a sign (1 new, -1 old), added on its day.
--- An attempt counts on its message's day, in its channel's row. An SMS record of the SMS route
--- or an OTP counts as a message of its own on its day ('' row: messages, at its insert) with
--- its one sms attempt; a unified send's SMS record (source 'omni') brings only the segments of
--- its accepted SMS to its message's sms row.
-CREATE FUNCTION og_usage_rows_add(p_t uuid[], p_r text[], p_ch text[], p_src text[], p_at timestamptz[],
-                                  p_st text[], p_ds text[], p_cost bigint[], p_seg integer[], p_sign bigint[],
-                                  p_new boolean[])
-RETURNS void
-LANGUAGE sql AS $$
-    SELECT og_usage_add(array_agg(y.t), array_agg(y.d), array_agg(y.c), array_agg(y.m), array_agg(y.a),
-                        array_agg(y.ac), array_agg(y.de), array_agg(y.rd), array_agg(y.f), array_agg(y.s),
-                        array_agg(y.co), array_agg(0::bigint), array_agg(0::bigint))
-    FROM (SELECT z.t, z.d, v.c, sum(z.sign * v.m)::bigint AS m, sum(z.sign * v.a)::bigint AS a,
-              sum(z.sign * v.ac)::bigint AS ac, sum(z.sign * v.de)::bigint AS de, sum(z.sign * v.rd)::bigint AS rd,
-              sum(z.sign * v.f)::bigint AS f, sum(z.sign * v.s)::bigint AS s, sum(z.sign * v.co)::bigint AS co
-          FROM (SELECT x.*, CASE WHEN x.src IN ('sms', 'otp') THEN og_usage_day(x.at)
-                                 ELSE (SELECT og_usage_day(m.created_at) FROM messages m
-                                       WHERE m.tenant_id = x.t AND m.reference = x.r) END AS d
-                FROM unnest(p_t, p_r, p_ch, p_src, p_at, p_st, p_ds, p_cost, p_seg, p_sign, p_new)
-                    AS x(t, r, ch, src, at, st, ds, cost, seg, sign, nw)) z
-          CROSS JOIN LATERAL og_usage_counts(z.st, z.ds, z.cost) k
-          CROSS JOIN LATERAL (
-              -- an attempt's counts (the segments of an accepted SMS record too)
-              SELECT z.ch AS c, CASE WHEN z.src = 'omni' THEN 0 ELSE k.attempts END AS m,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.attempts END AS a,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.accepted END AS ac,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.delivered END AS de,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.read END AS rd,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.failed END AS f,
-                  CASE WHEN z.src IS NOT NULL THEN k.accepted * z.seg ELSE 0 END AS s,
-                  CASE WHEN z.src = 'omni' THEN 0 ELSE k.cost_micros END AS co
-              UNION ALL
-              -- an SMS record of its own: a message on its day, once (at its insert)
-              SELECT '', 1, 0, 0, 0, 0, 0, 0, 0 WHERE z.src IN ('sms', 'otp') AND z.nw) v
-          WHERE z.d IS NOT NULL
-          GROUP BY 1, 2, 3) y
-    HAVING count(*) > 0
-$$;
-
--- Attempts: written (the sync completion, a queue release, a step's 'pending' row).
+-- Attempts: written (the sync completion, a queue release, a step's 'pending' row, which counts
+-- nothing yet), on their message's day, in their channel's row. The segments of an accepted SMS
+-- come with its SMS record (below).
 CREATE FUNCTION og_usage_attempts_new() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_rows_add(array_agg(n.tenant_id), array_agg(n.reference), array_agg(n.channel),
-                              array_agg(NULL::text), array_agg(NULL::timestamptz), array_agg(n.status),
-                              array_agg(n.delivery_status), array_agg(n.cost_micros), array_agg(0),
-                              array_agg(1::bigint), array_agg(true))
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT n.tenant_id, og_usage_day(m.created_at), n.channel, pg_backend_pid(), count(*), count(*),
+        sum(og_usage_accepted(n.status)), sum(og_usage_delivered(n.status, n.delivery_status)),
+        sum(og_usage_read(n.status, n.delivery_status)), sum(og_usage_failed(n.status)), 0,
+        sum(og_usage_cost(n.status, n.cost_micros)), 0, 0
     FROM new_rows n
-    HAVING count(*) > 0;
+    JOIN messages m ON m.tenant_id = n.tenant_id AND m.reference = n.reference
+    WHERE og_usage_final(n.status) = 1
+    GROUP BY 1, 2, 3
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
 
--- Attempts: changed (an outcome, a delivery status, a retry after a throttle): new minus old,
--- for the rows whose counts may have changed.
+-- Attempts: changed (an outcome, a delivery status, a retry after a throttle): the new counts
+-- minus the old ones of the rows whose counts may have changed.
 CREATE FUNCTION og_usage_attempts_changed() RETURNS trigger
 LANGUAGE plpgsql
-SET enable_hashjoin = on SET enable_mergejoin = on AS $$
+SET enable_hashjoin = on SET enable_mergejoin = on SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_rows_add(array_agg(x.t), array_agg(x.r), array_agg(x.c), array_agg(NULL::text),
-                              array_agg(NULL::timestamptz), array_agg(x.st), array_agg(x.ds), array_agg(x.co),
-                              array_agg(0), array_agg(x.sign), array_agg(false))
-    FROM (SELECT n.tenant_id AS t, n.reference AS r, v.*
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT c.tenant_id, og_usage_day(m.created_at), v.ch, pg_backend_pid(), sum(v.sign * og_usage_final(v.st)),
+        sum(v.sign * og_usage_final(v.st)), sum(v.sign * og_usage_accepted(v.st)),
+        sum(v.sign * og_usage_delivered(v.st, v.ds)), sum(v.sign * og_usage_read(v.st, v.ds)),
+        sum(v.sign * og_usage_failed(v.st)), 0, sum(v.sign * og_usage_cost(v.st, v.co)), 0, 0
+    FROM (SELECT n.tenant_id, n.reference, n.channel AS nch, n.status AS nst, n.delivery_status AS nds,
+              n.cost_micros AS nco, o.channel AS och, o.status AS ost, o.delivery_status AS ods, o.cost_micros AS oco
           FROM new_rows n
           JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.reference = n.reference AND o.seq = n.seq
-          CROSS JOIN LATERAL (VALUES (n.channel, n.status, n.delivery_status, n.cost_micros, 1::bigint),
-                                     (o.channel, o.status, o.delivery_status, o.cost_micros, -1::bigint))
-              AS v(c, st, ds, co, sign)
           WHERE (n.channel, n.status, n.delivery_status, n.cost_micros)
-                IS DISTINCT FROM (o.channel, o.status, o.delivery_status, o.cost_micros)) x
-    HAVING count(*) > 0;
+                IS DISTINCT FROM (o.channel, o.status, o.delivery_status, o.cost_micros)) c
+    CROSS JOIN LATERAL (VALUES (c.nch, c.nst, c.nds, c.nco, 1), (c.och, c.ost, c.ods, c.oco, -1))
+        AS v(ch, st, ds, co, sign)
+    JOIN messages m ON m.tenant_id = c.tenant_id AND m.reference = c.reference
+    GROUP BY 1, 2, 3
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
@@ -217,37 +197,72 @@ REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION og_usage_a
 CREATE TRIGGER attempts_usage_changed AFTER UPDATE ON attempts
 REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION og_usage_attempts_changed();
 
--- SMS records: made (POST /api/sms/send's 'pending' one, a unified send's or an OTP's at its end).
+-- SMS records: made (POST /api/sms/send's 'pending' one, a unified send's or an OTP's at its
+-- end). A record of the SMS route or an OTP is a message of its own on its day ('' row) with its
+-- one sms attempt; a unified send's (source 'omni') brings only the segments of its accepted
+-- SMS to its message's sms row.
 CREATE FUNCTION og_usage_sms_new() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_rows_add(array_agg(n.tenant_id), array_agg(n.reference), array_agg('sms'::text),
-                              array_agg(n.source), array_agg(n.created_at), array_agg(n.status),
-                              array_agg(n.delivery_status), array_agg(n.cost_micros), array_agg(n.segments),
-                              array_agg(1::bigint), array_agg(true))
-    FROM new_rows n
-    HAVING count(*) > 0;
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT x.t, x.d, x.c, pg_backend_pid(), sum(x.m), sum(x.a), sum(x.ac), sum(x.de), sum(x.rd), sum(x.f), sum(x.s),
+        sum(x.co), 0, 0
+    FROM (SELECT n.tenant_id AS t, og_usage_day(n.created_at) AS d, '' AS c, 1 AS m, 0 AS a, 0 AS ac, 0 AS de,
+              0 AS rd, 0 AS f, 0 AS s, 0::bigint AS co
+          FROM new_rows n WHERE n.source IN ('sms', 'otp')
+          UNION ALL
+          SELECT n.tenant_id, og_usage_day(n.created_at), 'sms', 1, 1, og_usage_accepted(n.status),
+              og_usage_delivered(n.status, n.delivery_status), og_usage_read(n.status, n.delivery_status),
+              og_usage_failed(n.status), og_usage_accepted(n.status) * n.segments, og_usage_cost(n.status, n.cost_micros)
+          FROM new_rows n WHERE n.source IN ('sms', 'otp') AND og_usage_final(n.status) = 1
+          UNION ALL
+          SELECT n.tenant_id, og_usage_day(m.created_at), 'sms', 0, 0, 0, 0, 0, 0, n.segments, 0
+          FROM new_rows n JOIN messages m ON m.tenant_id = n.tenant_id AND m.reference = n.reference
+          WHERE n.source = 'omni' AND n.status = 'sent') x
+    GROUP BY 1, 2, 3
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
 
--- SMS records: changed (an outcome, a delivery status).
+-- SMS records: changed (an outcome, a delivery status): new counts minus old.
 CREATE FUNCTION og_usage_sms_changed() RETURNS trigger
 LANGUAGE plpgsql
-SET enable_hashjoin = on SET enable_mergejoin = on AS $$
+SET enable_hashjoin = on SET enable_mergejoin = on SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_rows_add(array_agg(x.t), array_agg(x.r), array_agg('sms'::text), array_agg(x.src),
-                              array_agg(x.at), array_agg(x.st), array_agg(x.ds), array_agg(x.co), array_agg(x.seg),
-                              array_agg(x.sign), array_agg(false))
-    FROM (SELECT n.tenant_id AS t, n.reference AS r, n.source AS src, n.created_at AS at, v.*
+    INSERT INTO usage_totals AS u (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                                   failed, segments, cost_micros, won, savings_micros)
+    SELECT c.tenant_id, CASE WHEN c.source = 'omni' THEN (SELECT og_usage_day(m.created_at) FROM messages m
+                                                           WHERE m.tenant_id = c.tenant_id AND m.reference = c.reference)
+                             ELSE og_usage_day(c.created_at) END,
+        'sms', pg_backend_pid(), sum(v.own * v.sign * og_usage_final(v.st)), sum(v.own * v.sign * og_usage_final(v.st)),
+        sum(v.own * v.sign * og_usage_accepted(v.st)), sum(v.own * v.sign * og_usage_delivered(v.st, v.ds)),
+        sum(v.own * v.sign * og_usage_read(v.st, v.ds)), sum(v.own * v.sign * og_usage_failed(v.st)),
+        sum(v.sign * og_usage_accepted(v.st) * v.seg), sum(v.own * v.sign * og_usage_cost(v.st, v.co)), 0, 0
+    FROM (SELECT n.tenant_id, n.reference, n.source, n.created_at, n.status AS nst, n.delivery_status AS nds,
+              n.cost_micros AS nco, n.segments AS nseg, o.status AS ost, o.delivery_status AS ods,
+              o.cost_micros AS oco, o.segments AS oseg
           FROM new_rows n
           JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.reference = n.reference
-          CROSS JOIN LATERAL (VALUES (n.status, n.delivery_status, n.cost_micros, n.segments, 1::bigint),
-                                     (o.status, o.delivery_status, o.cost_micros, o.segments, -1::bigint))
-              AS v(st, ds, co, seg, sign)
           WHERE (n.status, n.delivery_status, n.cost_micros, n.segments)
-                IS DISTINCT FROM (o.status, o.delivery_status, o.cost_micros, o.segments)) x
-    HAVING count(*) > 0;
+                IS DISTINCT FROM (o.status, o.delivery_status, o.cost_micros, o.segments)) c
+    CROSS JOIN LATERAL (VALUES (c.nst, c.nds, c.nco, c.nseg, 1, (c.source <> 'omni')::integer),
+                               (c.ost, c.ods, c.oco, c.oseg, -1, (c.source <> 'omni')::integer))
+        AS v(st, ds, co, seg, sign, own)
+    GROUP BY 1, 2, 3
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+    SET messages = u.messages + EXCLUDED.messages, attempts = u.attempts + EXCLUDED.attempts,
+        accepted = u.accepted + EXCLUDED.accepted, delivered = u.delivered + EXCLUDED.delivered,
+        read = u.read + EXCLUDED.read, failed = u.failed + EXCLUDED.failed,
+        segments = u.segments + EXCLUDED.segments, cost_micros = u.cost_micros + EXCLUDED.cost_micros,
+        won = u.won + EXCLUDED.won, savings_micros = u.savings_micros + EXCLUDED.savings_micros;
     RETURN NULL;
 END
 $$;
