@@ -9,11 +9,15 @@ message with it through the API; find it in the unified log by number and open i
 retry its webhook delivery; revoke the token and see the next send refused (401). Queued,
 scheduled, canceled and expired messages (API.md §19): their badges, the status filter, and
 each message's queued life. Inbound messages, a recipient's page and the suppressions (API.md
-§21). Screenshots at 375 and 1280 px wide go to test/e2e/screenshots/.
+§21). The usage charts of every tenant and of one (API.md §22). Screenshots at 375 and 1280 px
+wide go to test/e2e/screenshots/.
 Throughout, the page must make no request to another origin (chromium's performance log), set no
 cookie, and the admin token must never appear in a URL or in the gateway's access log."""
 
+import datetime
+import decimal
 import json
+import math
 import os
 import re
 import time
@@ -31,8 +35,9 @@ from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from conftest import ROOT, assert_ok, wait_for
-from gwlib import (ADMIN_TOKEN, META_TOKEN, WA_FROM, add_tenant, call, linked_gateway, make_gateway,  # noqa: F401
-                   new_tenant, new_token, provider_env, query_url, sim)
+from gwlib import (ADMIN_TOKEN, META_TOKEN, SETTINGS_ALL, WA_FROM, add_tenant, call, linked_gateway,  # noqa: F401
+                   make_gateway, new_tenant, new_token, provider_env, query_url, sim)
+from test_costs import put_card
 from test_inbound import META_PNID, SETTINGS as IN_SETTINGS, meta_message, post_meta, post_twilio_in, post_waha, waha_message
 from test_queue import META_ID, iso, message, tenant_with, until_status
 from test_webhooks_out import WH_ENV, rx  # noqa: F401
@@ -1088,3 +1093,270 @@ def test_console_assets(gateway):
     js = srv.request("GET", "/console/app.js").body.decode()
     for bad in ("eval(", "new Function", "innerHTML", "document.write", "localStorage.setItem", "document.cookie ="):
         assert bad not in js, bad
+
+
+# ---- usage (API.md §22) ---------------------------------------------------------------------------------
+
+U_CARD = {"currency": "USD", "rates": [{"channel": "sms", "prefix": "", "price": "0.0500"},
+                                       {"channel": "whatsapp_meta", "prefix": "", "price": "0.0140"},
+                                       {"channel": "whatsapp_qr", "prefix": "", "price": "0"}]}
+# The simulator's magic numbers (test/sim/README.md): +1999, what whatsapp_qr, whatsapp_meta and sms
+# answer (0 ok, 1 refused, 2 fails with a 500), then the status callbacks of the accepted send
+# (1 delivered and read, 4 undelivered, 8 sent only, 9 delivered only). Sent with the tenant's
+# default channels (whatsapp_qr, whatsapp_meta, sms, in fallback) unless channels are given.
+U_SENDS = [
+    ("+19990001000", None),     # WAHA takes it, delivered and read: won by whatsapp_qr
+    ("+19990008000", None),     # WAHA takes it, never delivered: won by whatsapp_qr
+    ("+19992001000", None),     # WAHA fails, Meta takes it, delivered and read: won by whatsapp_meta
+    ("+19992201000", None),     # both WhatsApp fail, SMS takes it, delivered and read: won by sms
+    ("+19991204000", None),     # WAHA refuses, Meta fails, SMS takes it, then undelivered: won by sms
+    ("+19992220000", None),     # every channel fails: no winner
+    ("+19990009000", ["sms"]),  # SMS only (no fallback), delivered
+]
+# What the tenant's sends add up to, by channel: (messages, accepted, delivered, read, failed).
+U_BY_CHANNEL = {"whatsapp_qr": (6, 2, 1, 1, 4), "whatsapp_meta": (4, 1, 1, 1, 3), "sms": (4, 3, 2, 1, 1)}
+U_FIELDS = ("messages", "attempts", "accepted", "delivered", "read", "failed", "segments")
+CHANNELS = ["whatsapp_qr", "whatsapp_meta", "sms"]
+
+
+def utc_days(n=30):
+    """The `n` UTC days ending today, oldest first (the console's range)."""
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    return [(today - datetime.timedelta(days=i)).isoformat() for i in range(n - 1, -1, -1)]
+
+
+def usage_api(srv, path, by):
+    days = utc_days()
+    return assert_ok(call(srv, "GET", "%s?since=%sT00:00:00Z&until=%sT00:00:00Z&groupBy=%s" % (path, days[0], days[-1], by),
+                          token=ADMIN_TOKEN))["data"]
+
+
+def js_percent(part, whole):
+    """What the console writes for part of whole: one decimal, rounded half up, none when whole."""
+    v = math.floor(part * 1000 / whole + 0.5) / 10
+    return ("%d" % v if v == int(v) else "%.1f" % v) + "%"
+
+
+def seed_history(srv, tenant_id):
+    """Usage on 19 of the 29 days before today, as merged rows of usage_totals (shard 0, what the
+    sweep leaves of a past day, sql/024): sends can only be made today, and a month of bars is
+    what the charts are for. No fallback wins (the fallback share is today's sends alone)."""
+    rows = []
+
+    def add(day, ch, messages, accepted=0, delivered=0, read=0, segments=0, cost=0):
+        attempts, failed = (messages, messages - accepted) if ch else (0, 0)
+        rows.append("('%s', '%s', '%s', 0, %d, %d, %d, %d, %d, %d, %d, %d)" % (
+            tenant_id, day, ch, messages, attempts, accepted, delivered, read, failed, segments, cost))
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    for i in range(1, 30):
+        if i % 3 == 2:
+            continue  # a quiet day: no row, drawn as nothing
+        day = (today - datetime.timedelta(days=i)).isoformat()
+        n = 4 + (i * 7) % 11
+        qr_ok = max(0, n - 3 - i % 3)
+        meta_try = n - 1 - qr_ok
+        meta_ok = max(0, meta_try - 1 - i % 2)
+        sms_try = meta_try - meta_ok + 1
+        sms_ok = sms_try - (i % 4 == 0)
+        add(day, "", n)
+        add(day, "whatsapp_qr", n - 1, qr_ok, qr_ok - i % 2, (qr_ok - i % 2) // 2)
+        if meta_try:
+            add(day, "whatsapp_meta", meta_try, meta_ok, meta_ok, meta_ok // 2, cost=14000 * meta_ok)
+        add(day, "sms", sms_try, sms_ok, max(0, sms_ok - (i % 3 == 0)), 0, sms_ok, 50000 * sms_ok)
+    query_url(srv.db_url, "INSERT INTO usage_totals (tenant_id, day, channel, shard, messages, attempts, accepted, "
+              "delivered, read, failed, segments, cost_micros) VALUES " + ", ".join(rows))
+
+
+def usage_dom(d, box):
+    """What usage view `box` shows, read in one script."""
+    return d.execute_script("""
+        var box = document.getElementById(arguments[0]);
+        var q = function (s) { return box.querySelector(s); }, all = function (s) { return Array.from(box.querySelectorAll(s)); };
+        var txt = function (s) { var e = q(s); return e ? e.textContent : null; };
+        var svg = function (s) {
+          var e = q(s);
+          return e ? {viewBox: e.getAttribute('viewBox'), width: e.getAttribute('width'), role: e.getAttribute('role'),
+                      labelledby: (e.getAttribute('aria-labelledby') || '').split(' ').map(function (i) {
+                        var n = document.getElementById(i); return n ? n.tagName + ':' + n.textContent : null; })} : null;
+        };
+        return {
+          state: box.getAttribute('data-state'), summary: txt('.usage-summary'), empty: txt('.usage-empty'),
+          daily: svg('[data-chart=daily] svg'), delivery: svg('[data-chart=delivery] svg'),
+          fallback: svg('[data-chart=fallback] svg'), cost: svg('[data-chart=cost] svg'),
+          days: all('[data-chart=daily] g.day').map(function (g) { return g.getAttribute('data-day'); }),
+          segs: all('[data-chart=daily] rect.seg').map(function (r) {
+            return [r.parentNode.getAttribute('data-day'), r.getAttribute('data-series'), r.getAttribute('data-value')]; }),
+          legend: all('[data-chart=daily] .legend li').map(function (l) { return l.textContent; }),
+          rates: all('[data-chart=delivery] g.rate').map(function (g) {
+            return [g.getAttribute('data-channel'), g.querySelector('.value').textContent,
+                    g.querySelectorAll('rect.seg').length]; }),
+          sectors: all('[data-chart=fallback] path.seg').map(function (p) { return p.getAttribute('data-channel'); }),
+          ringText: all('[data-chart=fallback] svg text').map(function (t) { return t.textContent; }),
+          fbCount: txt('.fb-count'), fbSavings: txt('.fb-savings'),
+          fbLegend: all('.fb-facts .legend li').map(function (l) { return l.textContent; }),
+          fbEmpty: txt('[data-chart=fallback] .empty'),
+          costBars: all('[data-chart=cost] rect.seg').map(function (r) {
+            return [r.parentNode.getAttribute('data-day'), r.getAttribute('data-value')]; }),
+          costTotal: txt('.cost-total'), costTitle: txt('[data-chart=cost] h3'),
+          totals: all('.usage-totals tbody tr').map(function (r) {
+            var o = {}; Array.from(r.cells).forEach(function (c) { o[c.getAttribute('data-label')] = c.textContent; });
+            return o; })
+        };""", box)
+
+
+def want_usage(srv, path):
+    """What a usage view of `path` must show, from the API's three answers."""
+    by_day, by_ch, by_dc = (usage_api(srv, path, by) for by in ("day", "channel", "day,channel"))
+    fb, cur = by_ch["fallback"], by_day["currency"]
+    priced = [r for r in by_day["rows"] if r["cost"] and decimal.Decimal(r["cost"]["amount"]) > 0]
+    return {
+        "summary_messages": sum(r["messages"] for r in by_day["rows"]),
+        "days": sorted({r["day"] for r in by_dc["rows"] if r["messages"]}),
+        "segs": sorted([r["day"], r["channel"], str(r["messages"])] for r in by_dc["rows"] if r["messages"]),
+        "rates": [[r["channel"], js_percent(r["delivered"], r["accepted"]) + " · %d of %d delivered" % (
+            r["delivered"], r["accepted"]) if r["accepted"] else "nothing accepted", 1 if r["delivered"] else 0]
+            for r in by_ch["rows"]],
+        "sectors": [ch for ch in CHANNELS if fb["wonBy"][ch]],
+        "fbLegend": ["%s: %d (%s)" % (ch, fb["wonBy"][ch], js_percent(fb["wonBy"][ch], fb["messages"]))
+                     for ch in CHANNELS if fb["messages"]],
+        "fallback": fb,
+        "costBars": sorted([r["day"], r["cost"]["amount"]] for r in priced),
+        "costTotal": "Total %s %s" % (sum(decimal.Decimal(r["cost"]["amount"]) for r in by_day["rows"] if r["cost"]), cur),
+        "totals": [dict({"Channel": r["channel"], "Cost": "%s %s" % (r["cost"]["amount"], r["cost"]["currency"])},
+                        **{f.capitalize(): str(r[f]) for f in U_FIELDS if f != "attempts"}) for r in by_ch["rows"]],
+        "by_ch": by_ch,
+    }
+
+
+def check_usage(d, box, want):
+    """The usage view `box` shows exactly what the API says (`want`, from want_usage)."""
+    wait(d, lambda _: usage_dom(d, box)["state"] == "ready")
+    got = usage_dom(d, box)
+    assert ("%d messages from " % want["summary_messages"]) in got["summary"] and "USD" in got["summary"], got["summary"]
+    # Every picture is an SVG that scales (viewBox, width 100%) with a name and a description.
+    for k, title in (("daily", "Messages per day by channel"), ("delivery", "Delivery rate by channel"),
+                     ("fallback", "Fallback share by winning channel"), ("cost", "Cost per day in USD")):
+        s = got[k]
+        assert s["role"] == "img" and s["width"] == "100%" and re.match(r"^0 0 \d+ \d+$", s["viewBox"]), (k, s)
+        assert s["labelledby"][0].startswith("title:" + title) and s["labelledby"][1].startswith("desc:"), (k, s)
+    # 1. A bar for each day with messages, a segment for each channel of it, of the API's numbers.
+    assert got["days"] == want["days"]
+    assert sorted(got["segs"]) == want["segs"]
+    assert got["legend"] == [r["channel"] for r in want["by_ch"]["rows"]]
+    # 2. Delivered of accepted per channel, the percentage written.
+    assert got["rates"] == want["rates"]
+    # 3. The fallback share: a sector per winning channel, the number and the savings as text.
+    fb = want["fallback"]
+    assert got["sectors"] == want["sectors"] and got["fbLegend"] == want["fbLegend"]
+    assert got["ringText"] == [str(fb["messages"]), "fallback"]
+    assert got["fbCount"] == "%d fallback messages: sent with more than one channel and accepted on one." % fb["messages"]
+    assert got["fbSavings"] == "Saved %s %s against sending them by SMS." % (fb["savings"]["amount"],
+                                                                            fb["savings"]["currency"])
+    # 4. A cost bar for each day that cost something, the API's amount; the total summed exactly.
+    assert sorted(got["costBars"]) == want["costBars"]
+    assert got["costTotal"] == want["costTotal"] and got["costTitle"] == "Cost per day (USD)"
+    # The totals per channel are the API's.
+    assert got["totals"] == want["totals"]
+    return got
+
+
+def test_console_usage(make_server, fresh_db, tmp_path, browser):
+    """The Usage view (API.md §22): empty first ("No messages in the last 30 days"); then, with a
+    global rate card, a tenant's fallback sends won on each channel (the simulator's magic numbers),
+    one failing everywhere, an SMS-only one, delivery statuses from the simulator, a month of
+    earlier days, and another tenant's SMS: every tenant's usage drawn as four SVG charts (messages
+    per day by channel, delivery rate by channel, fallback share, cost per day) and a totals
+    table, each equal to GET /admin/usage; the tenant's Usage tab equal to its admin mirror.
+    Screenshots usage at 1280 and 375 px (drawn again for the narrow width, nothing wider than
+    the page); no CSP violation."""
+    srv = linked_gateway(make_server, fresh_db, tmp_path)
+    d = browser
+    try:
+        shop = new_tenant(srv, settings=SETTINGS_ALL, name="Usage Shop")
+        other = new_tenant(srv, settings=SETTINGS_ALL, name="Other Shop")
+        shop_token = new_token(srv, shop["id"])["token"]
+        srv.token = new_token(srv, other["id"])["token"]
+
+        # Nothing sent yet: the empty state, no chart.
+        d.get("http://127.0.0.1:%d/console" % srv.port)
+        fill(d, "#signin-token", ADMIN_TOKEN).send_keys(Keys.ENTER)
+        visible(d, "#tenants")
+        click(d, ".view[data-view=usage]")
+        visible(d, "#usage")
+        wait(d, lambda _: usage_dom(d, "usage-all")["state"] == "ready")
+        got = usage_dom(d, "usage-all")
+        assert got["empty"] == "No messages in the last 30 days." and got["daily"] is None and got["totals"] == []
+        assert got["summary"].startswith("0 messages from ")
+        assert d.find_element(By.CSS_SELECTOR, ".view[data-view=usage]").get_attribute("aria-pressed") == "true"
+
+        # The global card, priced by every worker (the other tenant's SMS probes it), then the sends.
+        put_card(srv, U_CARD)
+        for to, channels in U_SENDS:
+            body = {"to": to, "text": "Your order has shipped"}
+            if channels:
+                body["channels"] = channels
+            r = call(srv, "POST", "/api/omni/send", token=shop_token, body=body)
+            assert r.status in (200, 502), r.body
+
+        def settled():
+            rows = {r["channel"]: r for r in usage_api(srv, "/admin/tenants/%s/usage" % shop["id"], "channel")["rows"]}
+            return all(ch in rows and tuple(rows[ch][f] for f in ("messages", "accepted", "delivered", "read", "failed"))
+                       == want for ch, want in U_BY_CHANNEL.items())
+        assert wait_for(settled, 20), usage_api(srv, "/admin/tenants/%s/usage" % shop["id"], "channel")
+        mine = usage_api(srv, "/admin/tenants/%s/usage" % shop["id"], "channel")
+        assert mine["fallback"] == {"messages": 5, "wonBy": {"whatsapp_qr": 2, "whatsapp_meta": 1, "sms": 2},
+                                    "savings": {"amount": "0.1360", "currency": "USD"}}, mine["fallback"]
+        seed_history(srv, shop["id"])
+
+        # Every tenant's usage: the four charts and the table are the API's.
+        click(d, ".view[data-view=tenants]")
+        visible(d, "#tenants")
+        click(d, ".view[data-view=usage]")
+        want_all = want_usage(srv, "/admin/usage")
+        assert len(want_all["days"]) == 20 and len(want_all["sectors"]) == 3
+        got = check_usage(d, "usage-all", want_all)
+        assert got["empty"] is None
+        shot(d, "usage", 1280)
+
+        # At 375 px the charts are drawn again at that width (their text keeps its size) and
+        # nothing is wider than the page.
+        d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 375, "height": 900, "deviceScaleFactor": 1,
+                                                                 "mobile": True})
+        wait(d, lambda _: int(usage_dom(d, "usage-all")["daily"]["viewBox"].split()[2]) < 375)
+        assert d.execute_script("return document.documentElement.scrollWidth") <= 375
+        check_usage(d, "usage-all", want_all)
+        shot(d, "usage", 375)
+        wait(d, lambda _: int(usage_dom(d, "usage-all")["daily"]["viewBox"].split()[2]) > 500)
+
+        # One tenant's: its Usage tab, equal to its admin mirror.
+        click(d, ".view[data-view=tenants]")
+        fill(d, "#search-name", "Usage Shop").send_keys(Keys.ENTER)
+        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Usage Shop"])
+        click(d, "#tenant-table tbody tr button")
+        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == shop["id"])
+        assert d.find_element(By.CSS_SELECTOR, ".view[data-view=tenants]").get_attribute("aria-pressed") == "true"
+        click(d, ".tab[data-tab=usage]")
+        want_one = want_usage(srv, "/admin/tenants/%s/usage" % shop["id"])
+        check_usage(d, "usage-tenant", want_one)
+        assert want_one["totals"] != want_all["totals"]
+        shot(d, "usage-tenant", 1280)
+
+        # The other tenant sent only the SMS that probed the card: no fallback message.
+        click(d, "#tenant-back")
+        fill(d, "#search-name", "Other Shop").send_keys(Keys.ENTER)
+        wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Other Shop"])
+        click(d, "#tenant-table tbody tr button")
+        wait(d, lambda _: d.find_element(By.ID, "tenant-id").text == other["id"])
+        want_other = want_usage(srv, "/admin/tenants/%s/usage" % other["id"])
+        assert [r["Channel"] for r in want_other["totals"]] == ["sms"] and want_other["fallback"]["messages"] == 0
+        click(d, ".tab[data-tab=usage]")
+        wait(d, lambda _: usage_dom(d, "usage-tenant")["state"] == "ready" and
+             usage_dom(d, "usage-tenant")["totals"] == want_other["totals"])
+        got = usage_dom(d, "usage-tenant")
+        assert got["fbEmpty"] == "No fallback message in the last 30 days." and got["fallback"] is None
+        assert sorted(got["segs"]) == want_other["segs"] and sorted(got["costBars"]) == want_other["costBars"]
+
+        problems = [x for x in d.get_log("browser") if "Content Security Policy" in x.get("message", "")]
+        assert problems == [], problems
+    finally:
+        srv.sim.stop()

@@ -1,8 +1,9 @@
 /*
  * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17, §18, §19, §21) with fetch. Served with a strict CSP: no inline
- * script or style, no eval; the DOM is built with createElement and textContent only, so no
- * value from the API is ever parsed as HTML.
+ * gateway's own admin API (API.md §5, §12, §17, §18, §19, §21, §22) with fetch. Served with a
+ * strict CSP: no inline script or style, no eval; the DOM is built with createElement (and
+ * createElementNS for the usage charts' SVG) and textContent only, so no value from the API is
+ * ever parsed as HTML.
  *
  * The admin token lives in sessionStorage only (gone when the tab closes): never in a URL, a
  * cookie, localStorage or a log line. Requests carry it in the Authorization header.
@@ -192,6 +193,8 @@
   // ---- tenants ------------------------------------------------------------------------------------
 
   function openTenants() {
+    markView("tenants");
+    show($("usage"), false);
     show($("tenant"), false);
     show($("tenants"), true);
     state.tenant = null;
@@ -281,6 +284,7 @@
     if (name === "inbound") onInbound();
     if (name === "suppressions") onSuppressions();
     if (name === "recipient") loadRecipient($("rcp-to").value, !!focus);
+    if (name === "usage") loadUsage(usageViews.tenant, "/admin/tenants/" + state.tenant.id + "/usage");
   }
 
   // -- settings
@@ -1133,6 +1137,417 @@
     show($("rcp"), true);
   }
 
+  // ---- usage (API.md §22): four pictures and a table of the last 30 UTC days ---------------------
+  // For every tenant (the Usage view, GET /admin/usage) or one (its Usage tab, the admin mirror of
+  // its GET /api/usage). The charts are inline SVG drawn here with createElementNS: colours and
+  // text sizes come from app.css by class (no style attribute: the CSP). A chart's viewBox is the
+  // width it is drawn at, in CSS pixels, so its text keeps its size from 375 px to a desktop; it
+  // scales with the page (width 100%) and is drawn again when the window's width changes.
+  // Amounts stay the API's decimal strings: sums shown as money are added in micro-units
+  // (integers); floats only place the bars.
+
+  var SVG_NS = "http://www.w3.org/2000/svg";
+  var USAGE_DAYS = 30;
+  var MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+  // One per place the charts are shown; `seq` drops an answer to an older read, `data` is what
+  // the last one drew (drawn again at a new width).
+  var usageViews = {
+    all: { box: "usage-all", seq: 0, data: null, width: 0 },
+    tenant: { box: "usage-tenant", seq: 0, data: null, width: 0 }
+  };
+
+  function svg(tag, attrs, children) {
+    var e = document.createElementNS(SVG_NS, tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === "text") e.textContent = attrs[k];
+      else e.setAttribute(k === "className" ? "class" : k, attrs[k]);
+    });
+    (children || []).forEach(function (c) { if (c) e.appendChild(c); });
+    return e;
+  }
+
+  // The `n` UTC days ending today, oldest first, as YYYY-MM-DD.
+  function lastDays(n) {
+    var now = new Date(), today = Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate()), out = [];
+    for (var i = n - 1; i >= 0; i--) out.push(new Date(today - i * 86400000).toISOString().slice(0, 10));
+    return out;
+  }
+
+  // "2026-11-07" as "7 Nov".
+  function dayLabel(day) { return Number(day.slice(8, 10)) + " " + MONTHS[Number(day.slice(5, 7)) - 1]; }
+
+  // -- money as the API writes it ("0.4380", "-0.0120"): exact sums in micro-units
+
+  function micros(amount) {
+    var s = String(amount), neg = s.charAt(0) === "-";
+    var p = (neg ? s.slice(1) : s).split(".");
+    var m = Number(p[0]) * 1000000 + Number(((p[1] || "") + "000000").slice(0, 6));
+    return neg ? -m : m;
+  }
+
+  function decimalsOf(amount) {
+    var s = String(amount), i = s.indexOf(".");
+    return i < 0 ? 0 : Math.min(6, s.length - i - 1);
+  }
+
+  // The sum of amounts with as many decimals as the most precise of them (at least 2).
+  function sumAmounts(list) {
+    var total = 0, places = 2;
+    list.forEach(function (a) { total += micros(a); places = Math.max(places, decimalsOf(a)); });
+    var neg = total < 0, m = Math.abs(total), frac = String(m % 1000000);
+    while (frac.length < 6) frac = "0" + frac;
+    return (neg ? "-" : "") + Math.floor(m / 1000000) + "." + frac.slice(0, places);
+  }
+
+  // 2 of 3 as "66.7%" (one decimal, none when whole).
+  function percent(part, whole) { return Math.round(part * 1000 / whole) / 10 + "%"; }
+
+  function plural(n, one, many) { return n + " " + (n === 1 ? one : many); }
+
+  // Axis ticks from 0 past `max`: about `count` steps of 1, 2 or 5 times a power of ten (whole
+  // steps when `whole`), and the decimals their labels need.
+  function ticks(max, count, whole) {
+    var raw = max / count, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
+    var step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p;
+    if (whole) step = Math.max(1, Math.round(step));
+    var n = Math.max(1, Math.ceil(max / step - 1e-9)), values = [];
+    for (var i = 0; i <= n; i++) values.push(i * step);
+    return { values: values, top: n * step, places: step >= 1 ? 0 : Math.ceil(-Math.log10(step) - 1e-9) };
+  }
+
+  // An <svg> of `w` by `h` CSS pixels, its name and description from <title> and <desc>.
+  function chartSvg(id, w, h, title, desc, cls) {
+    return svg("svg", { viewBox: "0 0 " + w + " " + h, width: "100%", role: "img",
+      className: "chart-svg" + (cls ? " " + cls : ""), "aria-labelledby": id + "-title " + id + "-desc" },
+      [svg("title", { id: id + "-title", text: title }), svg("desc", { id: id + "-desc", text: desc })]);
+  }
+
+  // A bar per day, each split into `o.series` ([{key, cls, values: {day: number}, text: {day: label}}])
+  // stacked from the bottom; a day without any draws nothing. `o.dayTitle(day)` and
+  // `o.segTitle(series, day)` name a bar and a segment (their tooltips).
+  function dayBars(o) {
+    var W = Math.max(260, Math.round(o.width)), H = W < 560 ? 190 : 230;
+    var totals = o.days.map(function (d) {
+      return o.series.reduce(function (s, x) { return s + (x.values[d] || 0); }, 0);
+    });
+    var t = ticks(Math.max.apply(null, totals), 4, o.whole);
+    var labels = t.values.map(function (v) { return v.toFixed(t.places); });
+    var left = 12 + 7 * Math.max.apply(null, labels.map(function (l) { return l.length; }));
+    // Room on the right for today's label under the last bar (about 40 px wide).
+    var right = Math.max(6, Math.ceil(22 - (W - left) / o.days.length / 2)), top = 8, bottom = 24;
+    var pw = W - left - right, ph = H - top - bottom;
+    var slot = pw / o.days.length, bw = Math.max(2, slot * 0.72);
+    var y = function (v) { return top + ph - v / t.top * ph; };
+    var root = chartSvg(o.id, W, H, o.title, o.desc);
+    var axis = svg("g", { className: "axis" });
+    t.values.forEach(function (v, i) {
+      axis.appendChild(svg("line", { x1: left, x2: W - right, y1: y(v).toFixed(1), y2: y(v).toFixed(1),
+        className: i === 0 ? "base" : "grid" }));
+      axis.appendChild(svg("text", { x: left - 6, y: (y(v) + 4).toFixed(1), "text-anchor": "end", text: labels[i] }));
+    });
+    // A label every so many days, counted back from today's, at least 48 px apart.
+    var every = [1, 2, 3, 5, 7, 10, 15].filter(function (k) { return k * slot >= 48; })[0] || o.days.length;
+    o.days.forEach(function (d, i) {
+      if ((o.days.length - 1 - i) % every) return;
+      var x = left + (i + 0.5) * slot, anchor = "middle";
+      if (x + 22 > W) {
+        x = W - 1;
+        anchor = "end";
+      }
+      axis.appendChild(svg("text", { x: x.toFixed(1), y: H - 6, "text-anchor": anchor, text: dayLabel(d) }));
+    });
+    root.appendChild(axis);
+    var bars = svg("g", { className: "bars" });
+    o.days.forEach(function (d, i) {
+      if (!totals[i]) return;
+      var g = svg("g", { className: "day", "data-day": d }, [svg("title", { text: o.dayTitle(d) })]);
+      var x = (left + i * slot + (slot - bw) / 2).toFixed(2), base = 0;
+      o.series.forEach(function (s) {
+        var v = s.values[d] || 0;
+        if (!v) return;
+        g.appendChild(svg("rect", { x: x, y: y(base + v).toFixed(2), width: bw.toFixed(2),
+          height: (y(base) - y(base + v)).toFixed(2), className: "seg " + s.cls, "data-series": s.key,
+          "data-value": s.text ? s.text[d] : String(v) }, [svg("title", { text: o.segTitle(s, d) })]));
+        base += v;
+      });
+      bars.appendChild(g);
+    });
+    root.appendChild(bars);
+    return root;
+  }
+
+  // Delivered of accepted per channel (`rows`: [{channel, accepted, delivered}]) as horizontal bars.
+  function deliveryBars(o) {
+    var W = Math.max(260, Math.round(o.width)), rowH = 46, H = o.rows.length * rowH;
+    var root = chartSvg(o.id, W, H, o.title, o.desc);
+    o.rows.forEach(function (r, i) {
+      var y0 = i * rowH, g = svg("g", { className: "rate", "data-channel": r.channel });
+      var what = r.accepted ? percent(r.delivered, r.accepted) + " · " + r.delivered + " of " + r.accepted + " delivered" :
+        "nothing accepted";
+      g.appendChild(svg("title", { text: r.channel + ": " + what }));
+      g.appendChild(svg("text", { x: 0, y: y0 + 15, className: "name", text: r.channel }));
+      g.appendChild(svg("text", { x: W, y: y0 + 15, "text-anchor": "end", className: "value", text: what }));
+      g.appendChild(svg("rect", { x: 0, y: y0 + 22, width: W, height: 14, rx: 3, className: "track" }));
+      if (r.delivered) {
+        g.appendChild(svg("rect", { x: 0, y: y0 + 22, width: (W * r.delivered / r.accepted).toFixed(2), height: 14, rx: 3,
+          className: "seg s-" + r.channel }));
+      }
+      root.appendChild(g);
+    });
+    return root;
+  }
+
+  // An annular sector of the ring centred at (c, c), radii R and r, from angle a0 to a1 (radians,
+  // clockwise from 3 o'clock); a whole ring as two halves.
+  function sector(c, R, r, a0, a1) {
+    if (a1 - a0 > 2 * Math.PI - 1e-6) return sector(c, R, r, a0, a0 + Math.PI) + " " + sector(c, R, r, a0 + Math.PI, a1);
+    var large = a1 - a0 > Math.PI ? 1 : 0;
+    var p = function (rad, a) { return (c + rad * Math.cos(a)).toFixed(2) + " " + (c + rad * Math.sin(a)).toFixed(2); };
+    return "M" + p(R, a0) + " A" + R + " " + R + " 0 " + large + " 1 " + p(R, a1) + " L" + p(r, a1) +
+      " A" + r + " " + r + " 0 " + large + " 0 " + p(r, a0) + " Z";
+  }
+
+  // The fallback messages as a ring, a sector per winning channel, their number in the middle.
+  function fallbackRing(o) {
+    var root = chartSvg(o.id, 160, 160, o.title, o.desc, "ring");
+    var a = -Math.PI / 2;
+    o.parts.forEach(function (p) {
+      if (!p.n) return;
+      var a1 = a + 2 * Math.PI * p.n / o.total;
+      root.appendChild(svg("path", { d: sector(80, 76, 48, a, a1), className: "seg s-" + p.channel,
+        "data-channel": p.channel }, [svg("title", { text: p.channel + ": " + p.n + " of " + o.total + " (" +
+        percent(p.n, o.total) + ")" })]));
+      a = a1;
+    });
+    root.appendChild(svg("text", { x: 80, y: 82, "text-anchor": "middle", className: "big", text: String(o.total) }));
+    root.appendChild(svg("text", { x: 80, y: 102, "text-anchor": "middle", text: "fallback" }));
+    return root;
+  }
+
+  function legend(items) {
+    return el("ul", { className: "legend" }, items.map(function (it) {
+      return el("li", { "data-channel": it.channel }, [
+        el("span", { className: "sw s-" + it.channel, "aria-hidden": "true" }), el("span", { text: it.text })]);
+    }));
+  }
+
+  // A chart's box: its heading, where its picture goes, and what follows it.
+  function chartFigure(id, kind, title, after) {
+    return el("figure", { className: "chart", id: id, "data-chart": kind }, [
+      el("figcaption", null, [el("h3", { text: title })]), el("div", { className: "plot" })].concat(after || []));
+  }
+
+  // Reads the three groupings of the last 30 days from `path` and draws them into view `v`.
+  function loadUsage(v, path) {
+    var box = $(v.box), seq = ++v.seq, days = lastDays(USAGE_DAYS);
+    var range = { since: days[0] + "T00:00:00Z", until: days[days.length - 1] + "T00:00:00Z" };
+    v.data = null;
+    box.textContent = "";
+    box.setAttribute("data-state", "loading");
+    box.appendChild(el("p", { className: "muted", text: "Reading the usage..." }));
+    var read = function (by) {
+      return api("GET", path + "?" + q({ since: range.since, until: range.until, groupBy: by }));
+    };
+    Promise.all([read("day"), read("channel"), read("day,channel")]).then(function (res) {
+      if (seq !== v.seq) return;
+      box.textContent = "";
+      var bad = res.filter(function (r) { return r.status !== 200; })[0];
+      if (bad) {
+        box.setAttribute("data-state", "error");
+        box.appendChild(el("p", { className: "error", role: "alert", text: messageOf(bad) }));
+        return;
+      }
+      v.data = { days: days, byDay: res[0].body.data, byChannel: res[1].body.data, byDayChannel: res[2].body.data };
+      drawUsage(v);
+    });
+  }
+
+  function drawUsage(v) {
+    var box = $(v.box), d = v.data, id = v.box, days = d.days, last = days[days.length - 1];
+    var currency = d.byDay.currency, dayRows = d.byDay.rows, chRows = d.byChannel.rows, fb = d.byChannel.fallback;
+    var total = dayRows.reduce(function (s, r) { return s + r.messages; }, 0);
+    var cost = currency ? sumAmounts(dayRows.filter(function (r) { return r.cost; }).map(function (r) {
+      return r.cost.amount;
+    })) : null;
+    box.textContent = "";
+    box.appendChild(el("p", { className: "usage-summary" }, [el("strong", { text: plural(total, "message", "messages") }),
+      " from " + dayLabel(days[0]) + " to " + dayLabel(last) + " " + last.slice(0, 4) + " (UTC)",
+      currency ? el("span", null, [", costing ", el("strong", { text: cost + " " + currency })]) :
+        ", not priced (no rate card)",
+      "."]));
+    if (!dayRows.length) {
+      box.appendChild(el("p", { className: "empty usage-empty", text: "No messages in the last 30 days." }));
+      box.setAttribute("data-state", "ready");
+      return;
+    }
+    var used = CHANNELS.filter(function (ch) { return chRows.some(function (r) { return r.channel === ch; }); });
+    var charts = el("div", { className: "charts" });
+
+    // 1. Messages per day by channel.
+    charts.appendChild(chartFigure(id + "-daily", "daily", "Messages per day by channel", [
+      legend(used.map(function (ch) { return { channel: ch, text: ch }; })),
+      el("p", { className: "muted small note", text: "A message tried on more than one channel counts on each." })]));
+
+    // 2. Delivery rate by channel.
+    var accepted = chRows.some(function (r) { return r.accepted > 0; });
+    charts.appendChild(chartFigure(id + "-delivery", "delivery", "Delivery rate by channel", [accepted ?
+      el("p", { className: "muted small note",
+        text: "Delivered (or read) of the messages each channel accepted, as its provider reported them." }) :
+      el("p", { className: "empty", text: "No message accepted in the last 30 days." })]));
+
+    // 3. Fallback share, with the number and the savings as text.
+    var fbAfter;
+    if (!fb.messages) {
+      fbAfter = [el("p", { className: "empty", text: "No fallback message in the last 30 days." })];
+    } else {
+      var saved = fb.savings ? (fb.savings.amount.charAt(0) === "-" ?
+        "They cost " + fb.savings.amount.slice(1) + " " + fb.savings.currency + " more than SMS would have." :
+        "Saved " + fb.savings.amount + " " + fb.savings.currency + " against sending them by SMS.") :
+        "Savings not priced (no rate card).";
+      fbAfter = [el("div", { className: "fb-facts" }, [
+        el("p", { className: "fb-count" }, [
+          el("strong", { text: plural(fb.messages, "fallback message", "fallback messages") }),
+          ": sent with more than one channel and accepted on one."]),
+        legend(CHANNELS.map(function (ch) {
+          var n = fb.wonBy[ch] || 0;
+          return { channel: ch, text: ch + ": " + n + " (" + percent(n, fb.messages) + ")" };
+        })),
+        el("p", { className: "fb-savings", text: saved })])];
+    }
+    charts.appendChild(chartFigure(id + "-fallback", "fallback", "Fallback share by winning channel", fbAfter));
+
+    // 4. Cost per day.
+    var costAfter = !currency ? [el("p", { className: "empty", text: "Not priced: no rate card (PUT /admin/rates)." })] :
+      micros(cost) === 0 ? [el("p", { className: "empty", text: "No cost in the last 30 days." })] :
+      [el("p", { className: "cost-total" }, ["Total ", el("strong", { text: cost + " " + currency })])];
+    charts.appendChild(chartFigure(id + "-cost", "cost", "Cost per day" + (currency ? " (" + currency + ")" : ""),
+      costAfter));
+    box.appendChild(charts);
+
+    // The totals per channel.
+    box.appendChild(el("h3", { className: "totals-h", text: "Totals by channel" }));
+    var cols = [["Messages", "messages"], ["Accepted", "accepted"], ["Delivered", "delivered"], ["Read", "read"],
+      ["Failed", "failed"], ["Segments", "segments"]];
+    box.appendChild(el("div", { className: "table-wrap" }, [el("table", { className: "usage-totals" }, [
+      el("caption", { className: "sr-only", text: "Totals by channel, last 30 days" }),
+      el("thead", null, [el("tr", null, [el("th", { scope: "col", text: "Channel" })].concat(cols.map(function (c) {
+        return el("th", { scope: "col", className: "num", text: c[0] });
+      })).concat([el("th", { scope: "col", className: "num", text: "Cost" })]))]),
+      el("tbody", null, chRows.map(function (r) {
+        var cells = [el("td", { "data-label": "Channel" }, [channelBadge(r.channel)])];
+        cols.forEach(function (c) { cells.push(el("td", { "data-label": c[0], className: "num", text: String(r[c[1]]) })); });
+        cells.push(el("td", { "data-label": "Cost", className: "num",
+          text: r.cost ? r.cost.amount + " " + r.cost.currency : "not priced" }));
+        return el("tr", { "data-channel": r.channel }, cells);
+      }))])]));
+    drawPlots(v);
+    box.setAttribute("data-state", "ready");
+  }
+
+  // The width inside chart `kind`'s box, in CSS pixels.
+  function chartWidth(box, kind) {
+    var fig = box.querySelector("[data-chart=" + kind + "]"), cs = window.getComputedStyle(fig);
+    return Math.floor(fig.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight));
+  }
+
+  // Draws (again) the pictures of view `v` at the width of their boxes.
+  function drawPlots(v) {
+    var box = $(v.box), d = v.data, id = v.box, days = d.days, fb = d.byChannel.fallback, currency = d.byDay.currency;
+    var put = function (kind, node) {
+      var p = box.querySelector("[data-chart=" + kind + "] .plot");
+      p.textContent = "";
+      if (node) p.appendChild(node);
+      show(p, !!node);
+    };
+    v.width = chartWidth(box, "daily");
+
+    var perChannel = {}, perDay = {};
+    CHANNELS.forEach(function (ch) { perChannel[ch] = {}; });
+    d.byDayChannel.rows.forEach(function (r) { if (perChannel[r.channel]) perChannel[r.channel][r.day] = r.messages; });
+    d.byDay.rows.forEach(function (r) { perDay[r.day] = r; });
+    var series = CHANNELS.map(function (ch) { return { key: ch, cls: "s-" + ch, values: perChannel[ch] }; });
+    var busiest = null;
+    days.forEach(function (day) {
+      var n = CHANNELS.reduce(function (s, ch) { return s + (perChannel[ch][day] || 0); }, 0);
+      if (n && (!busiest || n > busiest.n)) busiest = { day: day, n: n };
+    });
+    put("daily", dayBars({ id: id + "-daily-svg", width: v.width, days: days, series: series, whole: true,
+      title: "Messages per day by channel, the last " + USAGE_DAYS + " days",
+      desc: "Stacked bars, one a day from " + dayLabel(days[0]) + " to " + dayLabel(days[days.length - 1]) + ": " +
+        series.map(function (s) {
+          return s.key + " " + Object.keys(s.values).reduce(function (t, k) { return t + s.values[k]; }, 0);
+        }).join(", ") + (busiest ? "; the busiest day " + dayLabel(busiest.day) + " with " + busiest.n + "." : "."),
+      dayTitle: function (day) {
+        return dayLabel(day) + ": " + plural(perDay[day] ? perDay[day].messages : 0, "message", "messages") + " (" +
+          CHANNELS.filter(function (ch) { return perChannel[ch][day]; }).map(function (ch) {
+            return ch + " " + perChannel[ch][day];
+          }).join(", ") + ")";
+      },
+      segTitle: function (s, day) { return dayLabel(day) + ", " + s.key + ": " + s.values[day]; } }));
+
+    var rows = d.byChannel.rows.filter(function (r) { return CHANNELS.indexOf(r.channel) >= 0; });
+    put("delivery", rows.some(function (r) { return r.accepted > 0; }) ? deliveryBars({ id: id + "-delivery-svg",
+      width: chartWidth(box, "delivery"), rows: rows, title: "Delivery rate by channel",
+      desc: rows.map(function (r) {
+        return r.channel + " " + (r.accepted ? percent(r.delivered, r.accepted) + " (" + r.delivered + " of " +
+          r.accepted + ")" : "nothing accepted");
+      }).join(", ") + "." }) : null);
+
+    put("fallback", fb.messages ? fallbackRing({ id: id + "-fallback-svg", total: fb.messages,
+      parts: CHANNELS.map(function (ch) { return { channel: ch, n: fb.wonBy[ch] || 0 }; }),
+      title: "Fallback share by winning channel",
+      desc: plural(fb.messages, "fallback message", "fallback messages") + ": " + CHANNELS.map(function (ch) {
+        return ch + " won " + (fb.wonBy[ch] || 0);
+      }).join(", ") + "." }) : null);
+
+    var costs = {}, text = {}, priced = false;
+    d.byDay.rows.forEach(function (r) {
+      if (!r.cost || micros(r.cost.amount) <= 0) return;
+      costs[r.day] = parseFloat(r.cost.amount); // placing a bar only; what is shown is the API's text
+      text[r.day] = r.cost.amount;
+      priced = true;
+    });
+    put("cost", currency && priced ? dayBars({ id: id + "-cost-svg", width: chartWidth(box, "cost"), days: days,
+      series: [{ key: "cost", cls: "cost", values: costs, text: text }], whole: false,
+      title: "Cost per day in " + currency + ", the last " + USAGE_DAYS + " days",
+      desc: "A bar a day: " + Object.keys(text).sort().map(function (day) {
+        return dayLabel(day) + " " + text[day];
+      }).join(", ") + " " + currency + ".",
+      dayTitle: function (day) { return dayLabel(day) + ": " + text[day] + " " + currency; },
+      segTitle: function (s, day) { return dayLabel(day) + ": " + text[day] + " " + currency; } }) : null);
+  }
+
+  function openUsage() {
+    markView("usage");
+    status("");
+    show($("tenants"), false);
+    show($("tenant"), false);
+    show($("usage"), true);
+    state.tenant = null;
+    loadUsage(usageViews.all, "/admin/usage");
+  }
+
+  function markView(name) {
+    document.querySelectorAll(".view").forEach(function (b) {
+      b.setAttribute("aria-pressed", b.getAttribute("data-view") === name ? "true" : "false");
+    });
+  }
+
+  // A new width: the pictures shown are drawn again for it (once a frame at most).
+  var usageFrame = 0;
+  function onResize() {
+    if (usageFrame) return;
+    usageFrame = window.requestAnimationFrame(function () {
+      usageFrame = 0;
+      Object.keys(usageViews).forEach(function (k) {
+        var v = usageViews[k], box = $(v.box);
+        if (v.data && box.offsetParent !== null && box.querySelector("[data-chart=daily]") &&
+            chartWidth(box, "daily") !== v.width) drawPlots(v);
+      });
+    });
+  }
+
   // ---- wiring -----------------------------------------------------------------------------------------
 
   function init() {
@@ -1143,6 +1558,13 @@
     $("tenant-more").addEventListener("click", function () { loadTenants(true); });
     $("create-form").addEventListener("submit", onCreate);
     $("tenant-back").addEventListener("click", openTenants);
+    document.querySelectorAll(".view").forEach(function (b) {
+      b.addEventListener("click", function () {
+        if (b.getAttribute("data-view") === "usage") openUsage();
+        else openTenants();
+      });
+    });
+    window.addEventListener("resize", onResize);
     document.querySelectorAll(".tab").forEach(function (b) {
       b.addEventListener("click", function () { selectTab(b.getAttribute("data-tab")); });
     });
