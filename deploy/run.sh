@@ -116,6 +116,16 @@ if [[ -n "$sim_pid" ]]; then
       {"type":"BUTTONS","buttons":[{"type":"OTP","otp_type":"COPY_CODE","text":"Copy code"}]}]}]}'
 fi
 
+# --- A global rate card (API.md §22): what each accepted attempt costs, shown on the answers,
+# in the logs and in the usage at the end. Every worker reads a new card with its consent copy,
+# once a second: the demo gives them that second before its first send -------------------------
+curl -fsS -o /dev/null -X PUT -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
+  "$BASE/admin/rates" -d '{"currency":"USD","rates":[{"channel":"whatsapp_qr","prefix":"","price":"0"},
+   {"channel":"whatsapp_meta","prefix":"","price":"0.0140"},
+   {"channel":"whatsapp_meta","prefix":"","price":"0.0080","category":"utility"},
+   {"channel":"sms","prefix":"","price":"0.0500"},{"channel":"sms","prefix":"+62","price":"0.0450"}]}'
+sleep 1.5
+
 # --- A demo tenant (unified API enabled) and its token -----------------------------------------
 # Its inbound SMS number is fresh each run: inbound messages go to the oldest tenant that has the
 # number (docs/inbound.md), and earlier runs' demo tenants stay in .omnigate's database.
@@ -287,6 +297,11 @@ if [[ -n "$sim_pid" ]]; then
   echo "    -d '{\"to\":\"$STOP_TO\",\"text\":\"Last chance: 20% off\"}' $BASE/api/sms/send"
   echo "$R" | show
 fi
+# --- Usage (API.md §22): what the demo tenant sent today, by channel, what it cost and what
+# fallback saved (queued messages still in flight count once they end) ------------------------
+echo
+echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/usage?groupBy=channel'"
+curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/usage?groupBy=channel" | show
 echo
 echo "run.sh: omnigate is running on $BASE (pid $pid); its log (JSON lines): .omnigate/omnigate.log"
 echo "run.sh: press Ctrl-C to stop"
