@@ -309,9 +309,14 @@ def test_missing_whatsapp_template_setting_is_422(gw):
 ])
 def test_template_checks_before_anything_is_written(gw, catalogue, code):
     """otp.whatsappTemplate must be in the catalogue of the Meta number's WABA, APPROVED, with
-    exactly one body parameter: else 422 (field channels) with nothing written or sent."""
+    exactly one body parameter: else 422 (field channels) with nothing written or sent. A worker
+    may hold the entry it read before the sync for up to OG_TPL_CACHE_MS (catalogue.h: a change
+    reaches every worker within 2 s), so the refusal is awaited on other numbers first."""
     load(gw.sim, catalogue)
     assert sync(gw) == 1
+    probes = iter(range(100, 200))
+    assert wait_for(lambda: post(gw, SEND, {"to": number(next(probes)), "channels": ["whatsapp_meta", "sms"]}).status
+                    == 422, 3)
     to = number(12)
     j = assert_error(post(gw, SEND, {"to": to, "channels": ["whatsapp_meta", "sms"]}), 422, code, "channels")
     assert "settings.otp.whatsappTemplate" in j["message"]
