@@ -209,7 +209,7 @@ static void test_cost_price(void **state)
     og_jw_t w;
     og_jw_init(&w, 0);
     og_jw_object(&w);
-    og_cost_write(&w, &cost);
+    og_cost_write(&w, "cost", &cost);
     og_jw_object_end(&w);
     char *text = og_jw_finish(&w, NULL);
     assert_string_equal(text, "{\"cost\":{\"amount\":\"0.045125\",\"currency\":\"EUR\"}}");

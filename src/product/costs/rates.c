@@ -270,6 +270,19 @@ bool og_cost_sms_equivalent(const og_rate_card_t *global, const json_t *settings
     return og_cost_price(global, settings, OG_CH_SMS, to, OG_CAT_NONE, (int)info.segments, out);
 }
 
+const char *og_cost_param_micros(const og_cost_t *c, bool sent, char buf[OG_COST_PARAM])
+{
+    if (!sent || !c->currency[0])
+        return NULL;
+    snprintf(buf, OG_COST_PARAM, "%lld", (long long)c->micros);
+    return buf;
+}
+
+const char *og_cost_param_currency(const og_cost_t *c, bool sent)
+{
+    return sent && c->currency[0] ? c->currency : NULL;
+}
+
 json_t *og_cost_json(const og_cost_t *cost)
 {
     if (cost == NULL || !cost->currency[0])
@@ -279,9 +292,9 @@ json_t *og_cost_json(const og_cost_t *cost)
     return json_pack("{s:s,s:s}", "amount", amount, "currency", cost->currency);
 }
 
-void og_cost_write(og_jw_t *w, const og_cost_t *cost)
+void og_cost_write(og_jw_t *w, const char *key, const og_cost_t *cost)
 {
-    og_jw_key(w, "cost");
+    og_jw_key(w, key);
     if (cost == NULL || !cost->currency[0]) {
         og_jw_null(w);
         return;

@@ -129,20 +129,13 @@ static int channel_index(const char *ch)
     return -1; /* '': a day's messages */
 }
 
-/* An amount, or null without a currency. */
+/* An amount in `currency` (NULL: none, the amount null), as og_cost_write writes it. */
 static void write_money(og_jw_t *w, const char *key, long long micros, const char *currency)
 {
-    og_jw_key(w, key);
-    if (currency == NULL) {
-        og_jw_null(w);
-        return;
-    }
-    char amount[OG_PRICE_TEXT];
-    og_price_format(micros, amount);
-    og_jw_object(w);
-    og_jw_kstring(w, "amount", amount);
-    og_jw_kstring(w, "currency", currency);
-    og_jw_object_end(w);
+    og_cost_t c = {.micros = micros};
+    if (currency != NULL)
+        snprintf(c.currency, sizeof(c.currency), "%s", currency);
+    og_cost_write(w, key, &c);
 }
 
 static void write_row(og_jw_t *w, const char *day, const char *channel, const long long *c,

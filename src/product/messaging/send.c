@@ -98,7 +98,7 @@ typedef struct send_ctx {
     og_cost_t cost[OG_ENGINE_MAX];
     og_cost_t sms_equiv[OG_ENGINE_MAX]; /* a WhatsApp one's text by SMS (savings) */
     int priced;
-    char cost_s[24]; /* the sms attempt's, as its SMS record's parameter */
+    char cost_s[OG_COST_PARAM]; /* the sms attempt's, as its SMS record's parameter */
 
     og_idem_t idem;
 
@@ -589,7 +589,7 @@ static void write_attempt(og_jw_t *w, const og_attempt_result_t *r, og_channel_t
             og_jw_key(w, "error");
             og_provider_write_error(w, r);
         }
-        og_cost_write(w, r->sent ? cost : NULL);
+        og_cost_write(w, "cost", r->sent ? cost : NULL);
     }
     og_jw_object_end(w);
 }
@@ -700,7 +700,6 @@ static bool build_answer(send_ctx_t *c, const og_engine_t *e)
 static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attempt_result_t *r, int k)
 {
     snprintf(c->segments_s, sizeof(c->segments_s), "%d", (int)c->sms.segments);
-    snprintf(c->cost_s, sizeof(c->cost_s), "%lld", (long long)c->cost[k].micros);
     c->sms_status = r->sent ? "sent" : "failed";
     c->sms_provider_id = r->sent ? r->provider_message_id : NULL;
     if (!r->sent) {
@@ -721,8 +720,8 @@ static int sms_record_stmt(send_ctx_t *c, og_db_op_t *op, int n, const og_attemp
                                          .status = c->sms_status,
                                          .provider_id = c->sms_provider_id,
                                          .error = c->sms_error_text,
-                                         .cost_micros = c->cost[k].currency[0] ? c->cost_s : NULL,
-                                         .currency = c->cost[k].currency[0] ? c->cost[k].currency : NULL});
+                                         .cost_micros = og_cost_param_micros(&c->cost[k], r->sent, c->cost_s),
+                                         .currency = og_cost_param_currency(&c->cost[k], r->sent)});
     return 1;
 }
 

@@ -200,17 +200,16 @@ void og_smsreq_price(og_smsreq_t *c, bool sent)
     if (sent)
         og_cost_price(og_consent_rates(c->gw->consent), c->auth.tenant->settings, OG_CH_SMS, c->to,
                       OG_CAT_NONE, (int)c->sms.segments, &c->cost);
-    snprintf(c->cost_s, sizeof(c->cost_s), "%lld", (long long)c->cost.micros);
 }
 
-const char *og_smsreq_cost_micros(const og_smsreq_t *c)
+const char *og_smsreq_cost_micros(og_smsreq_t *c)
 {
-    return c->cost.currency[0] ? c->cost_s : NULL;
+    return og_cost_param_micros(&c->cost, true, c->cost_s);
 }
 
 const char *og_smsreq_cost_currency(const og_smsreq_t *c)
 {
-    return c->cost.currency[0] ? c->cost.currency : NULL;
+    return og_cost_param_currency(&c->cost, true);
 }
 
 /* ---- the steps every kind runs ------------------------------------------------------------- */

@@ -23,23 +23,17 @@ static void price(og_stored_attempt_t *a)
 
 const char *og_stored_sms_equiv_micros(og_stored_attempt_t *a, bool sent)
 {
-    if (!sent || !a->sms_equiv.currency[0])
-        return NULL;
-    snprintf(a->sms_equiv_s, sizeof(a->sms_equiv_s), "%lld", (long long)a->sms_equiv.micros);
-    return a->sms_equiv_s;
+    return og_cost_param_micros(&a->sms_equiv, sent, a->sms_equiv_s);
 }
 
 const char *og_stored_cost_micros(og_stored_attempt_t *a, bool sent)
 {
-    if (!sent || !a->cost.currency[0])
-        return NULL;
-    snprintf(a->cost_s, sizeof(a->cost_s), "%lld", (long long)a->cost.micros);
-    return a->cost_s;
+    return og_cost_param_micros(&a->cost, sent, a->cost_s);
 }
 
 const char *og_stored_cost_currency(const og_stored_attempt_t *a, bool sent)
 {
-    return sent && a->cost.currency[0] ? a->cost.currency : NULL;
+    return og_cost_param_currency(&a->cost, sent);
 }
 
 void og_stored_params(og_stored_attempt_t *a)

@@ -109,11 +109,17 @@ bool og_cost_price(const og_rate_card_t *global, const json_t *settings, og_chan
 bool og_cost_sms_equivalent(const og_rate_card_t *global, const json_t *settings, const char *to,
                             const char *text, og_cost_t *out);
 
+/* A cost as the completion writes' parameters (sql/023): its millionths written into `buf`,
+ * and its currency; NULL (each) when not `sent` or without a rate. */
+#define OG_COST_PARAM 24
+const char *og_cost_param_micros(const og_cost_t *c, bool sent, char buf[OG_COST_PARAM]);
+const char *og_cost_param_currency(const og_cost_t *c, bool sent);
+
 struct og_jw;
 
-/* Writes the key "cost": {"amount", "currency"} as an answer shows it (the logs' og_cost_json,
- * sql/023, writes the same), or null when `cost` is NULL or has no currency. */
-void og_cost_write(struct og_jw *w, const og_cost_t *cost);
+/* Writes `key` ("cost", "savings") with {"amount", "currency"} as an answer shows it (the logs'
+ * og_cost_json, sql/023, writes the same), or null when `cost` is NULL or has no currency. */
+void og_cost_write(struct og_jw *w, const char *key, const og_cost_t *cost);
 
 /* The same as a JSON value (a new reference): the object, or null. */
 json_t *og_cost_json(const og_cost_t *cost);

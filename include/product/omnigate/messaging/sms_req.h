@@ -74,8 +74,8 @@ typedef struct og_smsreq {
     char *logged_text; /* what the SMS record keeps (code masked) */
     char segments_s[8];
     char *error_text;
-    og_cost_t cost;  /* what the SMS cost, once sent (og_smsreq_price) */
-    char cost_s[24]; /* cost.micros, for its record */
+    og_cost_t cost;             /* what the SMS cost, once sent (og_smsreq_price) */
+    char cost_s[OG_COST_PARAM]; /* cost.micros, for its record */
 
     /* OTP */
     int length;
@@ -143,7 +143,7 @@ bool og_smsreq_text_segments(og_smsreq_t *c, const char *field, og_err_t *err);
 /* Prices c's SMS (API.md §22) when `sent`: c->cost and c->cost_s; the record's parameters are
  * then og_smsreq_cost_micros(c) and og_smsreq_cost_currency(c) (NULL without a cost). */
 void og_smsreq_price(og_smsreq_t *c, bool sent);
-const char *og_smsreq_cost_micros(const og_smsreq_t *c);
+const char *og_smsreq_cost_micros(og_smsreq_t *c);
 const char *og_smsreq_cost_currency(const og_smsreq_t *c);
 
 /* Claims the Idempotency-Key (if any) for the longest c's attempts can take, then runs the kind's

@@ -39,7 +39,8 @@ typedef struct og_stored_attempt {
     og_cost_t cost;      /* what the attempt costs if its provider accepts it (API.md §22) */
     og_cost_t sms_equiv; /* a WhatsApp attempt's text by SMS (savings) */
     /* SQL parameters that must outlive the op */
-    char seq_s[12], latency_s[24], http_s[12], segments_s[12], cost_s[24], sms_equiv_s[24];
+    char seq_s[12], latency_s[24], http_s[12], segments_s[12], cost_s[OG_COST_PARAM],
+        sms_equiv_s[OG_COST_PARAM];
     char *sms_error_text;
 } og_stored_attempt_t;
 
