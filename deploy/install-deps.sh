@@ -9,6 +9,8 @@ PACKAGES=(
   build-essential meson ninja-build pkg-config
   libuv1-dev node-llhttp libpq-dev libcurl4-openssl-dev libjansson-dev libssl-dev
   libcmocka-dev python3-pytest
+  # The simulator's WAHA QR code (test/sim/qrpng.c): the QR symbol and its PNG.
+  libqrencode-dev libpng-dev
   # test_openapi.py and the OpenAPI check of every e2e response (test/e2e/oacheck.py); npm
   # installs the official OpenAPI 3.1 schema (install_npm below).
   python3-jsonschema

@@ -13,9 +13,16 @@
  * /__sim/callbacks) and counted (GET /__sim/stats). A draining worker drops whatever has not
  * been delivered yet.
  *
- * A run may also carry one ready-made body instead of a script: Meta's template status webhook
- * (message_template_status_update), which is about a template, not a message, and goes out once,
- * at once, with the same signature, retries and records.
+ * A run may also carry one ready-made body instead of a script, posted once, at once, to a URL and
+ * signed with a key of its own, with the same retries and records: Meta's template status webhook
+ * (message_template_status_update), which is about a template, not a message, and WAHA's
+ * session.status events (sessions.c), which go to the webhooks of the session's config, each signed
+ * with its own hmac key. Those are ordered: a session's events to one URL go out one at a time, in
+ * the order they happened, each once the one before was delivered or given up (a run of such a queue
+ * takes the events that come while it is under way).
+ *
+ * The outbound client exists whether or not there is a callback URL (session webhooks need no
+ * callback URL); without one, no status callback is scripted and no template webhook is sent.
  *
  * The signing, the request set-up and the records are shared with inbound.c (sim.h), whose
  * inbound messages are one POST each on this same client, counted and recorded as tries here.
@@ -107,7 +114,7 @@ static const char *const user_agents[SIM_CH__COUNT] = {
 struct sim_cbs {
     sim_t *s;
     og_hc_t *hc; /* NULL once og_hc_close has been called */
-    char *url;   /* the callback URL, without trailing slashes */
+    char *url;   /* the callback URL, without trailing slashes; NULL without --callback-url */
     bool draining;
     bool hc_closed;
     void (*closed)(sim_t *s); /* set by sim_cb_stop: called once hc has closed */
@@ -126,7 +133,13 @@ struct sim_cbs {
     size_t head, count;
 };
 
-/* The callbacks of one accepted message, or one template status webhook (`ready`). Freed in the close
+/* A ready body waiting behind the one a run is sending (run_ready: ordered). */
+typedef struct ready_item {
+    struct ready_item *next;
+    char *body, *key;
+} ready_item_t;
+
+/* The callbacks of one accepted message, or one ready-made webhook (`ready`). Freed in the close
  * callback of `timer` (once begun) or by run_free (never begun); never while `hreq` is in flight. */
 struct sim_cb_run {
     uv_timer_t timer; /* the pause before the next try */
@@ -143,8 +156,13 @@ struct sim_cb_run {
     int64_t sent_at;
     og_http_req_t *held; /* before_answer: the send whose answer waits */
     sim_answer_t held_ans;
-    char *url;   /* where every callback of this run goes (malloc'd) */
-    char *ready; /* NULL, or the run's only callback body, built when the run was made (malloc'd) */
+    char *url;    /* where every callback of this run goes (malloc'd) */
+    char *ready;  /* NULL, or the run's only callback body, built when the run was made (malloc'd) */
+    char *key;    /* with own_key, the signing key (malloc'd; NULL: sent unsigned) */
+    bool own_key; /* signed with `key`, not with the provider's secret of the configuration */
+    char *queue;  /* an ordered ready run: its queue's name (malloc'd), else NULL */
+    ready_item_t *qhead, *qtail; /* the bodies waiting behind `ready`, oldest first */
+    unsigned nqueued;
     char conversation[33];
     const char *id, *to, *from, *account, *service; /* in `strings`; "" when absent */
     char strings[];
@@ -233,18 +251,17 @@ const char *sim_cb_secret(const sim_t *s, sim_channel_t ch)
 
 int sim_cb_start(sim_t *s, const char *url)
 {
-    if (url == NULL || url[0] == '\0')
-        return 0;
     sim_cbs_t *cbs = calloc(1, sizeof(*cbs));
     if (cbs == NULL)
         return -1;
     cbs->s = s;
-    size_t len = strlen(url);
+    size_t len = url != NULL ? strlen(url) : 0;
     while (len > 0 && url[len - 1] == '/')
         len--;
-    cbs->url = strndup(url, len);
+    cbs->url = len > 0 ? strndup(url, len) : NULL;
     cbs->ring = calloc(CB_RECORDS_MAX, sizeof(*cbs->ring));
-    cbs->hc = cbs->url != NULL && cbs->ring != NULL ? og_hc_new(&s->w->loop, &s->w->log) : NULL;
+    bool ok = (len == 0 || cbs->url != NULL) && cbs->ring != NULL;
+    cbs->hc = ok ? og_hc_new(&s->w->loop, &s->w->log) : NULL;
     if (cbs->hc == NULL) {
         free(cbs->ring);
         free(cbs->url);
@@ -252,6 +269,8 @@ int sim_cb_start(sim_t *s, const char *url)
         return -1;
     }
     s->cbs = cbs;
+    if (cbs->url == NULL)
+        return 0;
     char esc[512];
     og_log(&s->w->log, OG_LOG_INFO, "callbacks on",
            "\"url\":\"%s\",\"metaSigned\":%s,\"wahaSigned\":%s,\"twilioSigned\":%s",
@@ -266,13 +285,23 @@ static void run_free(sim_cb_run_t *run)
     free(run->held_ans.body);
     free(run->url);
     free(run->ready);
+    free(run->key);
+    free(run->queue);
+    while (run->qhead != NULL) {
+        ready_item_t *q = run->qhead;
+        run->qhead = q->next;
+        free(q->body);
+        free(q->key);
+        free(q);
+    }
     free(run);
 }
 
-/* How many callbacks the run sends in all: its script's, or its one ready body. */
+/* How many callbacks the run sends in all: its script's, or its ready body and those queued behind it
+ * (a ready run's step stays 0: each body it takes from its queue becomes its one step again). */
 static unsigned run_steps(const sim_cb_run_t *run)
 {
-    return run->ready != NULL ? 1 : scripts[run->script].n;
+    return run->ready != NULL ? 1 + run->nqueued : scripts[run->script].n;
 }
 
 static void run_closed(uv_handle_t *h)
@@ -468,14 +497,17 @@ static bool meta_request(og_hc_req_t *r, const sim_cb_run_t *run, cb_status_t st
     return sim_json_body(r, v) && sim_sign_meta(r, secret);
 }
 
-/* A run's ready body (only Meta's template webhook has one), the same bytes on every try. */
-static bool ready_request(og_hc_req_t *r, const sim_cb_run_t *run, const char *secret)
+static bool sim_sign_for(sim_channel_t ch, og_hc_req_t *r, const char *key);
+
+/* A run's ready body (Meta's template webhook, WAHA's session events), the same bytes on every try,
+ * signed as its provider signs with the run's own key. */
+static bool ready_request(og_hc_req_t *r, const sim_cb_run_t *run)
 {
     r->body = strdup(run->ready);
     if (r->body == NULL)
         return false;
     r->body_len = strlen(r->body);
-    return og_hc_req_add_header(r, "Content-Type: application/json") && sim_sign_meta(r, secret);
+    return og_hc_req_add_header(r, "Content-Type: application/json") && sim_sign_for(run->ch, r, run->key);
 }
 
 bool sim_sign_waha(og_hc_req_t *r, const char *secret)
@@ -484,6 +516,12 @@ bool sim_sign_waha(og_hc_req_t *r, const char *secret)
     return secret == NULL || (hmac_hex(EVP_sha512(), secret, r->body, r->body_len, hex) &&
                               og_hc_req_add_header(r, "X-Webhook-Hmac: %s", hex) &&
                               og_hc_req_add_header(r, "X-Webhook-Hmac-Algorithm: sha512"));
+}
+
+/* A ready body is signed as its provider signs: WAHA's way or Meta's (Twilio sends none). */
+static bool sim_sign_for(sim_channel_t ch, og_hc_req_t *r, const char *key)
+{
+    return ch == SIM_CH_QR ? sim_sign_waha(r, key) : sim_sign_meta(r, key);
 }
 
 void sim_waha_event_id(sim_t *s, char out[SIM_WAHA_EVENT_ID_SIZE])
@@ -612,9 +650,9 @@ static bool build_request(sim_cb_run_t *run)
     og_hc_req_t *r = &run->hreq;
     if (!sim_cb_request_init(r, run->ch, run->url, on_try_done))
         return false;
-    const char *secret = sim_cb_secret(cbs->s, run->ch);
     if (run->ready != NULL)
-        return ready_request(r, run, secret);
+        return ready_request(r, run);
+    const char *secret = run->own_key ? run->key : sim_cb_secret(cbs->s, run->ch);
     cb_status_t st = scripts[run->script].steps[run->step];
     switch (run->ch) {
     case SIM_CH_META:
@@ -730,6 +768,21 @@ static void on_try_done(og_hc_req_t *r)
     cbs->pending--;
     og_hc_req_clear(r);
     run->tries = 0;
+    if (run->qhead != NULL) {
+        /* The next body of an ordered queue: sent now, as the run's one step. */
+        ready_item_t *q = run->qhead;
+        run->qhead = q->next;
+        if (run->qhead == NULL)
+            run->qtail = NULL;
+        run->nqueued--;
+        free(run->ready);
+        free(run->key);
+        run->ready = q->body;
+        run->key = q->key;
+        free(q);
+        uv_timer_start(&run->timer, on_timer, 0, 0);
+        return;
+    }
     if (++run->step == steps) {
         run_end(run);
         return;
@@ -748,8 +801,10 @@ static const char *put(char **p, const char *s)
     return start;
 }
 
-/* A run about `msg` on `ch`, with no script yet, not begun: freed by run_free until it is. */
-static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg)
+/* A run about `msg` on `ch`, with no script yet, not begun: freed by run_free until it is. Its
+ * callbacks go to `url`, or when NULL to the callback URL's webhook of the provider (Twilio: the
+ * send's StatusCallback first). */
+static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg, const char *url)
 {
     sim_cbs_t *cbs = s->cbs;
     const char *parts[] = {msg->id, msg->to, msg->from, msg->account, msg->service};
@@ -768,7 +823,11 @@ static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg)
     run->account = put(&p, msg->account);
     run->service = put(&p, msg->service);
     sim_rand_chars(s, run->conversation, 32, "0123456789abcdef");
-    if (ch == SIM_CH_SMS && msg->status_callback != NULL && msg->status_callback[0] != '\0') {
+    if (url == NULL)
+        url = msg->url;
+    if (url != NULL) {
+        run->url = strdup(url);
+    } else if (ch == SIM_CH_SMS && msg->status_callback != NULL && msg->status_callback[0] != '\0') {
         run->url = strdup(msg->status_callback);
     } else {
         size_t n = strlen(cbs->url) + sizeof("/webhooks/") + strlen(providers[ch]);
@@ -776,7 +835,13 @@ static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg)
         if (run->url != NULL)
             snprintf(run->url, n, "%s/webhooks/%s", cbs->url, providers[ch]);
     }
-    if (run->url == NULL) {
+    if (msg->url != NULL) {
+        run->own_key = true;
+        run->key = msg->key != NULL ? strdup(msg->key) : NULL;
+    }
+    if (run->url == NULL || (msg->key != NULL && run->key == NULL)) {
+        free(run->url);
+        free(run->key);
         free(run);
         return NULL;
     }
@@ -786,10 +851,10 @@ static sim_cb_run_t *run_new(sim_t *s, sim_channel_t ch, const sim_msg_t *msg)
 sim_cb_run_t *sim_cb_prepare(sim_t *s, sim_channel_t ch, const sim_plan_t *plan, const sim_msg_t *msg)
 {
     sim_cbs_t *cbs = s->cbs;
-    if (cbs == NULL || cbs->draining || plan->script == SIM_SCRIPT_NONE ||
-        (unsigned)plan->script >= SIM_SCRIPT__COUNT)
+    if (cbs == NULL || (cbs->url == NULL && msg->url == NULL) || cbs->draining ||
+        plan->script == SIM_SCRIPT_NONE || (unsigned)plan->script >= SIM_SCRIPT__COUNT)
         return NULL;
-    sim_cb_run_t *run = run_new(s, ch, msg);
+    sim_cb_run_t *run = run_new(s, ch, msg, NULL);
     if (run != NULL) {
         run->script = plan->script;
         run->delay_ms = plan->callback_delay_ms;
@@ -836,17 +901,71 @@ static char *template_status_body(const sim_template_event_t *ev)
     return body;
 }
 
-bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev)
+/* Queues `body` behind the ordered run named `queue` when one is under way. */
+static bool run_enqueue(sim_cbs_t *cbs, const char *queue, const char *key, char *body)
+{
+    sim_cb_run_t *run = NULL;
+    for (size_t i = 0; i < cbs->nruns && run == NULL; i++)
+        if (cbs->runs[i]->queue != NULL && strcmp(cbs->runs[i]->queue, queue) == 0)
+            run = cbs->runs[i];
+    ready_item_t *q = run != NULL ? calloc(1, sizeof(*q)) : NULL;
+    if (q == NULL)
+        return false;
+    q->key = key != NULL ? strdup(key) : NULL;
+    if (key != NULL && q->key == NULL) {
+        free(q);
+        return false;
+    }
+    q->body = body;
+    if (run->qtail != NULL)
+        run->qtail->next = q;
+    else
+        run->qhead = q;
+    run->qtail = q;
+    run->nqueued++;
+    cbs->pending++;
+    return true;
+}
+
+/* Begins a run of one ready body (taking `body`, malloc'd) signed with `key` (NULL: unsigned): its
+ * POST goes out at once, or, `ordered`, after those of the same URL and record id still under way.
+ * False, having freed it, when it cannot be begun. */
+static bool run_ready(sim_t *s, sim_channel_t ch, const char *url, const char *key, const char *record_id,
+                      char *body, bool ordered)
 {
     sim_cbs_t *cbs = s->cbs;
-    if (cbs == NULL || cbs->draining)
+    char *queue = NULL;
+    if (body == NULL || cbs == NULL || cbs->draining) {
+        free(body);
         return false;
-    sim_cb_run_t *run = run_new(s, SIM_CH_META, &(sim_msg_t){.id = ev->template_id});
-    if (run == NULL)
+    }
+    if (ordered) {
+        /* A queue is one record id (a session) to one URL: "<id> <url>", unambiguous as a URL has no
+         * space. */
+        size_t n = strlen(record_id) + 1 + strlen(url ? url : "") + 1;
+        queue = malloc(n);
+        if (queue == NULL) {
+            free(body);
+            return false;
+        }
+        snprintf(queue, n, "%s %s", record_id, url ? url : "");
+        if (run_enqueue(cbs, queue, key, body)) {
+            free(queue);
+            return true;
+        }
+    }
+    sim_cb_run_t *run = run_new(s, ch, &(sim_msg_t){.id = record_id}, url);
+    if (run == NULL) {
+        free(queue);
+        free(body);
         return false;
+    }
     run->script = SIM_SCRIPT_NONE;
-    run->ready = template_status_body(ev);
-    if (run->ready == NULL || !run_track(cbs, run)) {
+    run->ready = body;
+    run->queue = queue;
+    run->own_key = true;
+    run->key = key != NULL ? strdup(key) : NULL;
+    if ((key != NULL && run->key == NULL) || !run_track(cbs, run)) {
         run_free(run);
         return false;
     }
@@ -854,6 +973,22 @@ bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev)
     cbs->pending += run_steps(run);
     uv_timer_start(&run->timer, on_timer, 0, 0);
     return true;
+}
+
+bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev)
+{
+    if (s->cbs == NULL || s->cbs->url == NULL || s->cbs->draining)
+        return false;
+    return run_ready(s, SIM_CH_META, NULL, sim_cb_secret(s, SIM_CH_META), ev->template_id,
+                     template_status_body(ev), false);
+}
+
+bool sim_cb_post(sim_t *s, sim_channel_t ch, const char *url, const char *key, const char *record_id,
+                 json_t *body)
+{
+    char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    return run_ready(s, ch, url, key, record_id, text, true);
 }
 
 /* ---- one-off POSTs (inbound.c) ------------------------------------------------------------ */

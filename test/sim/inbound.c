@@ -39,10 +39,7 @@
 #define INBOUND_PROFILE_NAME "Sim Customer"
 /* The AccountSid Twilio's webhook carries when OMNIGATE_SMS_ACCOUNT_SID is unset. */
 #define INBOUND_TWILIO_ACCOUNT "AC5ef8732a3c49700934481addd5ce1659"
-/* What WAHA's envelope says about itself (devlikeapro/waha src/version.ts, WEBJS engine). */
-#define WAHA_VERSION "2024.10.8"
-#define WAHA_ENGINE  "WEBJS"
-#define WAHA_BROWSER "/usr/bin/chromium"
+/* The pushName of the session's own number in WAHA's envelope. */
 #define WAHA_ME_NAME "Omnigate Sim"
 
 #define DIGITS "0123456789"
@@ -311,12 +308,11 @@ static bool waha_request(sim_t *s, og_hc_req_t *r, const inbound_msg_t *m, const
     json_t *me_info = to != NULL ? json_pack("{s:s, s:s}", "id", me, "pushName", WAHA_ME_NAME) : NULL;
     json_t *v =
         json_pack("{s:s, s:I, s:s, s:s, s:o*, s:{s:s, s:I, s:s, s:b, s:s*, s:s, s:b, s:i, s:s, s:[]}, "
-                  "s:s, s:{s:s, s:s, s:s, s:s}}",
+                  "s:s, s:o}",
                   "id", evt, "timestamp", (json_int_t)sim_now_ms(), "event", "message", "session", m->session,
                   "me", me_info, "payload", "id", id, "timestamp", (json_int_t)m->timestamp, "from", from,
                   "fromMe", 0, "to", to, "body", m->text, "hasMedia", 0, "ack", 1, "ackName", "SERVER",
-                  "vCards", "engine", WAHA_ENGINE, "environment", "version", WAHA_VERSION, "engine",
-                  WAHA_ENGINE, "tier", "CORE", "browser", WAHA_BROWSER);
+                  "vCards", "engine", SIM_WAHA_ENGINE, "environment", sim_waha_environment());
     return sim_json_body(r, v);
 }
 
@@ -374,24 +370,37 @@ static void inbound_id(sim_t *s, const inbound_msg_t *m, char out[INBOUND_ID_MAX
 
 static void on_posted(og_hc_req_t *r);
 
+/* Where a WAHA message goes instead of the callback URL: the "message" webhook of the config of a
+ * session created through the session API, with its hmac key (sessions.c). */
+static bool session_hook(const sim_t *s, const inbound_msg_t *m, const char **url, const char **key)
+{
+    return m->ch == SIM_CH_QR && sim_waha_webhook(s, m->session, "message", url, key);
+}
+
 /* Builds the webhook of m into op->hreq: URL, body, signature. False when out of memory. */
 static bool inbound_build(sim_t *s, inbound_op_t *op, const inbound_msg_t *m)
 {
-    const char *base = sim_cb_base_url(s), *provider = sim_cb_provider_name(m->ch);
-    const char *tail = m->ch == SIM_CH_SMS ? "/inbound" : "";
-    size_t n = strlen(base) + strlen("/webhooks/") + strlen(provider) + strlen(tail) + 1;
-    char *url = malloc(n);
+    const char *hook = NULL, *secret = NULL;
+    char *url = NULL;
+    if (session_hook(s, m, &hook, &secret)) {
+        url = strdup(hook);
+    } else {
+        const char *base = sim_cb_base_url(s), *provider = sim_cb_provider_name(m->ch);
+        const char *tail = m->ch == SIM_CH_SMS ? "/inbound" : "";
+        size_t n = strlen(base) + strlen("/webhooks/") + strlen(provider) + strlen(tail) + 1;
+        url = malloc(n);
+        if (url != NULL)
+            snprintf(url, n, "%s/webhooks/%s%s", base, provider, tail);
+        secret = sim_cb_secret(s, m->ch);
+    }
     if (url == NULL)
         return false;
-    snprintf(url, n, "%s/webhooks/%s%s", base, provider, tail);
     bool ok = sim_cb_request_init(&op->hreq, m->ch, url, on_posted);
     free(url);
     if (!ok)
         return false;
     inbound_id(s, m, op->id);
-    const char *key = m->sig == SIG_BAD    ? INBOUND_WRONG_KEY
-                      : m->sig == SIG_NONE ? NULL
-                                           : sim_cb_secret(s, m->ch);
+    const char *key = m->sig == SIG_BAD ? INBOUND_WRONG_KEY : m->sig == SIG_NONE ? NULL : secret;
     og_hc_req_t *r = &op->hreq;
     switch (m->ch) {
     case SIM_CH_META:
@@ -453,9 +462,13 @@ void sim_inbound_post(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     inbound_op_t *op = NULL;
     og_hc_t *hc = NULL;
     json_t *body = og_json_decode_body(req, NULL, &err);
+    const char *hook, *hook_key;
     if (body == NULL || !inbound_take(body, &msg, &err))
         goto failed;
-    if (sim_cb_base_url(s) == NULL) {
+    /* A session of the session API is linked to a number: the message was sent to it. */
+    if (msg.ch == SIM_CH_QR && msg.me[0] == '\0')
+        sim_waha_linked(s, msg.session, msg.me);
+    if (sim_cb_base_url(s) == NULL && !session_hook(s, &msg, &hook, &hook_key)) {
         og_err_fail(&err, SIM_E_NO_CALLBACK_URL, NULL,
                     "no callback URL: start the simulator with --callback-url URL (the gateway's base URL)");
         goto failed;

@@ -21,9 +21,6 @@
 #define JSON_CTYPE "application/json"
 #define CTYPE_UTF8 "application/json; charset=utf-8"
 
-/* The WhatsApp number the simulated WAHA session is linked to. */
-#define WAHA_SESSION_NUMBER "15550100000"
-
 static const char B62[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -152,13 +149,6 @@ static int base64_decode(const char *in, size_t len, char *out, size_t outcap)
     }
     out[o] = '\0';
     return (int)o;
-}
-
-static bool header_equals(const og_http_req_t *req, const char *name, const char *want)
-{
-    size_t len;
-    const char *v = og_http_req_header(req, name, &len);
-    return v != NULL && len == strlen(want) && memcmp(v, want, len) == 0;
 }
 
 /* ---- Meta WhatsApp Cloud API -------------------------------------------------------------- */
@@ -915,13 +905,17 @@ static bool waha_chat_digits(const char *chat, char out[24])
            phone_digits(chat, (size_t)(at - chat), out);
 }
 
+/* waha_answer's outcome for a send held until its session has started (sim_waha_gate). */
+#define WAHA_HELD (-1)
+
+static void waha_resume(sim_t *s, og_http_req_t *req);
+
 static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_error_t *jerr,
-                       const char *digits, const sim_plan_t *plan, sim_answer_t *a)
+                       const char *digits, const sim_plan_t *plan, bool resumed, sim_answer_t *a)
 {
     if (sim_behaviour_is_transport(plan->behaviour))
         return plan->behaviour == SIM_GARBAGE ? garbage_answer(a) : (int)plan->behaviour;
-    const char *key = s->w->cfg->qr_api_key;
-    if (key != NULL && key[0] != '\0' && !header_equals(req, "x-api-key", key)) {
+    if (!sim_waha_key_ok(s, req)) {
         waha_unauthorized(a);
         return SIM_STAT_UNAUTHORIZED;
     }
@@ -955,6 +949,15 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
     json_decref(problems);
     /* A session without a name is WAHA's "default" one. */
     const char *name = json_string_value(session);
+    char from[40] = SIM_WAHA_DEFAULT_NUMBER "@c.us";
+    switch (sim_waha_gate(s, req, name != NULL ? name : "default", resumed, a, from, waha_resume)) {
+    case SIM_WAHA_REFUSED:
+        return SIM_STAT_NOT_WORKING;
+    case SIM_WAHA_HELD:
+        return WAHA_HELD;
+    default:
+        break;
+    }
     uint64_t wait;
     if (!sim_limit_take(s, SIM_CH_QR, name != NULL ? name : "default",
                         name != NULL ? json_string_length(session) : strlen("default"), 1, &wait)) {
@@ -988,23 +991,27 @@ static int waha_answer(sim_t *s, og_http_req_t *req, json_t *root, const json_er
         snprintf(id, sizeof(id), "true_%s@c.us_3EB0%s", digits, hex);
         answer_json(a, 201, CTYPE_UTF8,
                     json_pack("{s:s, s:I, s:s, s:O, s:O, s:b, s:i, s:b}", "id", id, "timestamp",
-                              (json_int_t)time(NULL), "from", WAHA_SESSION_NUMBER "@c.us", "to", chat, "body",
-                              text, "fromMe", 1, "ack", 1, "hasMedia", 0));
+                              (json_int_t)time(NULL), "from", from, "to", chat, "body", text, "fromMe", 1,
+                              "ack", 1, "hasMedia", 0));
+        /* A session of the session API acks to its config's message.ack webhook, when it has one. */
+        const char *hook = NULL, *key = NULL;
+        sim_waha_webhook(s, name != NULL ? name : "default", "message.ack", &hook, &key);
         a->cb = sim_cb_prepare(s, SIM_CH_QR, plan,
                                &(sim_msg_t){.id = id,
                                             .to = json_string_value(chat),
-                                            .from = WAHA_SESSION_NUMBER "@c.us",
-                                            .account = name != NULL ? name : "default"});
+                                            .from = from,
+                                            .account = name != NULL ? name : "default",
+                                            .url = hook,
+                                            .key = key});
         return SIM_OK;
     }
     }
     return (int)plan->behaviour;
 }
 
-/* POST /api/sendText */
-void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* POST /api/sendText, first (`resumed` false: recorded) or again once its session has started. */
+static void waha_send(sim_t *s, og_http_req_t *req, bool resumed)
 {
-    sim_t *s = sim_of(ctx);
     json_error_t jerr;
     json_t *root = json_loadb(req->body, req->body_len, 0, &jerr);
     const char *chat = json_string_value(json_object_get(root, "chatId"));
@@ -1012,12 +1019,24 @@ void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     bool chat_ok = chat != NULL && waha_chat_digits(chat, digits);
     if (!chat_ok)
         digits[0] = '\0';
-    sim_record(s, SIM_CH_QR, req, digits);
+    if (!resumed)
+        sim_record(s, SIM_CH_QR, req, digits);
     sim_plan_t plan = sim_plan(s, SIM_CH_QR, digits);
     sim_answer_t ans = {0};
-    int stat = waha_answer(s, req, root, &jerr, chat_ok ? digits : NULL, &plan, &ans);
+    int stat = waha_answer(s, req, root, &jerr, chat_ok ? digits : NULL, &plan, resumed, &ans);
     json_decref(root);
-    sim_finish(s, SIM_CH_QR, req, &plan, stat, &ans);
+    if (stat != WAHA_HELD)
+        sim_finish(s, SIM_CH_QR, req, &plan, stat, &ans);
+}
+
+static void waha_resume(sim_t *s, og_http_req_t *req)
+{
+    waha_send(s, req, true);
+}
+
+void sim_waha_send(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    waha_send(sim_of(ctx), req, false);
 }
 
 /* ---- Twilio Messages API ------------------------------------------------------------------ */

@@ -89,7 +89,7 @@ static const char *const channel_names[SIM_CH__COUNT] = {"whatsapp_qr", "whatsap
 /* The behaviours in sim_behaviour_t's order, then the SIM_STAT_* outcomes. */
 static const char *const stat_names[SIM_STAT__COUNT] = {
     "ok", "reject", "error", "hang", "reset", "garbage", "throttle", "auth", "opted_out",
-    "unauthorized", "invalid", "rate_limited"
+    "unauthorized", "invalid", "rate_limited", "not_working"
 };
 // clang-format on
 
@@ -1313,7 +1313,21 @@ static const og_route_t sim_routes[] = {
     {"GET", "/__sim/meta/wabas/{wabaId}/templates", wabas_get},
     {"POST", "/__sim/meta/wabas/{wabaId}/templates/status", templates_status},
     {"DELETE", "/__sim/meta/wabas", wabas_clear},
+    {"GET", "/__sim/waha/sessions", sim_waha_ctl_list},
+    {"DELETE", "/__sim/waha/sessions", sim_waha_ctl_clear},
+    {"POST", "/__sim/waha/sessions/{name}/scan", sim_waha_ctl_scan},
+    {"POST", "/__sim/waha/sessions/{name}/status", sim_waha_ctl_status},
+    {"GET", "/__sim/waha/settings", sim_waha_ctl_settings_get},
+    {"PUT", "/__sim/waha/settings", sim_waha_ctl_settings_put},
     {"POST", "/api/sendText", sim_waha_send},
+    {"GET", "/api/sessions", sim_waha_sessions_list},
+    {"POST", "/api/sessions", sim_waha_sessions_create},
+    {"GET", "/api/sessions/{session}", sim_waha_session_get},
+    {"PUT", "/api/sessions/{session}", sim_waha_session_update},
+    {"DELETE", "/api/sessions/{session}", sim_waha_session_delete},
+    {"GET", "/api/sessions/{session}/me", sim_waha_session_me},
+    {"POST", "/api/sessions/{session}/{action}", sim_waha_session_action},
+    {"GET", "/api/{session}/auth/qr", sim_waha_qr},
     {"POST", "/2010-04-01/Accounts/{AccountSid}/Messages.json", sim_twilio_send},
     /* Last: three parameter segments would match nothing above anyway, but keep literals first. */
     {"POST", "/{version}/{phoneNumberId}/messages", sim_meta_send},
@@ -1329,6 +1343,7 @@ static void on_check(uv_check_t *h)
         return;
     s->drain_seen = true;
     uv_check_stop(h);
+    sim_waha_drain(s);
     sim_cb_drain(s);
     /* pending_fire unlinks; answering can run a pipelined request, which acts at once while
      * draining, so the list only shrinks. */
@@ -1343,7 +1358,9 @@ static int sim_start(og_worker_t *w)
         return -1;
     s->ring = calloc(SIM_RECORDS_MAX, sizeof(*s->ring));
     s->limits = sim_limits_new();
-    if (s->ring == NULL || s->limits == NULL) {
+    s->waha = sim_waha_new();
+    if (s->ring == NULL || s->limits == NULL || s->waha == NULL) {
+        free(s->waha);
         sim_limits_free(s->limits);
         free(s->ring);
         free(s);
@@ -1355,6 +1372,7 @@ static int sim_start(og_worker_t *w)
         s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     /* main put --callback-url there: an og_app_t carries no argument of its own. */
     if (sim_cb_start(s, getenv(SIM_CALLBACK_URL_ENV)) != 0) {
+        free(s->waha);
         sim_limits_free(s->limits);
         free(s->ring);
         free(s);
@@ -1406,7 +1424,9 @@ static void sim_stop(og_worker_t *w)
     sim_limits_free(s->limits);
     s->limits = NULL;
     wabas_free(s);
+    /* Set before anything can close: sim_cb_stop may call sim_piece_closed at once. */
     s->closing = 2;
+    s->closing += sim_waha_stop(s, sim_piece_closed);
     sim_cb_stop(s, sim_piece_closed);
     uv_close((uv_handle_t *)&s->check, sim_closed);
 }
@@ -1431,6 +1451,7 @@ static void usage(FILE *out)
                  "  POST /{OMNIGATE_META_API_VERSION}/{phoneNumberId}/messages     Meta WhatsApp Cloud API\n"
                  "  GET  /{OMNIGATE_META_API_VERSION}/{wabaId}/message_templates   Meta template listing\n"
                  "  POST /api/sendText                                            WAHA (X-Api-Key)\n"
+                 "  /api/sessions/..., GET /api/{session}/auth/qr                  WAHA sessions, QR\n"
                  "  POST /2010-04-01/Accounts/{AccountSid}/Messages.json          Twilio Messages API\n"
                  "and the control API under /__sim (test/sim/README.md).\n"
                  "\n"

@@ -11,7 +11,9 @@
  * answers), the recording and the control API; providers.c the three provider endpoints;
  * callbacks.c the status webhooks the providers send back after accepting a message; inbound.c
  * the inbound messages a test makes the providers post to the gateway (POST /__sim/inbound);
- * limits.c the rate limits per sender and their control routes.
+ * limits.c the rate limits per sender and their control routes; sessions.c WAHA's session API
+ * (create, start, stop, logout, the QR code) and its session.status webhooks, with qrpng.c
+ * drawing the QR code.
  */
 #ifndef OMNIGATE_SIM_H
 #define OMNIGATE_SIM_H
@@ -34,7 +36,8 @@
     X(SIM_E_TOO_MANY_RULES, "too_many_rules", 422)   /* the rule table is full */                            \
     X(SIM_E_TOO_MANY_WABAS, "too_many_wabas", 422)   /* every template catalogue slot is taken */            \
     X(SIM_E_TOO_MANY_LIMITS, "too_many_limits", 422) /* the rate limit table is full */                      \
-    X(SIM_E_NO_CALLBACK_URL, "no_callback_url", 409) /* POST /__sim/inbound without --callback-url */
+    X(SIM_E_NO_CALLBACK_URL, "no_callback_url", 409) /* POST /__sim/inbound without --callback-url */        \
+    X(SIM_E_WRONG_SESSION_STATUS, "wrong_session_status", 409) /* a WAHA session control move not allowed */
 SIM_ERRCODES(OG_ERRCODE_EXTERN)
 
 typedef enum sim_channel { SIM_CH_QR, SIM_CH_META, SIM_CH_SMS, SIM_CH__COUNT } sim_channel_t;
@@ -105,11 +108,13 @@ typedef struct sim_answer {
 } sim_answer_t;
 
 /* Outcomes counted by GET /__sim/stats besides the behaviours: refused credentials, a refused
- * body, and a sender over its rate limit (limits.c; not the throttle behaviour). */
+ * body, a sender over its rate limit (limits.c; not the throttle behaviour), and a WAHA send for a
+ * session created through the session API that is not WORKING (sessions.c). */
 enum {
     SIM_STAT_UNAUTHORIZED = SIM_BEHAVIOUR__COUNT,
     SIM_STAT_INVALID,
     SIM_STAT_RATE_LIMITED,
+    SIM_STAT_NOT_WORKING,
     SIM_STAT__COUNT
 };
 
@@ -117,6 +122,7 @@ typedef struct sim_record sim_record_t;
 typedef struct sim_rule sim_rule_t;
 typedef struct sim_pending sim_pending_t;
 typedef struct sim_limits sim_limits_t;
+typedef struct sim_waha sim_waha_t;
 
 /* ---- WhatsApp message templates -------------------------------------------------------------
  * sim.c keeps one catalogue per WhatsApp Business Account (WABA), set whole by PUT
@@ -175,6 +181,7 @@ typedef struct sim {
     uint64_t next_template_id; /* the id given to the next template PUT without one */
 
     sim_limits_t *limits; /* rate limits per sender (limits.c) */
+    sim_waha_t *waha;     /* WAHA's sessions (sessions.c) */
 
     sim_cbs_t *cbs; /* callbacks.c; NULL without --callback-url */
     int closing;    /* pieces still closing in sim_stop (the check, the callbacks) */
@@ -298,6 +305,10 @@ typedef struct sim_msg {
     const char *account;         /* Meta: phone number id; WAHA: session; Twilio: AccountSid */
     const char *service;         /* Twilio: MessagingServiceSid, or NULL */
     const char *status_callback; /* Twilio: the send's StatusCallback, or NULL */
+    /* Where the callbacks go instead of the callback URL's webhook, signed with `key` (NULL:
+     * unsigned) instead of the provider's secret: a WAHA session's message.ack webhook. NULL: the
+     * callback URL's. */
+    const char *url, *key;
 } sim_msg_t;
 
 /* "none", "delivered_read", ... (README.md), and back; false for an unknown name. */
@@ -309,7 +320,8 @@ bool sim_script_parse(const char *name, sim_script_t *out);
  * with one line in err, for a flag without a value or a URL that is not http(s). */
 bool sim_cb_take_flag(int *argc, char **argv, char *err, size_t errlen);
 
-/* Sets s->cbs up when `url` (the callback URL; NULL or "": none) is set. -1 when out of memory. */
+/* Sets s->cbs up: the outbound client, and the callback URL `url` (NULL or "": none, so no status
+ * callback, template webhook nor inbound message). -1 when out of memory. */
 int sim_cb_start(sim_t *s, const char *url);
 
 /* The callbacks `plan` scripts after `ch` accepted `msg`, to be put in the answer's `cb`, or
@@ -346,6 +358,14 @@ typedef struct sim_template_event {
  * recorded like the status callbacks (messageId: the template id). False when nothing is sent: no
  * callback URL, the worker draining, or out of memory. */
 bool sim_cb_template_status(sim_t *s, const sim_template_event_t *ev);
+
+/* POSTs `body` (taking the reference) as compact JSON to `url`, signed as `ch`'s provider signs its
+ * webhooks, keyed with `key` (NULL: unsigned); retried and recorded like the status callbacks, under
+ * `record_id` as the record's messageId. In order: at once, or after the POSTs of the same record_id
+ * to the same url still under way. Needs no callback URL. False when nothing is sent: the worker
+ * draining, or out of memory. */
+bool sim_cb_post(sim_t *s, sim_channel_t ch, const char *url, const char *key, const char *record_id,
+                 json_t *body);
 
 /* The number Meta's webhooks show as the business's display_phone_number (Meta's own example). */
 #define SIM_META_DISPLAY_NUMBER "15550783881"
@@ -400,6 +420,83 @@ const char *sim_cb_base_url(const sim_t *s);
 void sim_cb_try_started(sim_t *s);
 void sim_cb_try_ended(sim_t *s, sim_channel_t ch, const char *message_id, const og_hc_req_t *r,
                       int64_t sent_at);
+
+/* What WAHA's webhooks say about the server that sends them (devlikeapro/waha src/version.ts, the
+ * WEBJS engine): the envelope's "engine" and "environment". */
+#define SIM_WAHA_VERSION "2024.10.8"
+#define SIM_WAHA_ENGINE  "WEBJS"
+#define SIM_WAHA_BROWSER "/usr/bin/chromium"
+/* A new {"version","engine","tier","browser"} object (NULL when out of memory). */
+json_t *sim_waha_environment(void);
+
+/* ---- WAHA sessions (sessions.c) -------------------------------------------------------------- */
+
+/* The number a WAHA send names as its sender when its session is not one of the session API's. */
+#define SIM_WAHA_DEFAULT_NUMBER "15550100000"
+
+/* The sessions, empty; NULL when out of memory. */
+sim_waha_t *sim_waha_new(void);
+
+/* True when the request's X-Api-Key is one of OMNIGATE_QR_API_KEY's comma-separated keys, or when
+ * that setting is unset. */
+bool sim_waha_key_ok(const sim_t *s, const og_http_req_t *req);
+
+/* What a send may do about its session (sim_waha_gate). */
+typedef enum sim_waha_gate {
+    SIM_WAHA_GO,      /* the session is not the session API's, or it is WORKING: send */
+    SIM_WAHA_REFUSED, /* the answer is WAHA's 404 or 422 (set in `a`) */
+    SIM_WAHA_HELD,    /* the session is STARTING: the request is held, resume(s, req) follows */
+} sim_waha_gate_t;
+
+/* The check WAHA makes of a send's session (its getWorkingSession) once the body is valid. For a
+ * session created through the session API: WORKING goes on, with its own chat id ("<digits>@c.us")
+ * in `from` (else `from` is left as it is); STOPPED is 404; SCAN_QR_CODE and FAILED are 422
+ * "Session status is not as expected"; STARTING holds the request until the session leaves it (or
+ * WAHA's 5 s pass), then calls resume, which runs the endpoint again with `resumed` true: that
+ * call is never held again. A session never created through the API goes on as before. */
+sim_waha_gate_t sim_waha_gate(sim_t *s, og_http_req_t *req, const char *session, bool resumed,
+                              sim_answer_t *a, char from[40], void (*resume)(sim_t *s, og_http_req_t *req));
+
+/* The first webhook of the config of `session`, a session created through the session API, that
+ * asked for `event` ("message", "message.ack"): its URL and its hmac key (NULL: none) in *url and
+ * *key, borrowed until the session changes. False for another session or when none asked. */
+bool sim_waha_webhook(const sim_t *s, const char *session, const char *event, const char **url,
+                      const char **key);
+
+/* The number linked to `session`, a session created through the session API, in `digits`; false
+ * when it is another session or none is linked. */
+bool sim_waha_linked(const sim_t *s, const char *session, char digits[24]);
+
+/* The worker drains: held requests are resumed now, timers stop, no webhook is sent any more. */
+void sim_waha_drain(sim_t *s);
+/* The app stops: drops held requests (their connections are gone), frees the sessions and closes
+ * their timers; closed(s) is called once per timer closed. Returns how many that will be. */
+int sim_waha_stop(sim_t *s, void (*closed)(sim_t *s));
+
+/* WAHA's session API and QR code (README.md: WAHA sessions). */
+void sim_waha_sessions_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_sessions_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_session_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_session_update(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_session_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_session_me(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_session_action(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_qr(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* Their control routes under /__sim/waha (README.md). */
+void sim_waha_ctl_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_ctl_clear(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_ctl_scan(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_ctl_status(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_ctl_settings_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void sim_waha_ctl_settings_put(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* ---- QR codes (qrpng.c) ---------------------------------------------------------------------- */
+
+/* A PNG of the QR code of `text` (8-bit data, error correction level M, as WAHA's QRCode.toDataURL
+ * draws it: 4 pixels a module, a quiet zone of 4 modules, black on white): malloc'd, its length in
+ * *len; NULL when the text does not fit a QR code or out of memory. */
+unsigned char *sim_qr_png(const char *text, size_t *len);
 
 /* ---- inbound messages (inbound.c) ------------------------------------------------------------ */
 
