@@ -11,33 +11,30 @@
 -- both the triggers and these statements call (PostgreSQL inlines them). The triggers stay for
 -- every other writer (the single forms a failed batch retries with, the queue, fallback steps,
 -- statuses arriving later, SMS records): a set form that counts its rows itself says so for
--- the length of its statements (og_usage_inline), and the triggers on the same tables skip
--- (their WHEN). test/e2e/test_usage.py checks the totals against a count over the logs both ways.
+-- the length of its statements (the setting omnigate.usage, below), and the triggers on the
+-- same tables skip (their WHEN). test/e2e/test_usage.py checks the totals against a count over the logs both ways.
 
--- Whether the running statement counts its own rows (true while a set form above runs): the
--- triggers' WHEN. A transaction-local setting, set and cleared by the set form around its
--- statements; an error rolls it back with the statement.
-CREATE FUNCTION og_usage_inline() RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(current_setting('omnigate.usage', true) = 'inline', false)
-$$;
-
-CREATE FUNCTION og_usage_inline(p_on boolean) RETURNS void
-LANGUAGE sql VOLATILE AS $$
-    SELECT set_config('omnigate.usage', CASE WHEN p_on THEN 'inline' ELSE '' END, true)
-$$;
+-- The setting a set form above holds while its statements run (transaction-local, set and
+-- cleared around them with set_config; an error rolls it back with the statement): 'inline'
+-- says the running statement counts its own rows, and the triggers' WHEN skips them. Spelled
+-- out in each place rather than wrapped in functions: a SQL function in a trigger's WHEN or a
+-- PERFORM is planned again on every call (it is never inlined there), which cost more than the
+-- triggers it was to spare (measured with callgrind, docs/performance.md).
 
 DROP TRIGGER messages_usage_new ON messages;
 DROP TRIGGER messages_usage_won ON messages;
 DROP TRIGGER attempts_usage_new ON attempts;
 CREATE TRIGGER messages_usage_new AFTER INSERT ON messages
-REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN (NOT og_usage_inline())
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+WHEN (current_setting('omnigate.usage', true) IS DISTINCT FROM 'inline')
 EXECUTE FUNCTION og_usage_messages_new();
 CREATE TRIGGER messages_usage_won AFTER UPDATE ON messages
-REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT WHEN (NOT og_usage_inline())
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT
+WHEN (current_setting('omnigate.usage', true) IS DISTINCT FROM 'inline')
 EXECUTE FUNCTION og_usage_messages_won();
 CREATE TRIGGER attempts_usage_new AFTER INSERT ON attempts
-REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT WHEN (NOT og_usage_inline())
+REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT
+WHEN (current_setting('omnigate.usage', true) IS DISTINCT FROM 'inline')
 EXECUTE FUNCTION og_usage_attempts_new();
 
 -- The set form of msg_insert_unless_nowa (sql/016) counting its messages.
@@ -50,7 +47,7 @@ SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 BEGIN
-    PERFORM og_usage_inline(true);
+    PERFORM set_config('omnigate.usage', 'inline', true);
     RETURN QUERY
     WITH x AS (
         SELECT x.*, (SELECT ceil(extract(epoch FROM w.until - now()) * 1000)::bigint
@@ -72,7 +69,7 @@ BEGIN
         GROUP BY 1, 2
         ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE SET messages = t.messages + EXCLUDED.messages)
     SELECT x.ord, CASE WHEN x.left_ms IS NULL THEN x.r END, x.left_ms FROM x;
-    PERFORM og_usage_inline(false);
+    PERFORM set_config('omnigate.usage', '', true);
 END
 $$;
 
@@ -84,7 +81,7 @@ LANGUAGE plpgsql
 SET enable_hashjoin = off SET enable_mergejoin = off SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-    PERFORM og_usage_inline(true);
+    PERFORM set_config('omnigate.usage', 'inline', true);
     WITH x AS (
         SELECT * FROM unnest(p_tenant, p_reference, p_status, p_winner, p_attempts, p_goes_on)
             AS x(tenant_id, reference, status, winner, attempts, goes_on)),
@@ -154,6 +151,6 @@ BEGIN
         read = t.read + EXCLUDED.read, failed = t.failed + EXCLUDED.failed,
         segments = t.segments + EXCLUDED.segments, cost_micros = t.cost_micros + EXCLUDED.cost_micros,
         won = t.won + EXCLUDED.won, savings_micros = t.savings_micros + EXCLUDED.savings_micros;
-    PERFORM og_usage_inline(false);
+    PERFORM set_config('omnigate.usage', '', true);
 END
 $$;
