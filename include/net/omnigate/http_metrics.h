@@ -11,7 +11,7 @@
 
 #include "omnigate/metrics.h"
 
-#define OG_HTTP_M_ROUTES 64 /* route table entries that get their own label; then "-" */
+#define OG_HTTP_M_ROUTES 96 /* route table entries that get their own label; then "-" */
 /* The statuses that get their own label, in label order; every other status is "other". */
 // clang-format off
 #define OG_HTTP_M_STATUS_LIST(X) \

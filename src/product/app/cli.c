@@ -701,7 +701,7 @@ static const admin_verb_t admin_verbs[] = {
     {"lock-unified", 1, 1, "TENANT_ID", NULL, admin_lock_unified},
     {"set-settings", 2, 2, "TENANT_ID JSON", "replace the tenant's settings (API.md section 5)",
      admin_set_settings},
-    {"create-token", 1, 2, "TENANT_ID [NAME]", "create a token with every scope; printed once",
+    {"create-token", 1, 2, "TENANT_ID [NAME]", "create a token with scopes send, otp, logs; printed once",
      admin_create_token},
     {"revoke-token", 2, 2, "TENANT_ID TOKEN_ID", NULL, admin_revoke_token},
     {"logs", 2, 11, "TENANT_ID omni|sms|otp [FILTER=VALUE...]",

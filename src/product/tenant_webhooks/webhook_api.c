@@ -5,6 +5,10 @@
  * before it reaches the database, and opened only to be shown once (creation, rotation) or
  * masked. It never reaches a log line: the admin routes log nothing of their bodies.
  *
+ * The tenant's own routes of its webhook (API.md §23: GET/PUT/DELETE /api/webhook, POST
+ * /api/webhook/rotate-secret, scope keys) run the admin routes' code for the tenant of the caller's
+ * token instead of the tenant of the path: the same bodies, statements and answers.
+ *
  * The admin mirrors of the tenant's delivery routes (GET /admin/tenants/{id}/webhook/deliveries,
  * POST /admin/tenants/{id}/webhook/deliveries/{deliveryId}/retry; API.md §17) run the tenant
  * routes' code with the admin token and the tenant of the path instead of a tenant token.
@@ -27,6 +31,7 @@
 #include "omnigate/logs/tenant_page.h"
 #include "omnigate/store.h"
 #include "omnigate/tenant_webhooks/webhooks.h"
+#include "omnigate/util.h"
 
 json_t *og_wh_row_json(const PGresult *r, int row, const og_seal_key_t *key, const char *tenant_id,
                        bool reveal)
@@ -46,27 +51,32 @@ json_t *og_wh_row_json(const PGresult *r, int row, const og_seal_key_t *key, con
     return j;
 }
 
-/* ---- admin ------------------------------------------------------------------------------------ */
+/* ---- the webhook itself: admin routes and the tenant's own ------------------------------------ */
 
-typedef enum { W_PUT, W_GET, W_DELETE, W_ROTATE } wh_admin_kind_t;
+typedef enum { W_PUT, W_GET, W_DELETE, W_ROTATE } wh_conf_kind_t;
 
-/* One admin request in flight: owns its parameters until the database answers. */
-typedef struct wh_admin {
+/* One request about a tenant's webhook in flight, an admin route's or the tenant's own (API.md
+ * §23): owns its parameters until the database answers. */
+typedef struct wh_conf {
     og_db_op_t op;
+    /* A tenant route: the caller's token, authenticated with `op`; then `id` is its tenant's.
+     * Unused (tenant NULL) on admin routes. */
+    og_auth_req_t auth;
     og_http_req_t *req;
     og_gw_t *gw;
-    wh_admin_kind_t kind;
+    wh_conf_kind_t kind;
     char id[37]; /* lower case, as PostgreSQL prints it: the associated data of the seal */
     char *url;
     char events[OG_WH_EVENTS_LIT];
     char secret[OG_WH_SECRET_LEN + 1];
     char *sealed;
     og_seal_key_t key;
-} wh_admin_t;
+} wh_conf_t;
 
-static void admin_free(wh_admin_t *a)
+static void conf_free(wh_conf_t *a)
 {
     og_db_op_clear(&a->op);
+    og_tenant_release(a->auth.tenant);
     free(a->url);
     free(a->sealed);
     OPENSSL_cleanse(a->secret, sizeof(a->secret));
@@ -74,20 +84,19 @@ static void admin_free(wh_admin_t *a)
     free(a);
 }
 
-static void admin_done(og_db_op_t *op, og_db_status_t st)
+static void conf_done(og_db_op_t *op, og_db_status_t st)
 {
-    wh_admin_t *a = op->arg;
+    wh_conf_t *a = op->arg;
     if (st != OG_DB_OK) {
-        og_answer_db_failure(a->req, &a->gw->w->log, op, st, "webhook admin query failed",
-                             "database unavailable");
-        admin_free(a);
+        og_answer_db_failure(a->req, &a->gw->w->log, op, st, "webhook query failed", "database unavailable");
+        conf_free(a);
         return;
     }
     PGresult *r = op->res[0];
     if (PQntuples(r) == 0) {
         og_api_error(a->req, OG_E_NOT_FOUND, NULL,
                      a->kind == W_PUT ? "no such tenant" : "the tenant has no webhook");
-        admin_free(a);
+        conf_free(a);
         return;
     }
     bool created = a->kind == W_PUT && PQgetvalue(r, 0, OG_WH_INSERTED)[0] == 't';
@@ -97,27 +106,17 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
                           : reveal              ? "the webhook's secret is shown only this once"
                                                 : "webhook updated";
     og_api_reply(a->req, 200, message, og_wh_row_json(r, 0, &a->key, a->id, reveal), NULL, 0);
-    admin_free(a);
+    conf_free(a);
 }
 
-static wh_admin_t *admin_new(og_http_req_t *req, const og_route_match_t *m, void *ctx, wh_admin_kind_t kind)
+static wh_conf_t *conf_new(og_http_req_t *req, og_gw_t *gw, wh_conf_kind_t kind)
 {
-    og_gw_t *gw = og_gw(ctx);
-    if (!og_admin_db(req, gw))
-        return NULL;
-    char id[37];
-    if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
-        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
-        return NULL;
-    }
-    wh_admin_t *a = calloc(1, sizeof(*a));
+    wh_conf_t *a = calloc(1, sizeof(*a));
     if (a == NULL || !og_wh_seal_key(&a->key, gw->w->cfg->secret)) {
         free(a);
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return NULL;
     }
-    for (size_t i = 0; i < sizeof(id); i++)
-        a->id[i] = id[i] >= 'A' && id[i] <= 'F' ? (char)(id[i] - 'A' + 'a') : id[i];
     a->req = req;
     a->gw = gw;
     a->kind = kind;
@@ -125,90 +124,161 @@ static wh_admin_t *admin_new(og_http_req_t *req, const og_route_match_t *m, void
 }
 
 /* A new secret, sealed for the tenant into a->sealed. False when out of memory. */
-static bool new_secret(wh_admin_t *a)
+static bool new_secret(wh_conf_t *a)
 {
     og_wh_secret_new(a->secret);
     a->sealed = og_seal(&a->key, a->id, a->secret, strlen(a->secret));
     return a->sealed != NULL;
 }
 
-/* Submits a->op, its statement bound. */
-static void admin_submit(wh_admin_t *a, bool write)
+/* Answers a request refused before its statement, and frees it. */
+static void conf_refuse(wh_conf_t *a, const og_err_t *err)
 {
+    og_api_send_error(a->req, err, NULL, NULL, NULL, 0);
+    conf_free(a);
+}
+
+/* Reads the request of kind a->kind about the webhook of tenant a->id and submits its statement,
+ * or answers why not: the one body of these routes, whoever calls. */
+static void conf_start(wh_conf_t *a)
+{
+    static const char *const allowed[] = {"url", "events", NULL};
+    const og_config_t *cfg = a->gw->w->cfg;
+    og_http_req_t *req = a->req;
     og_db_op_t *op = &a->op;
+    og_err_t err = {0};
+    switch (a->kind) {
+    case W_PUT: {
+        const char *url = NULL;
+        json_t *body = og_json_decode_body(req, allowed, &err);
+        if (body == NULL || !og_json_get_string(body, "url", true, &url, &err) ||
+            !og_wh_url_check(url, cfg->webhook_allow_http, cfg->webhook_allow_private, &err) ||
+            !og_wh_events_parse(json_object_get(body, "events"), a->events, &err)) {
+            json_decref(body);
+            conf_refuse(a, &err);
+            return;
+        }
+        a->url = strdup(url);
+        json_decref(body);
+        if (a->url == NULL || !new_secret(a)) {
+            og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
+            conf_refuse(a, &err);
+            return;
+        }
+        og_q_wh_put(
+            &op->stmts[0],
+            &(og_q_wh_put_t){.tenant_id = a->id, .url = a->url, .events = a->events, .secret = a->sealed});
+        break;
+    }
+    case W_GET:
+        og_q_wh_get(&op->stmts[0], &(og_q_wh_get_t){.tenant_id = a->id});
+        break;
+    case W_DELETE:
+        og_q_wh_delete(&op->stmts[0], &(og_q_wh_delete_t){.tenant_id = a->id});
+        break;
+    case W_ROTATE:
+        if (req->body_len > 0) {
+            og_err_fail(&err, OG_E_VALIDATION_FAILED, NULL, "rotate-secret takes no body");
+            conf_refuse(a, &err);
+            return;
+        }
+        if (!new_secret(a)) {
+            og_err_fail(&err, OG_E_UNAVAILABLE, NULL, "out of memory");
+            conf_refuse(a, &err);
+            return;
+        }
+        og_q_wh_rotate(&op->stmts[0], &(og_q_wh_rotate_t){.tenant_id = a->id, .secret = a->sealed});
+        break;
+    }
     op->nstmts = 1;
-    op->write = write;
-    op->done = admin_done;
+    op->write = a->kind != W_GET;
+    op->done = conf_done;
     op->arg = a;
     og_db_submit(a->gw->db, op);
 }
 
-void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* An admin route: the admin token, the tenant of the path. */
+static void admin_serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, wh_conf_kind_t kind)
 {
-    static const char *const allowed[] = {"url", "events", NULL};
-    wh_admin_t *a = admin_new(req, m, ctx, W_PUT);
+    og_gw_t *gw = og_gw(ctx);
+    if (!og_admin_db(req, gw))
+        return;
+    char id[37];
+    if (!og_route_param(m, "id", id, sizeof(id)) || !og_store_uuid_valid(id)) {
+        og_api_error(req, OG_E_NOT_FOUND, NULL, "no such tenant");
+        return;
+    }
+    wh_conf_t *a = conf_new(req, gw, kind);
     if (a == NULL)
         return;
-    const og_config_t *cfg = a->gw->w->cfg;
-    og_err_t err = {0};
-    const char *url = NULL;
-    json_t *body = og_json_decode_body(req, allowed, &err);
-    if (body == NULL || !og_json_get_string(body, "url", true, &url, &err) ||
-        !og_wh_url_check(url, cfg->webhook_allow_http, cfg->webhook_allow_private, &err) ||
-        !og_wh_events_parse(json_object_get(body, "events"), a->events, &err)) {
-        json_decref(body);
-        og_api_send_error(req, &err, NULL, NULL, NULL, 0);
-        admin_free(a);
+    for (size_t i = 0; i < sizeof(id); i++)
+        a->id[i] = id[i] >= 'A' && id[i] <= 'F' ? (char)(id[i] - 'A' + 'a') : id[i];
+    conf_start(a);
+}
+
+static void tenant_authed(og_auth_req_t *auth)
+{
+    wh_conf_t *a = container_of(auth, wh_conf_t, auth);
+    if (auth->tenant == NULL) { /* answered */
+        conf_free(a);
         return;
     }
-    a->url = strdup(url);
-    json_decref(body);
-    if (a->url == NULL || !new_secret(a)) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        admin_free(a);
+    memcpy(a->id, auth->tenant->id, sizeof(a->id));
+    conf_start(a);
+}
+
+/* A tenant route (API.md §23): a token with scope keys, the tenant of the token. */
+static void tenant_serve(og_http_req_t *req, void *ctx, wh_conf_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    wh_conf_t *a = conf_new(req, gw, kind);
+    if (a == NULL)
         return;
-    }
-    og_q_wh_put(
-        &a->op.stmts[0],
-        &(og_q_wh_put_t){.tenant_id = a->id, .url = a->url, .events = a->events, .secret = a->sealed});
-    admin_submit(a, true);
+    a->auth.req = req;
+    a->auth.scope = OG_SCOPE_KEYS;
+    a->auth.done = tenant_authed;
+    a->auth.op = &a->op;
+    og_auth_tenant(gw->auth, &a->auth);
+}
+
+void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_serve(req, m, ctx, W_PUT);
 }
 
 void og_wh_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    wh_admin_t *a = admin_new(req, m, ctx, W_GET);
-    if (a != NULL) {
-        og_q_wh_get(&a->op.stmts[0], &(og_q_wh_get_t){.tenant_id = a->id});
-        admin_submit(a, false);
-    }
+    admin_serve(req, m, ctx, W_GET);
 }
 
 void og_wh_admin_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    wh_admin_t *a = admin_new(req, m, ctx, W_DELETE);
-    if (a != NULL) {
-        og_q_wh_delete(&a->op.stmts[0], &(og_q_wh_delete_t){.tenant_id = a->id});
-        admin_submit(a, true);
-    }
+    admin_serve(req, m, ctx, W_DELETE);
 }
 
 void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    wh_admin_t *a = admin_new(req, m, ctx, W_ROTATE);
-    if (a == NULL)
-        return;
-    if (req->body_len > 0) {
-        og_api_error(req, OG_E_VALIDATION_FAILED, NULL, "rotate-secret takes no body");
-        admin_free(a);
-        return;
-    }
-    if (!new_secret(a)) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        admin_free(a);
-        return;
-    }
-    og_q_wh_rotate(&a->op.stmts[0], &(og_q_wh_rotate_t){.tenant_id = a->id, .secret = a->sealed});
-    admin_submit(a, true);
+    admin_serve(req, m, ctx, W_ROTATE);
+}
+
+void og_wh_tenant_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, ctx, W_PUT);
+}
+
+void og_wh_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, ctx, W_GET);
+}
+
+void og_wh_tenant_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, ctx, W_DELETE);
+}
+
+void og_wh_tenant_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, ctx, W_ROTATE);
 }
 
 /* ---- the tenant's deliveries ------------------------------------------------------------------ */

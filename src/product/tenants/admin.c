@@ -8,7 +8,11 @@
  * Saving settings whose whatsapp_meta numbers name a wabaId (a new tenant's, or a PATCH that
  * changes the numbers) makes the template sync of those WABAs due now in the same write
  * (templates/sync.h), and wakes this worker's steps once it committed.
- * Responsible for the admin routes' validation and answers; the SQL is in sql/queries/tenants.sql
+ * The tenant's own token routes (API.md §23, scope keys) and GET /api/tenant run the same
+ * operations for the tenant of the caller's token instead of the tenant of the path: one reading
+ * of a token creation's body, one statement, one answer for both; a tenant's token grants at most
+ * its own scopes.
+ * Responsible for these routes' validation and answers; the SQL is in sql/queries/tenants.sql
  * and tokens.sql.
  */
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 #include "omnigate/store.h"
 #include "omnigate/templates/sync.h"
 #include "omnigate/token.h"
+#include "omnigate/util.h"
 
 #define MAX_NAME_CHARS    OG_ADMIN_MAX_NAME_CHARS
 #define MAX_PATCH_RETRIES 5
@@ -40,12 +45,17 @@ typedef enum {
     A_TENANT_PATCH_WRITE,
     A_TOKEN_CREATE,
     A_TOKEN_LIST,
-    A_TOKEN_REVOKE
+    A_TOKEN_REVOKE,
+    A_TENANT_SELF
 } admin_kind_t;
 
-/* One admin request in flight: owns its parameters until the database answers. */
+/* One request in flight, an admin route's or a tenant route's (API.md §23): owns its parameters
+ * until the database answers. */
 typedef struct admin_op {
     og_db_op_t op;
+    /* A tenant route: the caller's token, authenticated with `op`; then `id` is its tenant's and
+     * auth.scopes the most a token it creates may have. Unused (tenant NULL) on admin routes. */
+    og_auth_req_t auth;
     og_http_req_t *req;
     og_gw_t *gw;
     admin_kind_t kind;
@@ -65,7 +75,7 @@ typedef struct admin_op {
     char token[64];
     char prefix[16];
     char hash[65];
-    char scopes[32];
+    char scopes[OG_SCOPE_CSV_MAX];
     char xmin[24];     /* row version read by a PATCH, "" when none */
     og_seal_key_t key; /* seals and opens settings secrets (settings.h) */
 } admin_op_t;
@@ -73,6 +83,7 @@ typedef struct admin_op {
 static void admin_op_free(admin_op_t *a)
 {
     og_db_op_clear(&a->op);
+    og_tenant_release(a->auth.tenant);
     free(a->name);
     free(a->settings_text);
     json_decref(a->patch);
@@ -146,6 +157,16 @@ static json_t *token_json(PGresult *r, int row)
                      "revokedAt", nullable(r, row, OG_TOKEN_REVOKED));
 }
 
+/* GET /api/tenant: who is calling (API.md §23, docs/api-decisions.md). */
+static json_t *self_json(admin_op_t *a, PGresult *r)
+{
+    char scopes[OG_SCOPE_CSV_MAX];
+    og_scope_csv(a->auth.scopes, scopes);
+    return json_pack("{s:s,s:s,s:b,s:o}", "id", PQgetvalue(r, 0, OG_TENANT_ID), "name",
+                     PQgetvalue(r, 0, OG_TENANT_NAME), "unifiedApiEnabled",
+                     PQgetvalue(r, 0, OG_TENANT_UNIFIED)[0] == 't', "scopes", scopes_json(scopes));
+}
+
 static void submit(admin_op_t *a);
 
 static void patch_write(admin_op_t *a, PGresult *current);
@@ -178,10 +199,12 @@ static void admin_done(og_db_op_t *op, og_db_status_t st)
             og_jobs_wake(a->gw->jobs);
         break;
     case A_TENANT_GET:
+    case A_TENANT_SELF:
         if (rows == 0)
             og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such tenant");
         else
-            og_api_reply(a->req, 200, "tenant", tenant_json(a, r, 0), NULL, 0);
+            og_api_reply(a->req, 200, "tenant",
+                         a->kind == A_TENANT_GET ? tenant_json(a, r, 0) : self_json(a, r), NULL, 0);
         break;
     case A_TENANT_PATCH_READ:
         if (rows == 0) {
@@ -301,6 +324,7 @@ static void submit(admin_op_t *a)
         break;
     case A_TENANT_GET:
     case A_TENANT_PATCH_READ:
+    case A_TENANT_SELF:
         op->nstmts = 1;
         og_q_tenant_get(&op->stmts[0], &(og_q_tenant_get_t){.tenant_id = a->id});
         break;
@@ -392,11 +416,8 @@ bool og_admin_db(og_http_req_t *req, og_gw_t *gw)
     return true;
 }
 
-static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind)
+static admin_op_t *admin_op_alloc(og_http_req_t *req, og_gw_t *gw, admin_kind_t kind)
 {
-    og_gw_t *gw = og_gw(ctx);
-    if (!og_admin_db(req, gw))
-        return NULL;
     admin_op_t *a = calloc(1, sizeof(*a));
     if (a == NULL) {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
@@ -407,6 +428,12 @@ static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind
     a->kind = kind;
     og_settings_key(&a->key, gw->w->cfg->secret);
     return a;
+}
+
+static admin_op_t *admin_op_new(og_http_req_t *req, void *ctx, admin_kind_t kind)
+{
+    og_gw_t *gw = og_gw(ctx);
+    return og_admin_db(req, gw) ? admin_op_alloc(req, gw, kind) : NULL;
 }
 
 /* A new tenant id: a random (version 4) UUID, lower-case as PostgreSQL prints it. */
@@ -590,16 +617,13 @@ fail:
     reject(a, body, &err);
 }
 
-void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* Reads the body of a token creation (API.md §5) into a: its name, and its scopes (default
+ * OG_SCOPE_DEFAULT), none of them beyond `ceiling` (403 insufficient_scope: a tenant's token grants
+ * at most its own scopes, API.md §23); then makes the token. False after answering and freeing a. */
+static bool token_create_read(admin_op_t *a, unsigned ceiling)
 {
     static const char *const allowed[] = {"name", "scopes", NULL};
-    admin_op_t *a = admin_op_new(req, ctx, A_TOKEN_CREATE);
-    if (a == NULL)
-        return;
-    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
-        admin_op_free(a);
-        return;
-    }
+    og_http_req_t *req = a->req;
     og_err_t err = {0};
     json_t *body = req->body_len == 0 ? json_object() : og_json_decode_body(req, allowed, &err);
     if (body == NULL || !name_field(body, "name", false, 100, &a->name, &err))
@@ -609,47 +633,58 @@ void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *
         goto fail;
     }
     json_t *scopes = json_object_get(body, "scopes");
+    unsigned want = 0;
     if (scopes == NULL) {
-        strcpy(a->scopes, "send,otp,logs");
+        want = OG_SCOPE_DEFAULT;
     } else {
-        static const char *const names[] = {"send", "otp", "logs"};
-        bool seen[3] = {false, false, false};
         if (!json_is_array(scopes) || json_array_size(scopes) == 0) {
             og_err_fail(&err, OG_E_VALIDATION_FAILED, "scopes",
-                        "scopes must be a non-empty array of send, otp, logs");
+                        "scopes must be a non-empty array of send, otp, logs, keys");
             goto fail;
         }
         size_t i;
         json_t *v;
         json_array_foreach(scopes, i, v)
         {
-            int k = -1;
-            for (int j = 0; j < 3; j++)
-                if (json_is_string(v) && strcmp(json_string_value(v), names[j]) == 0)
-                    k = j;
-            if (k < 0 || seen[k]) {
+            unsigned bit = json_is_string(v) ? og_scope_bit(json_string_value(v), json_string_length(v)) : 0;
+            if (bit == 0 || (want & bit)) {
                 og_err_fail(&err, OG_E_VALIDATION_FAILED, "scopes",
-                            "scopes must be distinct values of send, otp, logs");
+                            "scopes must be distinct values of send, otp, logs, keys");
                 goto fail;
             }
-            seen[k] = true;
-        }
-        for (int j = 0; j < 3; j++) {
-            if (seen[j]) {
-                if (a->scopes[0])
-                    strcat(a->scopes, ",");
-                strcat(a->scopes, names[j]);
-            }
+            want |= bit;
         }
     }
+    unsigned beyond = want & ~ceiling;
+    if (beyond != 0) {
+        char names[OG_SCOPE_CSV_MAX];
+        og_scope_csv(beyond, names);
+        og_err_fail(&err, OG_E_INSUFFICIENT_SCOPE, "scopes",
+                    "a token grants at most its own scopes: this one does not have %s", names);
+        goto fail;
+    }
+    og_scope_csv(want, a->scopes);
     json_decref(body);
     og_token_generate(a->token);
     og_token_prefix(a->token, a->prefix);
     og_token_hash(a->gw->w->cfg->secret, a->token, strlen(a->token), a->hash);
-    submit(a);
-    return;
+    return true;
 fail:
     reject(a, body, &err);
+    return false;
+}
+
+void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    admin_op_t *a = admin_op_new(req, ctx, A_TOKEN_CREATE);
+    if (a == NULL)
+        return;
+    if (!uuid_param(a, m, "id", a->id, "no such tenant")) {
+        admin_op_free(a);
+        return;
+    }
+    if (token_create_read(a, OG_SCOPE_ALL))
+        submit(a);
 }
 
 void og_admin_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
@@ -668,4 +703,64 @@ void og_admin_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *
         return;
     }
     submit(a);
+}
+
+/* ---- the tenant's own tokens (API.md §23) ------------------------------------------------- */
+
+/* The caller's token is checked: the request runs as the admin route's would for its tenant. */
+static void tenant_authed(og_auth_req_t *auth)
+{
+    admin_op_t *a = container_of(auth, admin_op_t, auth);
+    if (auth->tenant == NULL) { /* answered */
+        admin_op_free(a);
+        return;
+    }
+    memcpy(a->id, auth->tenant->id, sizeof(a->id));
+    if (a->kind == A_TOKEN_CREATE && !token_create_read(a, auth->scopes))
+        return;
+    if (a->kind == A_TOKEN_REVOKE && a->token_id[0] == '\0') {
+        og_api_error(a->req, OG_E_NOT_FOUND, NULL, "no such token");
+        admin_op_free(a);
+        return;
+    }
+    submit(a);
+}
+
+/* A tenant route: the caller's token needs `scope`; the tenant is the token's. A token id of the
+ * path that is no UUID names no token of the tenant: 404 once the caller is known, never before. */
+static void tenant_serve(og_http_req_t *req, const og_route_match_t *m, void *ctx, admin_kind_t kind,
+                         unsigned scope)
+{
+    og_gw_t *gw = og_gw(ctx);
+    admin_op_t *a = admin_op_alloc(req, gw, kind);
+    if (a == NULL)
+        return;
+    if (kind == A_TOKEN_REVOKE &&
+        (!og_route_param(m, "id", a->token_id, sizeof(a->token_id)) || !og_store_uuid_valid(a->token_id)))
+        a->token_id[0] = '\0';
+    a->auth.req = req;
+    a->auth.scope = scope;
+    a->auth.done = tenant_authed;
+    a->auth.op = &a->op;
+    og_auth_tenant(gw->auth, &a->auth);
+}
+
+void og_tenant_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, m, ctx, A_TOKEN_CREATE, OG_SCOPE_KEYS);
+}
+
+void og_tenant_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, m, ctx, A_TOKEN_LIST, OG_SCOPE_KEYS);
+}
+
+void og_tenant_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, m, ctx, A_TOKEN_REVOKE, OG_SCOPE_KEYS);
+}
+
+void og_tenant_self(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    tenant_serve(req, m, ctx, A_TENANT_SELF, 0);
 }

@@ -1,7 +1,9 @@
 /*
  * The HTTP routes of tenant webhooks (API.md §12). Admin (admin token):
  * PUT/GET/DELETE /admin/tenants/{id}/webhook and POST /admin/tenants/{id}/webhook/rotate-secret,
- * the secret shown only when created or rotated and masked otherwise. Tenant (scope logs):
+ * the secret shown only when created or rotated and masked otherwise; the tenant's own twins
+ * (API.md §23, scope keys) GET/PUT/DELETE /api/webhook and POST /api/webhook/rotate-secret, the
+ * same bodies and answers for the tenant of the caller's token. Tenant (scope logs):
  * GET /api/webhooks/deliveries and POST /api/webhooks/deliveries/{id}/retry, a tenant seeing
  * only its own deliveries. Responsible for these routes' validation and answers; not for the
  * webhook rules (webhooks.h), the SQL (store.h) or delivering (webhooks_out.h).
@@ -22,6 +24,10 @@ void og_wh_admin_put(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_admin_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_admin_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_admin_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_wh_tenant_put(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_wh_tenant_get(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_wh_tenant_delete(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_wh_tenant_rotate(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_deliveries(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_wh_retry(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 /* Their admin mirrors for any tenant (API.md §17): GET /admin/tenants/{id}/webhook/deliveries,

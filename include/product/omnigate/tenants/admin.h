@@ -1,8 +1,9 @@
 /*
  * The admin API (API.md §5): tenants and their tokens, behind OMNIGATE_ADMIN_TOKEN. Every
- * answer masks tenant secrets; a token is shown once, at creation. Responsible for the admin
- * routes' validation and answers; not for the SQL (store.h) or the settings document
- * (settings.h). The command-line twin is cli.h.
+ * answer masks tenant secrets; a token is shown once, at creation. Also the tenant's own token
+ * routes (API.md §23, a tenant token with scope keys), which answer as the admin's do for the
+ * caller's tenant, and GET /api/tenant. Responsible for these routes' validation and answers; not
+ * for the SQL (store.h) or the settings document (settings.h). The command-line twin is cli.h.
  */
 #ifndef OMNIGATE_TENANTS_ADMIN_H
 #define OMNIGATE_TENANTS_ADMIN_H
@@ -39,5 +40,15 @@ void og_admin_tenant_patch(og_http_req_t *req, const og_route_match_t *m, void *
 void og_admin_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 void og_admin_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+
+/* The tenant's own (scope keys): GET/POST /api/tokens and DELETE /api/tokens/{id}, the same bodies
+ * and answers as the admin routes above for the caller's tenant; a token of another tenant is
+ * 404, and a creation asking for a scope the caller's token lacks 403 insufficient_scope. */
+void og_tenant_token_list(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_tenant_token_create(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+void og_tenant_token_revoke(og_http_req_t *req, const og_route_match_t *m, void *ctx);
+/* GET /api/tenant (any tenant token): {"id", "name", "unifiedApiEnabled", "scopes"}, the last the
+ * calling token's. */
+void og_tenant_self(og_http_req_t *req, const og_route_match_t *m, void *ctx);
 
 #endif
