@@ -58,14 +58,18 @@ FROM tenants
 WHERE id = $1;
 
 -- name: tenants_unsealed
--- The tenants whose settings hold a provider credential (an accessToken, at any depth) still
--- in clear: written before secrets were sealed (sql/007_sealed_secrets.sql). Run inside a
--- transaction, it locks them, so a concurrent run waits and then no longer sees them.
+-- The tenants whose settings hold a provider credential (an accessToken, authToken, apiKey or
+-- webhookSecret, at any depth: tenants/settings.h) still in clear: written before secrets were
+-- sealed (sql/008_sealed_secrets.sql), or by hand. Run inside a transaction, it locks them, so a
+-- concurrent run waits and then no longer sees them.
 -- Returns id, settings as JSON text.
 -- columns: id, settings
 SELECT id, settings::text
 FROM tenants
 WHERE settings @? 'lax $.**.accessToken ? (@.type() == "string" && !(@ starts with "sealed:"))'
+    OR settings @? 'lax $.**.authToken ? (@.type() == "string" && !(@ starts with "sealed:"))'
+    OR settings @? 'lax $.**.apiKey ? (@.type() == "string" && !(@ starts with "sealed:"))'
+    OR settings @? 'lax $.**.webhookSecret ? (@.type() == "string" && !(@ starts with "sealed:"))'
 ORDER BY id
 FOR UPDATE;
 

@@ -185,6 +185,7 @@ void og_smsreq_start_attempt(og_smsreq_t *c, og_channel_t ch, void (*done)(og_at
     c->provider_called = true;
     og_db_op_free(c->op); /* its step is over; the attempt's ending takes a new one */
     c->op = NULL;
+    og_settings_provider_account(c->auth.tenant->settings, ch, &c->params.account); /* API.md §23 */
     og_attempt_start(&c->gw->prov, ch, &c->params, &c->att);
 }
 

@@ -39,6 +39,7 @@ const char *og_stored_cost_currency(const og_stored_attempt_t *a, bool sent)
 void og_stored_params(og_stored_attempt_t *a)
 {
     a->params = (og_send_params_t){.to = a->to, .text = a->text};
+    og_settings_provider_account(a->settings, a->ch, &a->params.account); /* API.md §23 */
     a->token_sealed = false;
     a->sms = (og_sms_info_t){0};
     if (a->ch == OG_CH_SMS) {

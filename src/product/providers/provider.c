@@ -5,6 +5,7 @@
 #include "omnigate/providers/provider.h"
 #include "omnigate/jw.h"
 #include "omnigate/metrics.h"
+#include "omnigate/providers/accounts.h"
 #include "omnigate/util.h"
 
 #include <stdarg.h>
@@ -357,8 +358,10 @@ static void attempt_req_done(og_hc_req_t *req)
     if (res->bad_credential && log != NULL && og_log_enabled(log, OG_LOG_WARN)) {
         char code[80];
         og_log(log, OG_LOG_WARN, "provider refused the credentials or session; fix the configuration",
-               "\"channel\":\"%s\",\"provider\":\"%s\",\"httpStatus\":%d,\"providerCode\":\"%s\"",
-               og_channel_name(a->prov->channel), a->prov->name, res->http_status,
+               "\"channel\":\"%s\",\"provider\":\"%s\",\"account\":\"%s\",\"httpStatus\":%d,"
+               "\"providerCode\":\"%s\"",
+               og_channel_name(a->prov->channel), a->prov->name, a->own ? "tenant" : "configured",
+               res->http_status,
                og_log_escape(code, sizeof(code), res->provider_code, strlen(res->provider_code)));
     }
     og_hc_req_clear(req);
@@ -372,12 +375,13 @@ bool og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg)
     memset(pv, 0, sizeof(*pv));
     pv->hc = hc;
     pv->cfg = cfg;
-    bool ok = true;
+    bool ok = (pv->accounts = og_accounts_new(cfg->auth_ttl_ms)) != NULL;
     for (int i = 0; i < OG_CH__COUNT; i++) {
         og_breaker_init(&pv->breaker[i]);
         const og_provider_t *prov = og_provider_get((og_channel_t)i);
         if (prov != NULL && prov->fixed_headers != NULL)
-            ok = ok && prov->fixed_headers(cfg, &pv->headers[i]);
+            ok = ok && prov->fixed_headers(cfg, &pv->headers[i]) &&
+                 prov->fixed_headers(NULL, &pv->own_headers[i]);
     }
     return ok;
 }
@@ -386,8 +390,11 @@ void og_providers_free(og_providers_t *pv)
 {
     for (int i = 0; i < OG_CH__COUNT; i++) {
         og_hc_headers_free(pv->headers[i]);
-        pv->headers[i] = NULL;
+        og_hc_headers_free(pv->own_headers[i]);
+        pv->headers[i] = pv->own_headers[i] = NULL;
     }
+    og_accounts_free(pv->accounts);
+    pv->accounts = NULL;
 }
 
 void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_t *p, og_attempt_t *a)
@@ -398,12 +405,16 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
     a->pv = pv;
     a->prov = og_provider_get(ch);
     a->gated = a->probe = false;
+    a->own = p->account.own;
     a->fail_code = NULL;
     a->timeout_ms = cfg->attempt_timeout_ms > 0 ? cfg->attempt_timeout_ms : OG_HC_DEFAULT_TIMEOUT;
     char why[OG_HC_ERRBUF] = "";
     a->configured = a->prov != NULL && a->prov->build(cfg, p, &a->req, why, sizeof(why));
     int rc;
-    if (a->configured && cfg->circuit_breaker) {
+    /* The breaker measures the configured provider: a tenant's own account (API.md §23) is
+     * another server, whose failures must not open the channel for every tenant, and which the
+     * configured provider's outage must not stop. */
+    if (a->configured && cfg->circuit_breaker && !p->account.own) {
         og_breaker_t *b = &pv->breaker[ch];
         a->gated = og_breaker_allow(b, uv_now(og_hc_loop(hc)), &a->probe);
         breaker_metrics(pv, ch);
@@ -427,7 +438,7 @@ void og_attempt_start(og_providers_t *pv, og_channel_t ch, const og_send_params_
         rc = og_hc_complete_later(hc, &a->req, OG_HC_ERROR, why);
     } else {
         a->req.timeout_ms = a->timeout_ms;
-        a->req.shared_headers = pv->headers[ch];
+        a->req.shared_headers = p->account.own ? pv->own_headers[ch] : pv->headers[ch];
         a->req.done = attempt_req_done;
         rc = og_hc_start(hc, &a->req);
     }

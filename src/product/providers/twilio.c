@@ -4,6 +4,9 @@
  *   HTTP Basic auth: account sid, auth token
  *   To=<+E164>&From=<sender>&Body=<text>   (application/x-www-form-urlencoded, RFC 3986 %XX)
  *   [&StatusCallback={public_url}/webhooks/twilio when OMNIGATE_PUBLIC_URL is set]
+ * A tenant's own account (API.md §23, channels.sms.account) replaces the sid and the token, and
+ * the base URL when it gives one (else OMNIGATE_SMS_BASE_URL: where Twilio is for this
+ * deployment); its status callbacks come to the same URL, signed with its own token.
  * A long-code sender goes in E.164 (og_phone_sender_wire), as Twilio requires of a number.
  * Success is a 2xx with a string `sid`; errors are {"code","message","more_info","status"},
  * classified by `code` first and the HTTP status second (docs/providers.md).
@@ -19,19 +22,39 @@
 
 #define LABEL "Twilio API"
 
+static bool set(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
 static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
                          size_t whylen)
 {
-    if (cfg->sms_base_url == NULL || cfg->sms_base_url[0] == '\0') {
+    const og_provider_account_t *own = p->account.own ? &p->account : NULL;
+    const char *base_url = own != NULL && set(own->base_url) ? own->base_url : cfg->sms_base_url;
+    const char *account_sid = own != NULL ? own->id : cfg->sms_account_sid;
+    const char *auth_token = own != NULL ? own->secret : cfg->sms_auth_token;
+    if (own != NULL && own->sealed) {
+        snprintf(
+            why, whylen,
+            "the tenant's sms account authToken does not open with this OMNIGATE_SECRET (changed since it "
+            "was stored?): set the auth token again");
+        return false;
+    }
+    if (!set(base_url)) {
         snprintf(why, whylen, "OMNIGATE_SMS_BASE_URL is not set");
         return false;
     }
-    if (cfg->sms_account_sid == NULL || cfg->sms_account_sid[0] == '\0') {
-        snprintf(why, whylen, "OMNIGATE_SMS_ACCOUNT_SID is not set");
+    if (!set(account_sid)) {
+        snprintf(why, whylen,
+                 own != NULL ? "the tenant's sms account has no accountSid"
+                             : "OMNIGATE_SMS_ACCOUNT_SID is not set");
         return false;
     }
-    if (cfg->sms_auth_token == NULL || cfg->sms_auth_token[0] == '\0') {
-        snprintf(why, whylen, "OMNIGATE_SMS_AUTH_TOKEN is not set");
+    if (!set(auth_token)) {
+        snprintf(why, whylen,
+                 own != NULL ? "the tenant's sms account has no authToken"
+                             : "OMNIGATE_SMS_AUTH_TOKEN is not set");
         return false;
     }
     if (p->from == NULL || p->from[0] == '\0') {
@@ -42,14 +65,14 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
         snprintf(why, whylen, "no recipient or text");
         return false;
     }
-    char *sid = og_provider_pct_encode(cfg->sms_account_sid, strlen(cfg->sms_account_sid));
+    char *sid = og_provider_pct_encode(account_sid, strlen(account_sid));
     char *to = og_provider_pct_encode(p->to, strlen(p->to));
     char wire_from[OG_PHONE_SENDER_SIZE];
     og_phone_sender_wire(p->from, wire_from);
     char *from = og_provider_pct_encode(wire_from, strlen(wire_from));
     char *text = og_provider_pct_encode(p->text, strlen(p->text));
     if (sid != NULL)
-        req->url = og_provider_url(cfg->sms_base_url, "/2010-04-01/Accounts/%s/Messages.json", sid);
+        req->url = og_provider_url(base_url, "/2010-04-01/Accounts/%s/Messages.json", sid);
     /* With a public URL, Twilio reports delivery to us (API.md §10). */
     char *callback = NULL;
     bool callback_ok = true;
@@ -76,8 +99,8 @@ static bool twilio_build(const og_config_t *cfg, const og_send_params_t *p, og_h
         free(text);
     }
     req->method = "POST";
-    req->user = strdup(cfg->sms_account_sid);
-    req->password = strdup(cfg->sms_auth_token);
+    req->user = strdup(account_sid);
+    req->password = strdup(auth_token);
     bool ok = req->url != NULL && req->body != NULL && req->user != NULL && req->password != NULL;
     if (!ok)
         snprintf(why, whylen, "out of memory");

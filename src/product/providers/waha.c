@@ -3,6 +3,8 @@
  *   POST {qr_base_url}/api/sendText
  *   X-Api-Key: {qr_api_key}            (only when configured)
  *   {"session":"<session>","chatId":"<digits>@c.us","text":"..."}
+ * A tenant's own server (API.md §23, channels.whatsapp_qr.server) replaces the base URL and the
+ * key: its request carries that key as a line of its own, not the configured one.
  * Success is a 2xx whose body is the sent message. Where its id lives depends on WAHA's engine:
  * a string `id` (GOWS), an object whose `_serialized` is the full id (WEBJS), or `key.id`
  * (NOWEB); all are accepted. Errors are NestJS-style {"message","statusCode"[,"error"]}, or
@@ -19,21 +21,38 @@
 
 #define LABEL "WAHA"
 
-/* Whether an API key is configured (sent by waha_fixed_headers when it is header-safe). */
+/* Whether an API key is configured (sent by waha_fixed_headers when it is header-safe); NULL
+ * (a tenant's own server) has none. */
 static bool has_key(const og_config_t *cfg)
 {
-    return cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0';
+    return cfg != NULL && cfg->qr_api_key != NULL && cfg->qr_api_key[0] != '\0';
 }
 
 static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
                        size_t whylen)
 {
-    if (cfg->qr_base_url == NULL || cfg->qr_base_url[0] == '\0') {
-        snprintf(why, whylen, "OMNIGATE_QR_BASE_URL is not set");
+    const og_provider_account_t *own = p->account.own ? &p->account : NULL;
+    const char *base_url = own != NULL ? own->base_url : cfg->qr_base_url;
+    if (own != NULL && own->sealed) {
+        snprintf(
+            why, whylen,
+            "the tenant's whatsapp_qr server apiKey does not open with this OMNIGATE_SECRET (changed since "
+            "it was stored?): set the API key again");
         return false;
     }
-    if (has_key(cfg) && !og_provider_header_safe(cfg->qr_api_key)) {
+    if (base_url == NULL || base_url[0] == '\0') {
+        snprintf(why, whylen,
+                 own != NULL ? "the tenant's whatsapp_qr server has no baseUrl"
+                             : "OMNIGATE_QR_BASE_URL is not set");
+        return false;
+    }
+    if (own == NULL && has_key(cfg) && !og_provider_header_safe(cfg->qr_api_key)) {
         snprintf(why, whylen, "OMNIGATE_QR_API_KEY has characters a key cannot have");
+        return false;
+    }
+    if (own != NULL && !og_provider_header_safe(own->secret)) {
+        snprintf(why, whylen,
+                 "the tenant's whatsapp_qr server apiKey is missing or has characters a key cannot have");
         return false;
     }
     if (p->to == NULL || p->text == NULL) {
@@ -44,7 +63,11 @@ static bool waha_build(const og_config_t *cfg, const og_send_params_t *p, og_hc_
     char chat_id[40];
     snprintf(chat_id, sizeof(chat_id), "%s@c.us", p->to[0] == '+' ? p->to + 1 : p->to);
 
-    req->url = og_provider_url(cfg->qr_base_url, "/api/sendText");
+    req->url = og_provider_url(base_url, "/api/sendText");
+    if (own != NULL && !og_hc_req_add_header(req, "X-Api-Key: %s", own->secret)) {
+        snprintf(why, whylen, "out of memory");
+        return false;
+    }
     og_jw_t w;
     og_jw_init(&w, 96 + strlen(p->text) + strlen(session));
     og_jw_object(&w);
@@ -132,7 +155,8 @@ static void waha_classify(long status, const char *body, size_t len, og_attempt_
 }
 
 /* The key is the worker's configuration: the same line for every request. A key that
- * waha_build refuses is left out (no request goes out with it). */
+ * waha_build refuses is left out (no request goes out with it), and so is any key from the lines
+ * of a tenant's own server (cfg NULL): its request adds its own. */
 static bool waha_fixed_headers(const og_config_t *cfg, og_hc_headers_t **h)
 {
     bool with_key = has_key(cfg) && og_provider_header_safe(cfg->qr_api_key);

@@ -13,6 +13,7 @@
 
 #include "omnigate/app/errors.h"
 #include "omnigate/costs/rates.h"
+#include "omnigate/http_client.h"
 #include "omnigate/phone.h"
 
 /* NULL-terminated so it doubles as the key list of settings.channels. */
@@ -127,6 +128,87 @@ static bool optional_pace(const json_t *v, const char *field, og_err_t *err)
     return invalid(err, field, "must be a number from 0.01 to 100000");
 }
 
+/* The secret member `key` of `obj` (`path` names obj, `noun` names the secret in messages):
+ * required, 1-1024 printable ASCII characters without spaces (it goes into an HTTP header or keys
+ * an HMAC), or a well-formed sealed value, kept as it is (settings.h). */
+static bool secret_member(const json_t *obj, const char *key, const char *path, const char *noun,
+                          og_err_t *err)
+{
+    path_t field;
+    path_fmt(field, "%s.%s", path, key);
+    json_t *tv = json_object_get(obj, key);
+    const char *tok = json_string_value(tv);
+    if (og_seal_is_sealed(tok)) {
+        if (!og_seal_well_formed(tok, json_string_length(tv)))
+            return og_err_fail(err, OG_E_VALIDATION_FAILED, field,
+                               "%s is not a well-formed sealed value; send the clear %s", field, noun);
+        return true;
+    }
+    if (tok == NULL || !token_chars(tok, OG_SETTINGS_SECRET_MAX, false))
+        return invalid(err, field, "must be a string of 1-1024 printable ASCII characters without spaces");
+    /* A masked value can only come from echoing a GET back where no stored secret matched it
+     * (og_settings_merge_patch): storing it would break the channel silently. */
+    if (strncmp(tok, "****", 4) == 0)
+        return og_err_fail(err, OG_E_VALIDATION_FAILED, field, "%s is a masked value; send the full %s",
+                           field, noun);
+    return true;
+}
+
+/* The baseUrl member of an own account (`path` names the account): an absolute http:// or
+ * https:// URL with a host, as libcurl, which will call it, reads it (og_hc_url_parts); no user
+ * or password (the credentials are members of their own, sent as the provider wants them), no
+ * query or fragment (the provider's paths are appended to it). Optional unless `required`. */
+static bool base_url_member(const json_t *obj, const char *path, bool required, og_err_t *err)
+{
+    path_t field;
+    path_fmt(field, "%s.baseUrl", path);
+    json_t *v = json_object_get(obj, "baseUrl");
+    if (v == NULL && !required)
+        return true;
+    const char *url = json_string_value(v);
+    size_t n = url != NULL ? json_string_length(v) : 0;
+    bool ascii = n > 0 && n <= OG_SETTINGS_BASE_URL_MAX;
+    for (size_t i = 0; ascii && i < n; i++)
+        ascii = (unsigned char)url[i] > 0x20 && (unsigned char)url[i] < 0x7f;
+    char scheme[16], host[256];
+    bool credentials = false;
+    if (!ascii || !og_hc_url_parts(url, scheme, sizeof(scheme), host, sizeof(host), &credentials) ||
+        (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
+        return invalid(
+            err, field,
+            "must be an http:// or https:// URL with a host, at most 2048 printable ASCII characters");
+    if (credentials)
+        return invalid(err, field, "must not carry a user name or password");
+    if (strpbrk(url, "?#") != NULL)
+        return invalid(err, field,
+                       "must not have a query or a fragment: the provider's paths are appended to it");
+    return true;
+}
+
+/* channels.whatsapp_qr.server (API.md §23): the tenant's own WAHA server. */
+static bool qr_server(const json_t *srv, const char *path, og_err_t *err)
+{
+    static const char *const keys[] = {"baseUrl", "apiKey", "webhookSecret", NULL};
+    return object_with_keys(srv, path, keys, err) && base_url_member(srv, path, true, err) &&
+           secret_member(srv, "apiKey", path, "API key", err) &&
+           secret_member(srv, "webhookSecret", path, "webhook secret", err);
+}
+
+/* channels.sms.account (API.md §23): the tenant's own Twilio account. */
+static bool sms_account(const json_t *acct, og_err_t *err)
+{
+    static const char *const keys[] = {"accountSid", "authToken", "baseUrl", NULL};
+    static const char path[] = "settings.channels.sms.account";
+    if (!object_with_keys(acct, path, keys, err))
+        return false;
+    const char *sid = json_string_value(json_object_get(acct, "accountSid"));
+    if (sid == NULL || !token_chars(sid, OG_SETTINGS_ACCOUNT_SID_MAX, true))
+        return invalid(err, "settings.channels.sms.account.accountSid",
+                       "must be a string of 1-64 letters, digits, _ or - (Twilio's: AC and 32 hex digits)");
+    return secret_member(acct, "authToken", path, "auth token", err) &&
+           base_url_member(acct, path, false, err);
+}
+
 /* The per-number object of a WhatsApp channel; `path` names it. */
 typedef bool (*number_check_fn)(const json_t *num, const char *path, og_err_t *err);
 
@@ -162,21 +244,7 @@ static bool meta_number(const json_t *num, const char *path, og_err_t *err)
     path_fmt(field, "%s.messagesPerSecond", path);
     if (!optional_pace(json_object_get(num, "messagesPerSecond"), field, err))
         return false;
-    path_fmt(field, "%s.accessToken", path);
-    json_t *tv = json_object_get(num, "accessToken");
-    const char *tok = json_string_value(tv);
-    if (og_seal_is_sealed(tok)) {
-        if (!og_seal_well_formed(tok, json_string_length(tv)))
-            return invalid(err, field, "is not a well-formed sealed value; send the clear access token");
-        return true;
-    }
-    if (tok == NULL || !token_chars(tok, OG_SETTINGS_ACCESS_TOKEN_MAX, false))
-        return invalid(err, field, "must be a string of 1-1024 printable ASCII characters without spaces");
-    /* A masked value can only come from echoing a GET back where no stored secret matched it
-     * (og_settings_merge_patch): storing it would break the channel silently. */
-    if (strncmp(tok, "****", 4) == 0)
-        return invalid(err, field, "is a masked value; send the full access token");
-    return true;
+    return secret_member(num, "accessToken", path, "access token", err);
 }
 
 bool og_settings_template_name_valid(const char *name)
@@ -239,7 +307,7 @@ static bool meta_window(const json_t *ch, const char *path, og_err_t *err)
 
 static bool wa_channel(const json_t *ch, const char *name, number_check_fn check, og_err_t *err)
 {
-    static const char *const keys[] = {"enabled", "numbers", NULL};
+    static const char *const keys[] = {"enabled", "numbers", "server", NULL};
     static const char *const meta_keys[] = {"enabled", "numbers", "outsideWindow", "windowTemplate", NULL};
     bool meta = strcmp(name, "whatsapp_meta") == 0;
     path_t path, npath, field;
@@ -247,6 +315,10 @@ static bool wa_channel(const json_t *ch, const char *name, number_check_fn check
     if (!object_with_keys(ch, path, meta ? meta_keys : keys, err) || !optional_bool(ch, "enabled", path, err))
         return false;
     if (meta && !meta_window(ch, path, err))
+        return false;
+    json_t *server = json_object_get(ch, "server");
+    path_fmt(field, "%s.server", path);
+    if (server != NULL && !qr_server(server, field, err))
         return false;
     json_t *numbers = json_object_get(ch, "numbers");
     if (numbers == NULL)
@@ -323,11 +395,14 @@ static bool inbound_numbers(const json_t *nums, og_err_t *err)
 
 static bool sms_channel(const json_t *ch, og_err_t *err)
 {
-    static const char *const keys[] = {"enabled",           "senders",        "defaultSender",
-                                       "messagesPerSecond", "inboundNumbers", NULL};
+    static const char *const keys[] = {
+        "enabled", "senders", "defaultSender", "messagesPerSecond", "inboundNumbers", "account", NULL};
     static const char path[] = "settings.channels.sms";
     path_t field;
     if (!object_with_keys(ch, path, keys, err) || !optional_bool(ch, "enabled", path, err))
+        return false;
+    json_t *account = json_object_get(ch, "account");
+    if (account != NULL && !sms_account(account, err))
         return false;
     json_t *senders = json_object_get(ch, "senders");
     if (senders != NULL && !json_is_array(senders))
@@ -461,13 +536,19 @@ static void mask_secret(const json_t *secret, char out[MASKED_SIZE])
     out[4 + len - tail] = '\0';
 }
 
-static const char access_token_key[] = "accessToken";
+/* The names of the secret members (settings.h): a Meta number's token, the own SMS account's
+ * token, the own WAHA server's key and webhook secret. */
+static bool secret_key(const char *key)
+{
+    return strcmp(key, "accessToken") == 0 || strcmp(key, "authToken") == 0 || strcmp(key, "apiKey") == 0 ||
+           strcmp(key, "webhookSecret") == 0;
+}
 
 /* What to do with one secret: the member at `it` of object `obj`, which it may replace with
  * json_object_iter_set_new. False stops the walk (out of memory). */
 typedef bool (*secret_fn)(json_t *obj, void *it, void *ctx);
 
-/* Calls fn on every secret (an accessToken member, at any depth) under `v`. */
+/* Calls fn on every secret (a member named as secret_key says, at any depth) under `v`. */
 static bool each_secret(json_t *v, secret_fn fn, void *ctx)
 {
     if (json_is_array(v)) {
@@ -483,9 +564,8 @@ static bool each_secret(json_t *v, secret_fn fn, void *ctx)
     if (!json_is_object(v))
         return true;
     for (void *it = json_object_iter(v); it != NULL; it = json_object_iter_next(v, it)) {
-        bool ok = strcmp(json_object_iter_key(it), access_token_key) == 0
-                      ? fn(v, it, ctx)
-                      : each_secret(json_object_iter_value(it), fn, ctx);
+        bool ok = secret_key(json_object_iter_key(it)) ? fn(v, it, ctx)
+                                                       : each_secret(json_object_iter_value(it), fn, ctx);
         if (!ok)
             return false;
     }
@@ -534,7 +614,7 @@ static json_t *merge(json_t *target, const json_t *patch)
             continue;
         }
         json_t *tv = json_object_get(target, key);
-        if (strcmp(key, access_token_key) == 0 && json_is_string(pv) && json_is_string(tv)) {
+        if (secret_key(key) && json_is_string(pv) && json_is_string(tv)) {
             char masked[MASKED_SIZE];
             mask_secret(tv, masked);
             if (strcmp(masked, json_string_value(pv)) == 0)
@@ -687,6 +767,36 @@ bool og_settings_wa_number(const json_t *settings, const char *name, const char 
     }
     memset(out, 0, sizeof(*out));
     return false;
+}
+
+bool og_settings_provider_account(const json_t *settings, og_channel_t ch, og_provider_account_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    json_t *acct = NULL;
+    if (ch == OG_CH_SMS)
+        acct = json_object_get(channel(settings, "sms"), "account");
+    else if (ch == OG_CH_WHATSAPP_QR)
+        acct = json_object_get(channel(settings, "whatsapp_qr"), "server");
+    if (!json_is_object(acct))
+        return false;
+    out->own = true;
+    out->base_url = json_string_value(json_object_get(acct, "baseUrl"));
+    const char *secret;
+    if (ch == OG_CH_SMS) {
+        out->id = json_string_value(json_object_get(acct, "accountSid"));
+        secret = json_string_value(json_object_get(acct, "authToken"));
+    } else {
+        secret = json_string_value(json_object_get(acct, "apiKey"));
+        out->hook_secret = json_string_value(json_object_get(acct, "webhookSecret"));
+        if (og_seal_is_sealed(out->hook_secret))
+            out->hook_secret = NULL;
+    }
+    if (og_seal_is_sealed(secret)) {
+        out->sealed = true;
+        secret = NULL;
+    }
+    out->secret = secret;
+    return true;
 }
 
 bool og_settings_sms_sender_approved(const json_t *settings, const char *sender)

@@ -1,8 +1,10 @@
 /*
  * Provider webhooks in (API.md §10): GET /webhooks/meta (the subscription handshake),
  * POST /webhooks/meta, /webhooks/twilio and /webhooks/waha. Each POST is authenticated by the
- * provider's own signature over the raw bytes received, parsed into delivery statuses
- * (channel, provider message id, status, time, error) and recorded in one write through the
+ * provider's own signature over the raw bytes received, with the secret of the account it
+ * names (the configured one, or a tenant's own Twilio account or WAHA server, API.md §23; an
+ * inbound message a tenant's account signed goes to that tenant only), parsed into delivery
+ * statuses (channel, provider message id, status, time, error) and recorded in one write through the
  * group-commit path; the answer (200) goes out only after COMMIT, so a provider retries what
  * was not stored. Responsible for authenticating, parsing and mapping the providers' wire
  * formats; not for the rules of applying a status (sql/005_delivery_status.sql) or for

@@ -23,6 +23,21 @@
 /* The WAHA session of a whatsapp_qr number registered without one. */
 #define OG_WAHA_DEFAULT_SESSION "default"
 
+/* A tenant's own account at a provider (API.md §23: channels.sms.account,
+ * channels.whatsapp_qr.server), which replaces the configured one (OMNIGATE_SMS_*, OMNIGATE_QR_*)
+ * for that tenant's attempts on the channel. All zero: the configured account. Borrowed strings
+ * (tenants/settings.h og_settings_provider_account fills it). */
+typedef struct og_provider_account {
+    bool own;             /* the tenant has one: everything below replaces the configuration */
+    bool sealed;          /* its secret is stored sealed and did not open: not_configured */
+    const char *base_url; /* sms: NULL for OMNIGATE_SMS_BASE_URL; whatsapp_qr: the server */
+    const char *id;       /* sms: the account sid (the Basic user and the path); whatsapp_qr: NULL */
+    const char *secret;   /* sms: the auth token; whatsapp_qr: the X-Api-Key; NULL when sealed */
+    /* whatsapp_qr: the key of the HMAC the server signs its webhooks with (clear, or NULL when
+     * sealed); sms: NULL (Twilio signs with the auth token). */
+    const char *hook_secret;
+} og_provider_account_t;
+
 /* What one attempt sends. Borrowed: og_attempt_start copies what it needs. */
 typedef struct og_send_params {
     const char *to;              /* E.164 with '+' */
@@ -34,6 +49,10 @@ typedef struct og_send_params {
     /* whatsapp_meta: Meta's `template` object (JSON text, templates/render.h) to send instead of
      * `text`, or NULL for a free text. */
     const char *template_json;
+    /* sms, whatsapp_qr: the tenant's own account, or all zero for the configured one. An attempt
+     * on an own account neither counts in the channel's circuit breaker nor is stopped by it: the
+     * breaker measures the configured provider (docs/providers.md, "Own provider accounts"). */
+    og_provider_account_t account;
 } og_send_params_t;
 
 typedef struct og_attempt_result {
@@ -58,10 +77,11 @@ typedef struct og_provider {
     const char *name;  /* "meta", "waha", "twilio" */
     const char *label; /* for error messages: "Meta Cloud API", "WAHA", "Twilio API" */
     og_channel_t channel;
-    /* Fills req (method, url, headers, body, auth) from the configuration and the params.
-     * False when something needed is missing: `why` says what (never a secret), and the
-     * attempt fails with not_configured. On false, req may hold partial allocations that the
-     * caller frees with og_hc_req_clear. */
+    /* Fills req (method, url, headers, body, auth) from the configuration and the params (the
+     * tenant's own account, p->account, replacing the configured one when it has one). False
+     * when something needed is missing: `why` says what (never a secret), and the attempt fails
+     * with not_configured. On false, req may hold partial allocations that the caller frees with
+     * og_hc_req_clear. */
     bool (*build)(const og_config_t *cfg, const og_send_params_t *p, og_hc_req_t *req, char *why,
                   size_t whylen);
     /* Classifies an HTTP answer (status and body, which need not be NUL-terminated and may be
@@ -71,7 +91,9 @@ typedef struct og_provider {
     /* Appends to *h the header lines every request of this provider carries, whatever the
      * tenant and the message (content type, the configured key): made once per worker by
      * og_providers_init and named by each request (og_hc_req.shared_headers) instead of copied
-     * into it; build adds only the lines of its own request. False when out of memory. */
+     * into it; build adds only the lines of its own request. `cfg` NULL: the lines of a request
+     * on a tenant's own account, which carry no configured credential. False when out of
+     * memory. */
     bool (*fixed_headers)(const og_config_t *cfg, og_hc_headers_t **h);
 } og_provider_t;
 
@@ -95,15 +117,19 @@ typedef struct og_providers {
     og_breaker_t breaker[OG_CH__COUNT];
     uint64_t transitions_reported[OG_CH__COUNT]; /* of breaker[i].transitions, in the metrics */
     og_hc_headers_t *headers[OG_CH__COUNT];      /* each channel's fixed header lines */
+    og_hc_headers_t *own_headers[OG_CH__COUNT];  /* the same for a tenant's own account (no key) */
+    /* The tenants' own accounts as the webhooks in look them up (providers/accounts.h). */
+    struct og_accounts *accounts;
     /* The block in the worker's slot, or NULL: no metrics. Set by the app after
      * og_providers_init. */
     struct og_providers_metrics *m;
 } og_providers_t;
 
-/* False when out of memory (the fixed header lines); og_providers_free frees what was made. */
+/* False when out of memory (the fixed header lines, the accounts cache); og_providers_free
+ * frees what was made. */
 bool og_providers_init(og_providers_t *pv, og_hc_t *hc, const og_config_t *cfg);
 
-/* Frees the fixed header lines; no attempt may be in flight any more. */
+/* Frees the fixed header lines and the accounts cache; no attempt may be in flight any more. */
 void og_providers_free(og_providers_t *pv);
 
 /* One attempt: build, send on the worker's HTTP client, classify, call done. */
@@ -126,6 +152,7 @@ struct og_attempt {
     bool configured;
     bool gated; /* went out through the channel's breaker: its ending is recorded there */
     bool probe; /* the half-open breaker's probe */
+    bool own;   /* on the tenant's own account (og_send_params.account) */
 };
 
 /* Starts attempt a over channel ch; set a->done and a->arg first. a->done is called exactly

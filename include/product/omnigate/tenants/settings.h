@@ -4,10 +4,12 @@
  * defaults, and read-only getters for the send path. Responsible for the shape and meaning of
  * the document; not for storing it.
  *
- * The secrets of a settings document are its "accessToken" members, at any depth. In the
- * database each one is sealed (og_settings_seal before every write); in memory, once read, each
- * one is opened (og_settings_open) so the getters hand out the clear value. A secret that does
- * not open stays sealed in memory: the getters refuse it and masking shows "****".
+ * The secrets of a settings document are its "accessToken", "authToken", "apiKey" and
+ * "webhookSecret" members, at any depth (the schema allows them only where API.md §5 and §23 put
+ * them: a Meta number's token, the tenant's own SMS account and WAHA server). In the database each
+ * one is sealed (og_settings_seal before every write); in memory, once read, each one is opened
+ * (og_settings_open) so the getters hand out the clear value. A secret that does not open stays
+ * sealed in memory: the getters refuse it and masking shows "****".
  */
 #ifndef OMNIGATE_TENANTS_SETTINGS_H
 #define OMNIGATE_TENANTS_SETTINGS_H
@@ -17,8 +19,10 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "omnigate/channel.h"
 #include "omnigate/error.h"
 #include "omnigate/log.h"
+#include "omnigate/providers/provider.h"
 #include "omnigate/seal.h"
 
 #define OG_SETTINGS_CHANNELS          3       /* whatsapp_qr, whatsapp_meta, sms */
@@ -26,6 +30,9 @@
 #define OG_SETTINGS_SESSION_MAX       64      /* whatsapp_qr session name, bytes */
 #define OG_SETTINGS_PHONE_ID_MAX      32      /* whatsapp_meta phoneNumberId, digits */
 #define OG_SETTINGS_ACCESS_TOKEN_MAX  1024    /* whatsapp_meta accessToken, bytes */
+#define OG_SETTINGS_SECRET_MAX        1024    /* authToken, apiKey, webhookSecret (API.md §23), bytes */
+#define OG_SETTINGS_ACCOUNT_SID_MAX   64      /* channels.sms.account.accountSid, bytes */
+#define OG_SETTINGS_BASE_URL_MAX      2048    /* an own account's baseUrl, bytes */
 #define OG_SETTINGS_TEMPLATE_NAME_MAX 512     /* a WhatsApp template's name, bytes (Meta's limit) */
 #define OG_SETTINGS_LANGUAGE_MAX      15      /* a template's language code: en, en_US, ... */
 #define OG_SETTINGS_INBOUND_MAX       100     /* channels.sms.inboundNumbers (API.md §21) */
@@ -44,23 +51,30 @@ bool og_settings_channel_name_valid(const char *name);
 /* Checks `settings` against API.md §5. On failure returns false with `err` set to
  * validation_failed (or unknown_field for a key the schema does not know), `field` naming the
  * value at fault from the root "settings", e.g. "settings.channels.sms.senders[1]". Every key is
- * optional; a channel without "enabled": true is disabled. An accessToken must be printable
- * ASCII (it goes into an HTTP header) and must not start with "****" (a masked value); one that
- * starts with "sealed:" must be a well-formed sealed value and is kept as it is (a stored one
- * that did not open, carried through a merge; it opens only for the tenant and OMNIGATE_SECRET
- * it was sealed with). */
+ * optional; a channel without "enabled": true is disabled. A secret must be 1-1024 printable
+ * ASCII characters without spaces (it goes into an HTTP header or keys an HMAC) and must not
+ * start with "****" (a masked value); one that starts with "sealed:" must be a well-formed sealed
+ * value and is kept as it is (a stored one that did not open, carried through a merge; it opens
+ * only for the tenant and OMNIGATE_SECRET it was sealed with).
+ *
+ * The tenant's own accounts (API.md §23): channels.sms.account {"accountSid", "authToken",
+ * "baseUrl"?} and channels.whatsapp_qr.server {"baseUrl", "apiKey", "webhookSecret"}, each member
+ * required but the SMS baseUrl. accountSid is 1-64 letters, digits, '_' or '-' (Twilio's are AC
+ * and 32 hex digits; a Twilio-compatible provider's may differ); a baseUrl is an absolute
+ * http:// or https:// URL with a host, without user, password, query or fragment (the API's
+ * paths are appended to it), at most 2048 bytes. */
 bool og_settings_validate(json_t *settings, og_err_t *err);
 
-/* A deep copy of `settings` in which every "accessToken" member, at any depth, is replaced by
+/* A deep copy of `settings` in which every secret member (above), at any depth, is replaced by
  * "****" + its last 4 characters, or by "****" when it has fewer than 12 characters, is not a
  * string or is sealed (did not open). NULL when out of memory. Run it on opened settings. */
 json_t *og_settings_mask(const json_t *settings);
 
 /* RFC 7396 merge of `patch` into a copy of `stored` (null deletes a member, objects merge
- * recursively, any other value replaces), except that an "accessToken" string equal to the
- * masked form of the stored accessToken at the same place keeps the stored secret, so a client
- * may send back what GET returned. Returns a new value (not necessarily valid settings: run
- * og_settings_validate on it), or NULL when out of memory. */
+ * recursively, any other value replaces), except that a secret string equal to the masked form
+ * of the stored secret at the same place keeps the stored secret, so a client may send back what
+ * GET returned. Returns a new value (not necessarily valid settings: run og_settings_validate on
+ * it), or NULL when out of memory. */
 json_t *og_settings_merge_patch(const json_t *stored, const json_t *patch);
 
 /* ---- secrets at rest (docs/persistence.md, "Secrets at rest") ----------------------------- */
@@ -124,6 +138,13 @@ typedef struct og_settings_wa_number {
  * false and `out` zeroed. */
 bool og_settings_wa_number(const json_t *settings, const char *channel, const char *from,
                            og_settings_wa_number_t *out);
+
+/* The tenant's own account of channel `ch` (API.md §23), which replaces the configured one for
+ * the tenant's attempts: channels.sms.account (OG_CH_SMS) or channels.whatsapp_qr.server
+ * (OG_CH_WHATSAPP_QR). True with `out` filled (strings borrowed from the settings; a secret that
+ * did not open is NULL with out->sealed set, so the attempt fails not_configured and says why)
+ * when the tenant has one; else false with `out` zeroed: the configured account. */
+bool og_settings_provider_account(const json_t *settings, og_channel_t ch, og_provider_account_t *out);
 
 /* True when `sender` is in channels.sms.senders (exact, case-sensitive match). */
 bool og_settings_sms_sender_approved(const json_t *settings, const char *sender);
