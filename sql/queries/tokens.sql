@@ -9,11 +9,13 @@
 -- name: auth_lookup
 -- Finds the token behind a bearer token, with what its tenant allows.
 -- $1 hash = token hash (hex HMAC-SHA256)
--- Returns token id, tenant id, scopes as "a,b", revoked (boolean), unified_api_enabled and
--- the tenant's settings as JSON text; no row for an unknown token.
--- columns: token_id, tenant_id, scopes, revoked, unified, settings
+-- Returns token id, tenant id, scopes as "a,b", revoked (boolean), unified_api_enabled, the
+-- tenant's settings as JSON text and the names of its QR sessions known not WORKING (a JSON
+-- array, NULL for none: sql/027); no row for an unknown token.
+-- columns: token_id, tenant_id, scopes, revoked, unified, settings, qr_down
 SELECT k.id AS token_id, k.tenant_id, array_to_string(k.scopes, ',') AS scopes,
-    k.revoked_at IS NOT NULL AS revoked, t.unified_api_enabled AS unified, t.settings::text
+    k.revoked_at IS NOT NULL AS revoked, t.unified_api_enabled AS unified, t.settings::text,
+    (SELECT json_agg(s.name) FROM qr_sessions s WHERE s.tenant_id = t.id AND s.status <> 'WORKING')::text AS qr_down
 FROM api_tokens k JOIN tenants t ON t.id = k.tenant_id
 WHERE k.token_hash = $1;
 

@@ -52,7 +52,7 @@ ATTEMPT_ERRORS = ["provider_timeout", "provider_unreachable", "provider_rejected
 DELIVERY = ["sent", "delivered", "read", "failed", "undelivered"]
 DELIVERY_ERRORS = ["not_on_whatsapp", "outside_window", "recipient_opted_out", "carrier_rejected",
                    "provider_error"]
-SCOPES = ["send", "otp", "logs"]
+SCOPES = ["send", "otp", "logs", "keys"]
 WH_EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read", "message.undelivered",
              "otp.verified", "otp.locked", "message.canceled", "message.expired", "batch.completed",
              "message.received", "recipient.opted_out", "recipient.opted_in"]
@@ -135,10 +135,14 @@ SCHEMAS = {
     "Skipped": obj({"channel": ref("Channel"), "reason": {"type": "string", "enum": ["channel_disabled",
                                                                                       "not_on_whatsapp",
                                                                                       "outside_window",
-                                                                                      "recipient_opted_out"],
+                                                                                      "recipient_opted_out",
+                                                                                      "session_not_connected"],
                                                           "description": "recipient_opted_out: the recipient "
                                                                          "opted out of the channel's kind "
-                                                                         "(sms, whatsapp; API.md §21)."}}),
+                                                                         "(sms, whatsapp; API.md §21). "
+                                                                         "session_not_connected: the "
+                                                                         "whatsapp_qr number's WAHA session is "
+                                                                         "known not WORKING (API.md §23)."}}),
     "SendResult": obj({
         "reference": ref("Reference"),
         "deliveryMode": {"type": "string", "enum": ["fallback", "all"]},
@@ -280,8 +284,40 @@ SCHEMAS = {
             "at": ref("Timestamp")})},
     }),
     # ---- tenants and tokens
+    "OwnBaseUrl": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2048,
+                   "pattern": "^[Hh][Tt][Tt][Pp][Ss]?://[!-~]+$",
+                   "description": "An absolute http:// or https:// URL with a host, without user, password, query "
+                                  "or fragment: the provider's paths are appended to it."},
+    "TwilioAccount": obj({
+        "accountSid": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                       "description": "The account's SID (Twilio's: AC and 32 hex digits): the path's "
+                                      "{AccountSid} and the Basic user of its sends, and the AccountSid its "
+                                      "webhooks name.", "examples": ["AC0123456789abcdef0123456789abcdef"]},
+        "authToken": {"type": "string", "minLength": 1, "maxLength": 1024,
+                      "description": "Write-only: answers show it masked (**** and its last 4 characters when it "
+                                     "has 12 or more); sealed at rest. The Basic password of its sends and the key "
+                                     "of its webhooks' X-Twilio-Signature."},
+        "baseUrl": {**ref("OwnBaseUrl"),
+                    "description": "Default: OMNIGATE_SMS_BASE_URL (Twilio's https://api.twilio.com unless the "
+                                   "operator set another)."},
+    }, required=["accountSid", "authToken"],
+        description="The tenant's own Twilio account (API.md §23): replaces OMNIGATE_SMS_ACCOUNT_SID, "
+                    "OMNIGATE_SMS_AUTH_TOKEN (and OMNIGATE_SMS_BASE_URL when baseUrl is given) for its SMS; its "
+                    "status and inbound webhooks are verified with its authToken, found by their AccountSid."),
+    "WahaServer": obj({
+        "baseUrl": ref("OwnBaseUrl"),
+        "apiKey": {"type": "string", "minLength": 1, "maxLength": 1024,
+                   "description": "Write-only (masked in answers, sealed at rest): the X-Api-Key of its requests."},
+        "webhookSecret": {"type": "string", "minLength": 1, "maxLength": 1024,
+                          "description": "Write-only (masked in answers, sealed at rest): the HMAC key of the "
+                                         "server's X-Webhook-Hmac (SHA-512)."},
+    }, required=["baseUrl", "apiKey", "webhookSecret"],
+        description="The tenant's own WAHA server (API.md §23): replaces OMNIGATE_QR_BASE_URL and "
+                    "OMNIGATE_QR_API_KEY for its QR sends; events of the sessions of its numbers are verified with "
+                    "its webhookSecret (or OMNIGATE_QR_WEBHOOK_SECRET, the configured server's)."),
     "WhatsappQrChannel": obj({
         "enabled": {"type": "boolean"},
+        "server": ref("WahaServer"),
         "numbers": {"type": "object", "propertyNames": ref("WhatsappNumber"),
                     "additionalProperties": obj({
                         "session": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
@@ -318,6 +354,7 @@ SCHEMAS = {
     }, required=[]),
     "SmsChannel": obj({
         "enabled": {"type": "boolean"},
+        "account": ref("TwilioAccount"),
         "senders": {"type": "array", "uniqueItems": True, "items": ref("Sender")},
         "defaultSender": {"type": "string", "description": "One of senders."},
         "messagesPerSecond": {"type": "object", "propertyNames": ref("Sender"),
@@ -430,8 +467,10 @@ SCHEMAS = {
         "scopes": ref("Scopes"), "createdAt": ref("Timestamp"),
         "lastUsedAt": nullable(ref("Timestamp")), "revokedAt": nullable(ref("Timestamp")),
     }),
-    "Scopes": {"type": "array", "minItems": 1, "maxItems": 3, "uniqueItems": True,
-               "items": {"type": "string", "enum": SCOPES}},
+    "Scopes": {"type": "array", "minItems": 1, "maxItems": len(SCOPES), "uniqueItems": True,
+               "items": {"type": "string", "enum": SCOPES},
+               "description": "In this order: send, otp, logs, keys. keys (the tenant's own tokens and webhook, "
+                              "API.md §23) is opt-in: a token created without scopes has send, otp and logs."},
     # ---- webhooks out (API.md §12)
     "Webhook": obj({
         "url": {"type": "string", "format": "uri", "maxLength": 2048},
@@ -1039,6 +1078,24 @@ SCHEMAS["WebhookPutRequest"] = obj({
     "events": {"type": "array", "minItems": 1, "uniqueItems": True, "items": {"type": "string", "enum": WH_EVENTS},
                "description": "Default: all. " + WH_EVENTS_TEXT},
 }, required=["url"])
+# ---- the tenant's own keys (API.md §23)
+SCHEMAS["TenantSelf"] = obj({
+    "id": ref("Uuid"), "name": {"type": "string", "minLength": 1, "maxLength": 200},
+    "unifiedApiEnabled": {"type": "boolean", "description": "false: the plan locks the unified API (no token "
+                                                            "can be created, API.md §1)."},
+    "scopes": {**ref("Scopes"), "description": "The calling token's scopes."},
+}, description="The tenant of the calling token, and that token's scopes.")
+
+# ---- QR sessions (API.md §23)
+QR_STATUSES = ["STOPPED", "STARTING", "SCAN_QR_CODE", "WORKING", "FAILED"]
+SCHEMAS["QrSession"] = obj({
+    "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+    "status": {"type": "string", "enum": QR_STATUSES,
+               "description": "As WAHA's last session.status event said (or its answer to the last start, stop "
+                              "or logout through the gateway)."},
+    "number": nullable(ref("E164"), "The WhatsApp account linked to the session, while known."),
+    "updatedAt": ref("Timestamp"),
+}, description="A WAHA session of the tenant's whatsapp_qr numbers, as the gateway knows it.")
 
 # ---- examples ------------------------------------------------------------------------------
 
@@ -1666,6 +1723,97 @@ def build():
         [TENANT_ID, pparam("deliveryId", {"type": "string"}, "The delivery's id (msg_ + 32 hex digits).")],
         op_id="adminWebhookRetry"))
 
+    # ---- the tenant's own tokens and webhook (API.md §23, scope keys): the admin routes' bodies
+    # and answers for the tenant of the calling token, so each is made from its admin twin.
+    def keys_twin(path, method, admin_path, summary, errors, params, description, op_id):
+        twin = paths[admin_path][method]
+        ok = {int(s): dict(r, headers=dict(r["headers"], **{h: hdr(h) for h in RL}))
+              for s, r in twin["responses"].items() if int(s) < 300}
+        add(path, method, op(summary, ["keys"] + twin["tags"][1:], ok, merge(TENANT, DB, errors), TENANT_SEC,
+                             params, twin.get("requestBody"), "Needs scope keys. " + description,
+                             error_headers=RL, op_id=op_id))
+
+    keys_twin("/api/tokens", "get", "/admin/tenants/{id}/tokens", "List the tenant's tokens", {}, (),
+              "GET /admin/tenants/{id}/tokens for the tenant of the token: every token, revoked ones included, "
+              "without secrets. Not locked by the plan.", "keysTokenList")
+    keys_twin("/api/tokens", "post", "/admin/tenants/{id}/tokens", "Create a token for the tenant",
+              merge(JSON_BODY, {403: ["unified_api_locked"]}), (),
+              "POST /admin/tenants/{id}/tokens for the tenant of the token: the same body and answer. A token "
+              "grants at most its own scopes: asking for one the calling token lacks is 403 insufficient_scope "
+              "(error.field scopes), and so is a body without scopes (send, otp and logs) from a token lacking "
+              "one of those. 403 unified_api_locked while the plan locks the unified API.", "keysTokenCreate")
+    keys_twin("/api/tokens/{id}", "delete", "/admin/tenants/{id}/tokens/{tokenId}", "Revoke one of the tenant's "
+              "tokens", {404: ["not_found"]},
+              [pparam("id", ref("Uuid"), "The token's id; another tenant's token, or anything but a UUID, is 404.")],
+              "The calling token may revoke itself: it is refused from then on (within 2 s on every instance), "
+              "as any revoked token.", "keysTokenRevoke")
+    for method, summary, errors, op_id in (
+            ("put", "Set the tenant's webhook", JSON_BODY, "keysWebhookPut"),
+            ("get", "Get the tenant's webhook", not_found, "keysWebhookGet"),
+            ("delete", "Delete the tenant's webhook", not_found, "keysWebhookDelete")):
+        keys_twin("/api/webhook", method, "/admin/tenants/{id}/webhook", summary, errors, (),
+                  "%s /admin/tenants/{id}/webhook for the tenant of the token: the same body and answer (the "
+                  "secret in clear only when created)." % method.upper(), op_id)
+    keys_twin("/api/webhook/rotate-secret", "post", "/admin/tenants/{id}/webhook/rotate-secret",
+              "Rotate the tenant's webhook secret", merge(not_found, {422: ["validation_failed"]}), (),
+              "POST /admin/tenants/{id}/webhook/rotate-secret for the tenant of the token: takes no body; the new "
+              "secret is shown only this once.", "keysWebhookRotate")
+    add("/api/tenant", "get", op(
+        "Who is calling: the token's tenant and scopes", ["keys"],
+        {200: ok_response(200, ref("TenantSelf"), "The tenant of the token.",
+                          ok_ex("tenant", {"id": TENANT_EX["id"], "name": "acme", "unifiedApiEnabled": False,
+                                           "scopes": ["send", "otp", "logs", "keys"]}), headers=RL)},
+        merge({401: ["unauthorized"], 429: ["rate_limited"]}, DB), TENANT_SEC,
+        description="Any valid tenant token, whatever its scopes; not locked by the plan (API.md §23: the "
+                    "tenant console reads who signed in and whether the unified API is locked).",
+        error_headers=RL, op_id="tenantSelf"))
+
+    # ---- QR sessions (API.md §23)
+    qr_ex = {"name": "shop-1", "status": "SCAN_QR_CODE", "number": None, "updatedAt": "2026-11-28T10:15:30.123Z"}
+    session_param = pparam("name", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                           "The session: one of the tenant's whatsapp_qr numbers uses it (settings, numbers.{n}"
+                           ".session, default \"default\"); any other is 404.")
+    png_ok = {"description": "The QR code to scan with the phone, as WAHA drew it.",
+              "headers": {"X-Request-Id": hdr("X-Request-Id"), "Cache-Control": {"schema": {"type": "string"}}},
+              "content": {"image/png": {}}}
+    waha_errors = {404: ["not_found"], 409: ["conflict"], 502: ["provider_error"]}
+    qr_routes = (
+        ("", "get", "A QR session of the tenant", "QrSessionGet", {404: ["not_found"]},
+         "What the gateway knows of the session: the status of WAHA's last session.status event (404 while it "
+         "knows nothing: never started through the gateway and no event yet)."),
+        ("/qr", "get", "The QR code of a session waiting for a scan", "QrSessionQr",
+         {404: ["not_found"], 409: ["session_not_scanning"], 502: ["provider_error"]},
+         "The PNG WAHA draws (GET /api/{session}/auth/qr), while the session's status is SCAN_QR_CODE (else 409 "
+         "session_not_scanning). WAHA changes the code every 20 s or so: fetch it again until the status is "
+         "WORKING."),
+        ("/start", "post", "Start a QR session", "QrSessionStart", waha_errors,
+         "Creates and starts the session on the tenant's WAHA server (its own, channels.whatsapp_qr.server, else "
+         "OMNIGATE_QR_BASE_URL) with its webhook at {OMNIGATE_PUBLIC_URL}/webhooks/waha for message, "
+         "message.ack and session.status, signed with the server's webhook secret; a session that exists is "
+         "updated with that webhook and started. Answers what WAHA said (STARTING, or WORKING for a linked "
+         "session); its events follow. 409 conflict when no server, public URL or webhook secret is "
+         "configured, 502 provider_error when WAHA fails."),
+        ("/stop", "post", "Stop a QR session", "QrSessionStop", waha_errors,
+         "Stops the session on WAHA (the phone stays linked: a start needs no new scan). Its number is skipped "
+         "(session_not_connected) until it is WORKING again."),
+        ("/logout", "post", "Log a QR session out", "QrSessionLogout", waha_errors,
+         "Logs the session out on WAHA (the phone is unlinked; WAHA starts it again, waiting for a new scan)."),
+    )
+    for suffix, method, summary, op_id, errors, description in qr_routes:
+        ok = {200: png_ok} if suffix == "/qr" else {
+            200: ok_response(200, ref("QrSession"), "The session.", ok_ex("session", qr_ex), headers=RL)}
+        add("/api/whatsapp/sessions/{name}" + suffix, method, op(
+            summary, ["keys"], ok, merge(TENANT, DB, errors), TENANT_SEC, [session_param],
+            description="Needs scope keys (API.md §23). " + description, error_headers=RL,
+            op_id="keys" + op_id))
+        ok = {200: png_ok} if suffix == "/qr" else {
+            200: ok_response(200, ref("QrSession"), "The session.", ok_ex("session", qr_ex))}
+        add("/admin/tenants/{id}/whatsapp/sessions/{name}" + suffix, method, op(
+            summary.replace("of the tenant", "of a tenant"), ["admin", "keys"], ok, merge(ADMIN, DB, errors),
+            ADMIN_SEC, [TENANT_ID, session_param],
+            description="The admin mirror of %s /api/whatsapp/sessions/{name}%s." % (method.upper(), suffix),
+            op_id="admin" + op_id))
+
     # ---- provider webhooks (API.md §10)
     counts_ok = {200: ok_response(200, ref("StatusCounts"), "The statuses are committed: applied, repeats "
                                                             "(duplicate) and not matched yet (unknown, kept).",
@@ -1774,10 +1922,12 @@ def build():
             "type": "object", "required": ["event"],
             "properties": {"id": {"type": "string"}, "timestamp": {"type": "number"}, "event": {"type": "string"},
                            "session": {"type": "string"}, "payload": {"type": "object"}},
-            "description": "message.ack (a status) and message (an inbound message, API.md §21: routed by "
+            "description": "message.ack (a status), message (an inbound message, API.md §21: routed by "
                            "session and the session's number, me.id; one not from a phone number, fromMe or "
-                           "not <digits>@c.us, is ignored) events are recorded; others are answered 200 and "
-                           "ignored."},
+                           "not <digits>@c.us, is ignored) and session.status (payload.status, me.id: the "
+                           "tenant's QR session, API.md §23; applied 1, or unknown 1 when no tenant has the "
+                           "session or a later event was applied) events are recorded; others are answered 200 "
+                           "and ignored."},
             "examples": {
                 "status": {"value": {"id": "evt_01", "timestamp": 1763820327000, "event": "message.ack",
                                      "session": "default",
@@ -1857,7 +2007,7 @@ def build():
         },
         "servers": [{"url": "/", "description": "The gateway itself (OMNIGATE_LISTEN)."}],
         "tags": [{"name": n} for n in ("messages", "otp", "logs", "webhooks", "templates", "inbound", "consent",
-                                       "admin", "provider webhooks", "operations", "pages")],
+                                       "keys", "admin", "provider webhooks", "operations", "pages")],
         "paths": dict(sorted(paths.items())),
         "components": {
             "schemas": dict(sorted(SCHEMAS.items())),
@@ -1871,7 +2021,8 @@ def build():
                                                "route's scope: send (POST sends, batches and cancels, the "
                                                "template list, suppressions), otp (OTP send/verify), logs "
                                                "(logs, messages, batches, the queue, webhook deliveries, "
-                                               "inbound messages, recipients)."},
+                                               "inbound messages, recipients), keys (the tenant's own tokens "
+                                               "and webhook, API.md §23; opt-in, never in the default set)."},
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "OMNIGATE_ADMIN_TOKEN, from configuration only."},
                 "metaSignature": {"type": "apiKey", "in": "header", "name": "X-Hub-Signature-256",
@@ -1879,10 +2030,13 @@ def build():
                                                  "OMNIGATE_META_APP_SECRET>."},
                 "twilioSignature": {"type": "apiKey", "in": "header", "name": "X-Twilio-Signature",
                                     "description": "base64 HMAC-SHA1 of the full URL and the sorted POST fields, "
-                                                   "key OMNIGATE_SMS_AUTH_TOKEN."},
+                                                   "key OMNIGATE_SMS_AUTH_TOKEN, or the authToken of the "
+                                                   "tenant's own account the AccountSid names (API.md §23)."},
                 "wahaSignature": {"type": "apiKey", "in": "header", "name": "X-Webhook-Hmac",
                                   "description": "hex HMAC-SHA512 of the raw body, key "
-                                                 "OMNIGATE_QR_WEBHOOK_SECRET."},
+                                                 "OMNIGATE_QR_WEBHOOK_SECRET, or the webhookSecret of the own "
+                                                 "server of a tenant with a number on the event's session "
+                                                 "(API.md §23)."},
             },
         },
     }

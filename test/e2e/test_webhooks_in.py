@@ -428,7 +428,13 @@ def test_bad_waha_and_twilio_bodies(gw):
                  b'{"event":"message.ack","payload":{"id":7,"ack":1}}'):
         r = post_waha(gw, body)
         assert r.status == 400, body
-    assert counts(post_waha(gw, b'{"event":"session.status","payload":{"status":"WORKING"}}'))["applied"] == 0
+    # session.status (API.md §23): without its session, 400; a status no version of this gateway
+    # knows, acknowledged and kept nowhere; other events, acknowledged.
+    assert_error(post_waha(gw, b'{"event":"session.status","payload":{"status":"WORKING"}}'), 400,
+                 "invalid_payload")
+    assert counts(post_waha(gw, b'{"event":"session.status","session":"default","payload":{"status":"NEW"}}'))[
+        "unknown"] == 1
+    assert counts(post_waha(gw, b'{"event":"state.change","session":"default","payload":{}}'))["applied"] == 0
     r = post_twilio(gw, [("MessageStatus", "delivered")])
     assert_error(r, 400, "invalid_payload")
     body = b"MessageSid=%ZZ&MessageStatus=sent"

@@ -155,6 +155,13 @@ enum og_store_stmt {
     OG_Q_USAGE_ROWS,
     OG_Q_USAGE_CURRENCY,
     OG_Q_USAGE_COMPACT,
+    /* accounts.sql: the tenants' own provider accounts, for the webhooks in (API.md §23) */
+    OG_Q_ACCOUNT_TWILIO,
+    OG_Q_ACCOUNT_WAHA,
+    /* qr_sessions.sql: QR sessions (API.md §23) */
+    OG_Q_QR_SESSION_GET,
+    OG_Q_QR_SESSION_PUT,
+    OG_Q_QR_SESSION_EVENT,
     OG_Q__COUNT
 };
 

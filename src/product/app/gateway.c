@@ -33,11 +33,13 @@
 #include "omnigate/app/testhooks.h"
 #include "omnigate/util.h"
 #include "omnigate/queue/batch_api.h"
+#include "omnigate/qr/sessions.h"
 #include "omnigate/templates/sync.h"
 #include "omnigate/templates/template_api.h"
 #include "omnigate/tenant_webhooks/webhook_api.h"
 #include "omnigate/callbacks/webhooks_in.h"
 #include "omnigate/tenant_webhooks/webhooks_out.h"
+#include "omnigate/http_metrics.h"
 
 static const og_route_t routes[] = {
     OG_OPS_ROUTES,
@@ -61,6 +63,11 @@ static const og_route_t routes[] = {
     {"GET", "/admin/tenants/{id}/templates", og_tpl_admin_list},
     {"POST", "/admin/tenants/{id}/templates/sync", og_tpl_admin_sync},
     {"GET", "/admin/tenants/{id}/inbound", og_inbound_admin_list},
+    {"GET", "/admin/tenants/{id}/whatsapp/sessions/{name}", og_qr_session_admin_get},
+    {"GET", "/admin/tenants/{id}/whatsapp/sessions/{name}/qr", og_qr_session_admin_qr},
+    {"POST", "/admin/tenants/{id}/whatsapp/sessions/{name}/start", og_qr_session_admin_start},
+    {"POST", "/admin/tenants/{id}/whatsapp/sessions/{name}/stop", og_qr_session_admin_stop},
+    {"POST", "/admin/tenants/{id}/whatsapp/sessions/{name}/logout", og_qr_session_admin_logout},
     {"GET", "/admin/tenants/{id}/suppressions", og_suppression_admin_list},
     {"GET", "/admin/tenants/{id}/recipients/{to}", og_recipient_admin_get},
     {"GET", "/admin/rates", og_rates_admin_get},
@@ -86,7 +93,20 @@ static const og_route_t routes[] = {
     {"GET", "/api/sms/otp/logs", og_logs_otp},
     {"GET", "/api/webhooks/deliveries", og_wh_deliveries},
     {"POST", "/api/webhooks/deliveries/{id}/retry", og_wh_retry},
+    {"GET", "/api/tenant", og_tenant_self},
+    {"GET", "/api/tokens", og_tenant_token_list},
+    {"POST", "/api/tokens", og_tenant_token_create},
+    {"DELETE", "/api/tokens/{id}", og_tenant_token_revoke},
+    {"GET", "/api/webhook", og_wh_tenant_get},
+    {"PUT", "/api/webhook", og_wh_tenant_put},
+    {"DELETE", "/api/webhook", og_wh_tenant_delete},
+    {"POST", "/api/webhook/rotate-secret", og_wh_tenant_rotate},
     {"GET", "/api/whatsapp/templates", og_tpl_list},
+    {"GET", "/api/whatsapp/sessions/{name}", og_qr_session_get},
+    {"GET", "/api/whatsapp/sessions/{name}/qr", og_qr_session_qr},
+    {"POST", "/api/whatsapp/sessions/{name}/start", og_qr_session_start},
+    {"POST", "/api/whatsapp/sessions/{name}/stop", og_qr_session_stop},
+    {"POST", "/api/whatsapp/sessions/{name}/logout", og_qr_session_logout},
     {"GET", "/api/inbound", og_inbound_list},
     {"GET", "/api/suppressions", og_suppression_list},
     {"PUT", "/api/suppressions/{to}", og_suppression_put},
@@ -99,6 +119,8 @@ static const og_route_t routes[] = {
     {"POST", "/webhooks/waha", og_webhook_waha, OG_WEBHOOK_MAX_BODY},
     {"GET", "/openapi.json", og_static_serve},
 };
+/* Every route gets its own label in the request metrics (http_metrics.h). */
+_Static_assert(sizeof(routes) / sizeof(routes[0]) <= OG_HTTP_M_ROUTES, "raise OG_HTTP_M_ROUTES");
 
 /* The kinds of durable steps the features register (og_jobs_register), which the steps metrics
  * label by; each is its feature's constant. A kind missing here would run uncounted. */

@@ -2,13 +2,15 @@
  * Provider webhooks in. See include/product/omnigate/callbacks/webhooks_in.h; the operator's side (what
  * to configure at Meta, WAHA and Twilio) is docs/providers.md.
  *
- * Every route checks, in this order: its secret is configured (else 404, as if the route did
- * not exist), the signature over the raw body (else 401, nothing parsed), the body (else 400,
- * nothing recorded: a batch is accepted or refused whole), then records the statuses in one
- * write and answers 200 after COMMIT (503 when the database is unavailable, so the provider
- * retries). Meta's POST may also carry template status changes (API.md §18): they go into the
- * same write, one tpl_set_status for the whole POST, and this worker's template cache forgets
- * them once it committed.
+ * Every route checks, in this order: a secret is configured that could verify it (else 404, as
+ * if the route did not exist), the signature over the raw body (else 401, nothing recorded), the
+ * body (else 400, nothing recorded: a batch is accepted or refused whole), then records the
+ * statuses in one write and answers 200 after COMMIT (503 when the database is unavailable, so
+ * the provider retries). Twilio's and WAHA's may come from a tenant's own account (API.md §23):
+ * the account the request names is found first, in this worker's cache or by one indexed read
+ * ("whose account signed it" below), and only its secret verifies it. Meta's POST may also carry
+ * template status changes (API.md §18): they go into the same write, one tpl_set_status for the
+ * whole POST, and this worker's template cache forgets them once it committed.
  */
 #include "omnigate/callbacks/webhooks_in.h"
 
@@ -25,12 +27,15 @@
 #include "omnigate/hmac.h"
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/phone.h"
+#include "omnigate/providers/accounts.h"
 #include "omnigate/providers/provider.h"
+#include "omnigate/qr/sessions.h"
 #include "omnigate/store.h"
 #include "omnigate/templates/catalogue.h"
 #include "omnigate/templates/render.h"
 #include "omnigate/tenants/settings.h"
 #include "omnigate/token.h"
+#include "omnigate/util.h"
 
 #define PID_MAX     128 /* longest provider message id we record (attempts keep 127 bytes) */
 #define CODE_MAX    32
@@ -990,65 +995,372 @@ void og_webhook_meta(og_http_req_t *req, const og_route_match_t *m, void *ctx)
     record_parsed(gw, req, OG_CH_WHATSAPP_META, &b, &err);
 }
 
-void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+/* ---- whose account signed it (API.md §23) ------------------------------------------------
+ *
+ * Twilio and WAHA requests may come from the configured account or from a tenant's own one
+ * (settings: channels.sms.account, channels.whatsapp_qr.server). The request names its account:
+ * Twilio's form carries AccountSid, WAHA's event its session. The accounts that key names are
+ * read once per OMNIGATE_AUTH_TTL_MS per worker (providers/accounts.h; a miss is one indexed
+ * read, sql/queries/accounts.sql) and the request is verified with their secrets:
+ *
+ *  - Twilio: an AccountSid of tenants' accounts is verified with their auth tokens only, never
+ *    the configured one; any other AccountSid (or none) with OMNIGATE_SMS_AUTH_TOKEN, unless
+ *    OMNIGATE_SMS_ACCOUNT_SID is set and is another account (401, as a bad signature).
+ *  - WAHA: session names are not unique across servers, so the configured secret is tried
+ *    first (no lookup); then the webhookSecret of each tenant whose own server has a number on
+ *    that session.
+ *
+ * A request nothing could verify is 401, or 404 when no secret at all could have (no configured
+ * one, no tenant account for its key: the route does not exist for it, API.md §14). Inbound
+ * messages that tenants' accounts signed carry those tenants' ids ("accounts"), so that they go
+ * to those tenants only (sql/026_own_accounts.sql); statuses go by message id as before. */
+
+/* Who signed a verified request: the configured account (n 0), or tenants' own accounts. */
+typedef struct wh_signer {
+    int n;
+    char tenant[OG_ACCOUNTS_PER_KEY][37];
+} wh_signer_t;
+
+typedef struct wh_check wh_check_t;
+
+struct wh_check {
+    og_db_op_t op; /* the accounts' read on a cache miss */
+    og_gw_t *gw;
+    og_http_req_t *req;
+    og_account_kind_t kind;
+    og_channel_t ch;
+    char key[OG_ACCOUNTS_KEY_MAX + 1]; /* the account's key as the request names it, "" if none */
+    /* Twilio: the request names an account other than OMNIGATE_SMS_ACCOUNT_SID (any when that is
+     * unset), so that a tenant's may be it. */
+    bool other;
+    char *url;          /* Twilio: the URL the signature covers */
+    const char *header; /* the signature's header, for the 401 */
+    void (*refused)(og_gw_t *gw);
+    void (*verified)(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by);
+};
+
+static void check_free(wh_check_t *c)
 {
-    og_gw_t *gw = og_gw(ctx);
-    const char *secret = gw->w->cfg->qr_webhook_secret;
-    if (!configured(secret)) {
-        not_configured(req);
-        return;
-    }
+    og_db_op_clear(&c->op);
+    free(c->url);
+    free(c);
+}
+
+/* 401 for a request no secret verified (counted by c->refused). */
+static void refuse(wh_check_t *c)
+{
+    c->refused(c->gw);
+    og_err_t err;
+    og_err_fail(&err, OG_E_INVALID_SIGNATURE, c->header, "missing or wrong %s", c->header);
+    og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
+    og_api_send_error(c->req, &err, NULL, NULL, &h, 1);
+}
+
+/* Whether `secret` signed `req` by the algorithm of `kind`'s provider (Twilio's covers `url`). */
+static bool signed_with(og_account_kind_t kind, og_http_req_t *req, const char *url, const char *secret)
+{
     size_t n, an;
+    if (secret == NULL || secret[0] == '\0')
+        return false;
+    if (kind == OG_ACCOUNT_TWILIO) {
+        const char *sig = og_http_req_header(req, "x-twilio-signature", &n);
+        return sig != NULL && og_webhook_twilio_signed(secret, url, req->body, req->body_len, sig, n);
+    }
     const char *sig = og_http_req_header(req, "x-webhook-hmac", &n);
     const char *alg = og_http_req_header(req, "x-webhook-hmac-algorithm", &an);
-    if (sig == NULL || (alg != NULL && !(an == 6 && strncasecmp(alg, "sha512", 6) == 0)) ||
-        !og_hmac_check_hex(OG_HMAC_SHA512, secret, req->body, req->body_len, sig, n)) {
-        bad_signature(gw, req, OG_CH_WHATSAPP_QR, "X-Webhook-Hmac");
+    return sig != NULL && (alg == NULL || (an == 6 && strncasecmp(alg, "sha512", 6) == 0)) &&
+           og_hmac_check_hex(OG_HMAC_SHA512, secret, req->body, req->body_len, sig, n);
+}
+
+/* Goes on with a verified request (`by` signed it), or answers 401/404; frees c. `e`: the
+ * tenants' accounts the request's key names (NULL when it names none a tenant may have). */
+static void decide(wh_check_t *c, const og_accounts_entry_t *e)
+{
+    const og_config_t *cfg = c->gw->w->cfg;
+    wh_signer_t by = {0};
+    for (int i = 0; e != NULL && i < e->n; i++)
+        if (signed_with(c->kind, c->req, c->url, e->acct[i].secret))
+            memcpy(by.tenant[by.n++], e->acct[i].tenant_id, sizeof(by.tenant[0]));
+    bool tenants = e != NULL && e->n > 0;
+    bool verified = by.n > 0;
+    bool configured_key;
+    if (c->kind == OG_ACCOUNT_TWILIO) {
+        configured_key = configured(cfg->sms_auth_token);
+        /* A tenant's AccountSid is never verified with the configured token; another account
+         * than the configured one (when it is set) has no token here. */
+        if (!verified && !tenants && configured_key && !(c->other && configured(cfg->sms_account_sid)))
+            verified = signed_with(c->kind, c->req, c->url, cfg->sms_auth_token);
+    } else {
+        configured_key = configured(cfg->qr_webhook_secret); /* tried before the lookup */
+    }
+    if (verified)
+        c->verified(c->gw, c->req, &by);
+    else if (!configured_key && !tenants)
+        not_configured(c->req);
+    else
+        refuse(c);
+    check_free(c);
+}
+
+/* The accounts of c's key came back from the database: cached (secrets opened), then decided. */
+static void looked_up(og_db_op_t *op, og_db_status_t st)
+{
+    wh_check_t *c = container_of(op, wh_check_t, op);
+    og_gw_t *gw = c->gw;
+    if (st != OG_DB_OK) {
+        og_answer_db_failure(c->req, &gw->w->log, op, st, "provider account lookup failed",
+                             "database unavailable: nothing was recorded");
+        check_free(c);
         return;
     }
+    const PGresult *r = op->res[0];
+    og_seal_key_t key; /* the settings' key: the secrets are sealed in the settings (settings.h) */
+    og_settings_key(&key, gw->w->cfg->secret);
+    og_accounts_entry_t *e = og_accounts_put(gw->prov.accounts, c->kind, c->key, uv_now(&gw->w->loop));
+    bool ok = e != NULL;
+    /* account_waha's columns are account_twilio's: tenant_id, secret. */
+    for (int i = 0; ok && r != NULL && i < PQntuples(r); i++) {
+        const char *tenant = PQgetvalue(r, i, OG_C_ACCOUNT_TWILIO_TENANT_ID);
+        const char *stored = PQgetisnull(r, i, OG_C_ACCOUNT_TWILIO_SECRET)
+                                 ? NULL
+                                 : PQgetvalue(r, i, OG_C_ACCOUNT_TWILIO_SECRET);
+        if (!og_seal_is_sealed(stored)) {
+            ok = og_accounts_add(e, tenant, stored); /* clear: stored before sealing (persistence.md) */
+            continue;
+        }
+        char *plain = NULL;
+        size_t len = 0;
+        /* Sealed with the settings' key and the tenant's id, as every secret of the settings. */
+        bool opened = og_seal_open(&key, tenant, stored, strlen(stored), &plain, &len) == OG_SEAL_OK &&
+                      strlen(plain) == len;
+        ok = og_accounts_add(e, tenant, opened ? plain : NULL);
+        og_seal_free_plain(plain, len);
+        if (!opened && og_log_enabled(&gw->w->log, OG_LOG_WARN))
+            og_log(&gw->w->log, OG_LOG_WARN,
+                   "a tenant's own provider account secret does not open with this OMNIGATE_SECRET: "
+                   "its webhooks are refused until it is set again",
+                   "\"tenantId\":\"%s\",\"provider\":\"%s\"", tenant, og_channel_provider(c->ch));
+    }
+    og_seal_key_clear(&key);
+    og_db_op_clear(op);
+    if (!ok) {
+        og_accounts_forget(gw->prov.accounts, c->kind, c->key);
+        og_api_error(c->req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        check_free(c);
+        return;
+    }
+    decide(c, e);
+}
+
+/* Decides c with the accounts of its key: from this worker's cache, else read (looked_up). */
+static void lookup(wh_check_t *c)
+{
+    og_gw_t *gw = c->gw;
+    const og_accounts_entry_t *e = og_accounts_get(gw->prov.accounts, c->kind, c->key, uv_now(&gw->w->loop));
+    if (e != NULL || gw->db == NULL) {
+        decide(c, e); /* without a database no tenant has an account here */
+        return;
+    }
+    og_db_op_t *op = &c->op;
+    op->nstmts = 1;
+    if (c->kind == OG_ACCOUNT_TWILIO)
+        og_q_account_twilio(&op->stmts[0], &(og_q_account_twilio_t){.account_sid = c->key});
+    else
+        og_q_account_waha(&op->stmts[0], &(og_q_account_waha_t){.session = c->key});
+    op->write = false;
+    op->done = looked_up;
+    og_db_submit(gw->db, op);
+}
+
+/* A new check of `req`, or NULL after answering 503. */
+static wh_check_t *check_new(og_gw_t *gw, og_http_req_t *req, og_account_kind_t kind, const char *header,
+                             void (*refused)(og_gw_t *gw),
+                             void (*verified)(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by))
+{
+    wh_check_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        return NULL;
+    }
+    c->gw = gw;
+    c->req = req;
+    c->kind = kind;
+    c->ch = kind == OG_ACCOUNT_TWILIO ? OG_CH_SMS : OG_CH_WHATSAPP_QR;
+    c->header = header;
+    c->refused = refused;
+    c->verified = verified;
+    return c;
+}
+
+/* Marks each inbound message of a request tenants' accounts signed with their ids, which
+ * og_inbound_store routes it among (sql/026_own_accounts.sql). False when out of memory. */
+static bool confine(json_t *inbound, const wh_signer_t *by)
+{
+    if (by->n == 0 || json_array_size(inbound) == 0)
+        return true;
+    size_t i;
+    json_t *item;
+    json_array_foreach(inbound, i, item)
+    {
+        json_t *ids = json_array();
+        for (int k = 0; ids != NULL && k < by->n; k++)
+            if (json_array_append_new(ids, json_string(by->tenant[k])) != 0) {
+                json_decref(ids);
+                ids = NULL;
+            }
+        if (ids == NULL || json_object_set_new(item, "accounts", ids) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* ---- WAHA ------------------------------------------------------------------------------------ */
+
+static void waha_refused(og_gw_t *gw)
+{
+    count(gw, OG_CH_WHATSAPP_QR, CB_BAD_SIGNATURE, 1);
+}
+
+/* A session.status event (API.md §23, qr/sessions.h) recorded: {"applied": 1} when a tenant has
+ * the session and the event is not older than the last one applied, else {"unknown": 1}. */
+typedef struct qr_event {
+    og_db_op_t op;
+    og_gw_t *gw;
+    og_http_req_t *req;
+    char session[OG_QR_SESSION_NAME_MAX + 1];
+    char status[16];
+    char number[24];
+    char at_ms[24];
+    char accounts[OG_ACCOUNTS_PER_KEY * 38 + 3]; /* a uuid[] literal, "" for the configured server */
+} qr_event_t;
+
+static void qr_event_done(og_db_op_t *op, og_db_status_t st)
+{
+    qr_event_t *e = (qr_event_t *)op;
+    if (st == OG_DB_OK) {
+        bool applied = !PQgetisnull(op->res[0], 0, OG_C_QR_SESSION_EVENT_SESSION);
+        count(e->gw, OG_CH_WHATSAPP_QR, applied ? CB_APPLIED : CB_UNKNOWN_MESSAGE, 1);
+        answer_counts(e->req, applied ? 1 : 0, 0, applied ? 0 : 1, NULL);
+    } else {
+        og_answer_db_failure(e->req, &e->gw->w->log, op, st, "recording a session status failed",
+                             "database unavailable: nothing was recorded");
+    }
+    og_db_op_clear(op);
+    free(e);
+}
+
+/* WAHA's session.status event ({"session", "timestamp" (ms), "me": {"id": "<digits>@c.us"} or
+ * null, "payload": {"status"}}; devlikeapro/waha src/structures/webhooks.dto.ts): recorded for the
+ * tenant whose QR number uses the session, among the tenants `by` names (their own server's
+ * secret verified it) or those on the configured server. False when the body is not one. */
+static bool waha_session_status(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
+{
+    json_t *root = json_loadb(req->body, req->body_len, 0, NULL);
+    const char *event = json_string_value(json_object_get(root, "event"));
+    if (event == NULL || strcmp(event, "session.status") != 0) {
+        json_decref(root);
+        return false;
+    }
+    const char *session = json_string_value(json_object_get(root, "session"));
+    const char *status = json_string_value(json_object_get(json_object_get(root, "payload"), "status"));
+    json_t *me = json_object_get(root, "me");
+    if (!json_is_object(me))
+        me = json_object_get(json_object_get(root, "payload"), "me");
+    const char *id = json_string_value(json_object_get(me, "id"));
+    json_t *ts = json_object_get(root, "timestamp");
+    qr_event_t *e = NULL;
+    if (session == NULL || !og_qr_session_name_valid(session, strlen(session)) || status == NULL) {
+        count(gw, OG_CH_WHATSAPP_QR, CB_BAD_BODY, 1);
+        og_api_error(req, OG_E_INVALID_PAYLOAD, "payload",
+                     "session.status needs a session (1-64 letters, digits, '_' or '-') and payload.status");
+    } else if (!og_qr_status_valid(status)) { /* a status this gateway does not know: kept nowhere */
+        count(gw, OG_CH_WHATSAPP_QR, CB_UNKNOWN_MESSAGE, 1);
+        answer_counts(req, 0, 0, 1, NULL);
+    } else if (gw->db == NULL || (e = calloc(1, sizeof(*e))) == NULL) {
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
+    } else {
+        snprintf(e->session, sizeof(e->session), "%s", session);
+        snprintf(e->status, sizeof(e->status), "%s", status);
+        size_t n = id != NULL ? strspn(id, "0123456789") : 0;
+        if (n >= 6 && n <= 15)
+            snprintf(e->number, sizeof(e->number), "+%.*s", (int)n, id);
+        /* The envelope's timestamp is in milliseconds; without it, the time we got it. */
+        double at =
+            json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) : now_s() * 1000.0;
+        snprintf(e->at_ms, sizeof(e->at_ms), "%.0f", at);
+        if (by->n > 0) {
+            size_t len = 0;
+            e->accounts[len++] = '{';
+            for (int k = 0; k < by->n; k++)
+                len += (size_t)snprintf(e->accounts + len, sizeof(e->accounts) - len, "%s%s", k ? "," : "",
+                                        by->tenant[k]);
+            snprintf(e->accounts + len, sizeof(e->accounts) - len, "}");
+        }
+        e->gw = gw;
+        e->req = req;
+        og_q_qr_session_event(&e->op.stmts[0],
+                              &(og_q_qr_session_event_t){.session = e->session,
+                                                         .status = e->status,
+                                                         .number = e->number[0] ? e->number : NULL,
+                                                         .at_ms = e->at_ms,
+                                                         .accounts = e->accounts[0] ? e->accounts : NULL});
+        e->op.nstmts = 1;
+        e->op.write = true;
+        e->op.done = qr_event_done;
+        og_db_submit(gw->db, &e->op);
+    }
+    json_decref(root);
+    return true;
+}
+
+static void waha_verified(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
+{
+    if (waha_session_status(gw, req, by))
+        return;
     og_err_t err = {0};
     wh_body_t b = {0};
     b.statuses = og_webhook_parse_waha_all(req->body, req->body_len, now_s(), &b.inbound, &b.ignored, &err);
+    if (b.statuses != NULL && !confine(b.inbound, by)) {
+        body_clear(&b);
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        return;
+    }
     record_parsed(gw, req, OG_CH_WHATSAPP_QR, &b, &err);
 }
 
-/* Whether a Twilio POST is configured and signed (§10: X-Twilio-Signature over
- * OMNIGATE_PUBLIC_URL + the path and query it called); when not, it has been answered (404, 401
- * counted as `bad_signature` by `refused`, 503). */
-static bool twilio_verified(og_gw_t *gw, og_http_req_t *req, void (*refused)(og_gw_t *gw))
+/* The event's session (the key of a tenant's own server), or false: not JSON, no session, or
+ * one no settings can hold. */
+static bool waha_session(const og_http_req_t *req, char out[OG_ACCOUNTS_KEY_MAX + 1])
 {
-    const og_config_t *cfg = gw->w->cfg;
-    /* The signature covers the URL Twilio called, which only OMNIGATE_PUBLIC_URL can tell. */
-    if (!configured(cfg->sms_auth_token) || !configured(cfg->public_url)) {
-        not_configured(req);
-        return false;
-    }
-    size_t n;
-    const char *sig = og_http_req_header(req, "x-twilio-signature", &n);
-    size_t base = strlen(cfg->public_url);
-    while (base > 0 && cfg->public_url[base - 1] == '/')
-        base--;
-    char *url = NULL;
-    int un =
-        asprintf(&url, "%.*s%.*s%s%.*s", (int)base, cfg->public_url, (int)req->path_len, req->path,
-                 req->query != NULL ? "?" : "", (int)req->query_len, req->query != NULL ? req->query : "");
-    if (un < 0) {
-        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
-        return false;
-    }
-    bool ok =
-        sig != NULL && og_webhook_twilio_signed(cfg->sms_auth_token, url, req->body, req->body_len, sig, n);
-    free(url);
-    if (!ok) {
-        refused(gw);
-        og_err_t err;
-        og_err_fail(&err, OG_E_INVALID_SIGNATURE, "X-Twilio-Signature",
-                    "missing or wrong X-Twilio-Signature");
-        og_http_header_t h = {"WWW-Authenticate", 16, "HMAC realm=\"webhooks\"", 21};
-        og_api_send_error(req, &err, NULL, NULL, &h, 1);
-    }
+    json_t *root = json_loadb(req->body, req->body_len, 0, NULL);
+    const char *s = json_string_value(json_object_get(root, "session"));
+    bool ok = s != NULL && s[0] != '\0' && strlen(s) <= OG_ACCOUNTS_KEY_MAX;
+    if (ok)
+        strcpy(out, s);
+    json_decref(root);
     return ok;
 }
+
+void og_webhook_waha(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    og_gw_t *gw = og_gw(ctx);
+    /* The configured server first: most events are its own, and need no lookup. */
+    if (signed_with(OG_ACCOUNT_WAHA, req, NULL, gw->w->cfg->qr_webhook_secret)) {
+        static const wh_signer_t configured_account = {0};
+        waha_verified(gw, req, &configured_account);
+        return;
+    }
+    wh_check_t *c = check_new(gw, req, OG_ACCOUNT_WAHA, "X-Webhook-Hmac", waha_refused, waha_verified);
+    if (c == NULL)
+        return;
+    if (!waha_session(req, c->key)) {
+        decide(c, NULL);
+        return;
+    }
+    lookup(c);
+}
+
+/* ---- Twilio ---------------------------------------------------------------------------------- */
 
 static void twilio_status_refused(og_gw_t *gw)
 {
@@ -1060,18 +1372,14 @@ static void twilio_inbound_refused(og_gw_t *gw)
     count_in(gw, OG_CH_SMS, IN_BAD_SIGNATURE, 1);
 }
 
-void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+static void twilio_status_verified(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
 {
-    og_gw_t *gw = og_gw(ctx);
-    if (twilio_verified(gw, req, twilio_status_refused))
-        parse_and_record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
+    (void)by; /* statuses go by message id, whoever signed them */
+    parse_and_record(gw, req, OG_CH_SMS, og_webhook_parse_twilio);
 }
 
-void og_webhook_twilio_inbound(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+static void twilio_inbound_verified(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
 {
-    og_gw_t *gw = og_gw(ctx);
-    if (!twilio_verified(gw, req, twilio_inbound_refused))
-        return;
     og_err_t err = {0};
     wh_body_t b = {.twiml = true};
     b.inbound = og_webhook_parse_twilio_inbound(req->body, req->body_len, now_s(), &b.ignored, &err);
@@ -1080,10 +1388,58 @@ void og_webhook_twilio_inbound(og_http_req_t *req, const og_route_match_t *m, vo
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
         return;
     }
-    if ((b.statuses = json_array()) == NULL) {
+    if (!confine(b.inbound, by) || (b.statuses = json_array()) == NULL) {
         json_decref(b.inbound);
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
         return;
     }
     record(gw, req, OG_CH_SMS, &b);
+}
+
+/* A Twilio POST (§10: X-Twilio-Signature over OMNIGATE_PUBLIC_URL + the path and query it
+ * called), checked with the account its AccountSid names and then handed to `verified`. */
+static void twilio_check(og_gw_t *gw, og_http_req_t *req, void (*refused)(og_gw_t *gw),
+                         void (*verified)(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by))
+{
+    const og_config_t *cfg = gw->w->cfg;
+    /* The signature covers the URL Twilio called, which only OMNIGATE_PUBLIC_URL can tell. */
+    if (!configured(cfg->public_url)) {
+        not_configured(req);
+        return;
+    }
+    wh_check_t *c = check_new(gw, req, OG_ACCOUNT_TWILIO, "X-Twilio-Signature", refused, verified);
+    if (c == NULL)
+        return;
+    size_t base = strlen(cfg->public_url);
+    while (base > 0 && cfg->public_url[base - 1] == '/')
+        base--;
+    if (asprintf(&c->url, "%.*s%.*s%s%.*s", (int)base, cfg->public_url, (int)req->path_len, req->path,
+                 req->query != NULL ? "?" : "", (int)req->query_len,
+                 req->query != NULL ? req->query : "") < 0) {
+        c->url = NULL;
+        og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");
+        check_free(c);
+        return;
+    }
+    form_t form;
+    const char *sid = form_parse(req->body, req->body_len, &form) ? form_get(&form, "AccountSid") : NULL;
+    c->other = sid != NULL && !(configured(cfg->sms_account_sid) && strcmp(sid, cfg->sms_account_sid) == 0);
+    bool keyed = c->other && sid[0] != '\0' && strlen(sid) <= OG_ACCOUNTS_KEY_MAX;
+    if (keyed)
+        strcpy(c->key, sid);
+    free(form.buf);
+    if (keyed)
+        lookup(c); /* an account a tenant may have */
+    else
+        decide(c, NULL);
+}
+
+void og_webhook_twilio(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    twilio_check(og_gw(ctx), req, twilio_status_refused, twilio_status_verified);
+}
+
+void og_webhook_twilio_inbound(og_http_req_t *req, const og_route_match_t *m, void *ctx)
+{
+    twilio_check(og_gw(ctx), req, twilio_inbound_refused, twilio_inbound_verified);
 }

@@ -500,12 +500,27 @@ static bool check_consent(send_ctx_t *c, og_err_t *err)
     return true;
 }
 
+/* Drops whatsapp_qr when its number's session is known not WORKING (API.md §23: the tenant's
+ * sessions as its token's lookup read them, sql/027), skipped with reason session_not_connected;
+ * 422 no_channel_available when none is left. */
+static bool check_qr_session(send_ctx_t *c, og_err_t *err)
+{
+    if (tried(c, OG_CH_WHATSAPP_QR) < 0 || !og_tenant_qr_down(c->auth.tenant, c->qr_session))
+        return true;
+    drop(c, OG_CH_WHATSAPP_QR, OG_QR_SKIP_NOT_CONNECTED);
+    return c->nch > 0 ||
+           og_err_fail(err, OG_E_NO_CHANNEL_AVAILABLE, "channels",
+                       "whatsapp_qr was skipped (session_not_connected: its WAHA session is not "
+                       "WORKING) and no other channel was requested");
+}
+
 /* Checks the body against the tenant's settings and fills the plan of attempts. */
 static bool validate(send_ctx_t *c, json_t *body, og_err_t *err)
 {
     const char *wa_from = NULL, *sender = NULL;
     return read_fields(c, body, &wa_from, &sender, err) && choose_channels(c, body, err) &&
-           resolve_senders(c, wa_from, sender, err) && check_consent(c, err) && plan_meta(c, wa_from, err);
+           resolve_senders(c, wa_from, sender, err) && check_qr_session(c, err) && check_consent(c, err) &&
+           plan_meta(c, wa_from, err);
 }
 
 /* messages.template of a template send or a wrapped text (sql/016): the template's name,
@@ -840,6 +855,7 @@ static void engine_start(og_engine_t *e, int i)
         if (c->meta_err.code != NULL) /* not made: the adapter finds no text and fails not_configured */
             p.text = p.template_json = NULL;
     }
+    og_settings_provider_account(c->auth.tenant->settings, ch, &p.account); /* API.md §23 */
     og_attempt_start(&c->gw->prov, ch, &p, a);
 }
 

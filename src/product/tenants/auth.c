@@ -9,6 +9,7 @@
 #include "omnigate/tenants/ratelimit.h"
 #include "omnigate/tenants/settings.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -70,26 +71,54 @@ void og_tenant_release(og_tenant_t *t)
 {
     if (t != NULL && --t->refs == 0) {
         json_decref(t->settings);
+        json_decref(t->qr_down);
         free(t);
     }
 }
 
-static unsigned parse_scopes(const char *s)
+bool og_tenant_qr_down(const og_tenant_t *t, const char *session)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(t != NULL && session != NULL ? t->qr_down : NULL, i, v)
+    {
+        if (json_is_string(v) && strcmp(json_string_value(v), session) == 0)
+            return true;
+    }
+    return false;
+}
+
+const char *const og_scope_names[OG_SCOPE_COUNT] = {"send", "otp", "logs", "keys"};
+
+unsigned og_scope_bit(const char *name, size_t len)
+{
+    for (unsigned i = 0; i < OG_SCOPE_COUNT; i++)
+        if (strlen(og_scope_names[i]) == len && memcmp(name, og_scope_names[i], len) == 0)
+            return 1u << i;
+    return 0;
+}
+
+unsigned og_scope_parse(const char *s)
 {
     unsigned out = 0;
     while (*s) {
         size_t n = strcspn(s, ",");
-        if (n == 4 && memcmp(s, "send", 4) == 0)
-            out |= OG_SCOPE_SEND;
-        else if (n == 3 && memcmp(s, "otp", 3) == 0)
-            out |= OG_SCOPE_OTP;
-        else if (n == 4 && memcmp(s, "logs", 4) == 0)
-            out |= OG_SCOPE_LOGS;
+        out |= og_scope_bit(s, n);
         s += n;
         if (*s == ',')
             s++;
     }
     return out;
+}
+
+void og_scope_csv(unsigned scopes, char buf[OG_SCOPE_CSV_MAX])
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < OG_SCOPE_COUNT; i++)
+        if (scopes & (1u << i))
+            len += (size_t)snprintf(buf + len, OG_SCOPE_CSV_MAX - len, "%s%s", len ? "," : "",
+                                    og_scope_names[i]);
 }
 
 static slot_t *slot_for(og_auth_t *auth, const char *hash)
@@ -150,6 +179,7 @@ static void decide(og_auth_t *auth, og_auth_req_t *a, const slot_t *s)
     } else {
         a->tenant = og_tenant_ref(s->tenant);
         memcpy(a->token_id, s->token_id, sizeof(a->token_id));
+        a->scopes = s->scopes;
         touch(auth, s->token_id);
     }
     a->done(a);
@@ -188,10 +218,12 @@ static void lookup_done(og_db_op_t *op, og_db_status_t st)
         /* Cached tenants hold their credentials clear, in memory only. */
         og_settings_open(settings, &auth->seal_key, t->id, auth->log);
         t->settings = settings;
+        if (!PQgetisnull(r, 0, OG_C_AUTH_LOOKUP_QR_DOWN))
+            t->qr_down = json_loads(PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_QR_DOWN), 0, NULL);
         s->tenant = t;
         s->found = true;
         s->revoked = PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_REVOKED)[0] == 't';
-        s->scopes = parse_scopes(PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_SCOPES));
+        s->scopes = og_scope_parse(PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_SCOPES));
         snprintf(s->token_id, sizeof(s->token_id), "%s", PQgetvalue(r, 0, OG_C_AUTH_LOOKUP_TOKEN_ID));
     }
     og_db_op_clear(op);
@@ -203,6 +235,7 @@ void og_auth_tenant(og_auth_t *auth, og_auth_req_t *a)
     a->auth = auth;
     a->tenant = NULL;
     a->token_id[0] = '\0';
+    a->scopes = 0;
     size_t len;
     const char *v = og_http_req_header(a->req, "authorization", &len);
     if (v == NULL || len < 7 || strncasecmp(v, "Bearer ", 7) != 0) {

@@ -27,6 +27,8 @@
     X(OG_E_WEBHOOK_DISABLED, "webhook_disabled", 409)                                                        \
     /* a queued message a provider is already working on, or that has ended (API.md §19) */                 \
     X(OG_E_NOT_CANCELABLE, "not_cancelable", 409)                                                            \
+    /* a QR session's code asked for while the session is not waiting for a scan (API.md §23) */            \
+    X(OG_E_SESSION_NOT_SCANNING, "session_not_scanning", 409)                                                \
     X(OG_E_OTP_EXPIRED, "otp_expired", 410)                                                                  \
     /* a batch of more messages than OMNIGATE_BATCH_MAX (API.md §20) */                                     \
     X(OG_E_BATCH_TOO_LARGE, "batch_too_large", 413)                                                          \

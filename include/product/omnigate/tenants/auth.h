@@ -11,6 +11,7 @@
 #define OMNIGATE_TENANTS_AUTH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <jansson.h>
@@ -24,7 +25,33 @@
 #define OG_AUTH_CACHE_SLOTS 4096 /* direct-mapped by token hash; a collision just evicts */
 #define OG_AUTH_TOUCH_MAX   256  /* token ids gathered for one last_used_at update */
 
-enum { OG_SCOPE_SEND = 1, OG_SCOPE_OTP = 2, OG_SCOPE_LOGS = 4, OG_SCOPE_ALL = 7 };
+/* A token's scopes (API.md §1, §23), one bit each. keys (manage the tenant's own tokens and
+ * webhook) is opt-in: OG_SCOPE_DEFAULT, what a token gets when its creation names no scopes, leaves
+ * it out; OG_SCOPE_ALL has every bit. */
+enum {
+    OG_SCOPE_SEND = 1,
+    OG_SCOPE_OTP = 2,
+    OG_SCOPE_LOGS = 4,
+    OG_SCOPE_KEYS = 8,
+    OG_SCOPE_DEFAULT = OG_SCOPE_SEND | OG_SCOPE_OTP | OG_SCOPE_LOGS,
+    OG_SCOPE_ALL = OG_SCOPE_DEFAULT | OG_SCOPE_KEYS
+};
+
+/* The scopes' names in their one order (send, otp, logs, keys): og_scope_names[i] is bit 1 << i.
+ * Stored tokens, answers and error messages list scopes in this order. */
+#define OG_SCOPE_COUNT 4
+extern const char *const og_scope_names[OG_SCOPE_COUNT];
+
+/* The bit of scope `name` (`len` bytes), or 0 for a name that is no scope. */
+unsigned og_scope_bit(const char *name, size_t len);
+
+/* The bits of a comma-separated list of names ("send,logs"); unknown names are left out. */
+unsigned og_scope_parse(const char *csv);
+
+/* Writes `scopes` as the comma-separated list of their names, in order, to buf (at least
+ * OG_SCOPE_CSV_MAX bytes); "" for none. */
+#define OG_SCOPE_CSV_MAX 32
+void og_scope_csv(unsigned scopes, char buf[OG_SCOPE_CSV_MAX]);
 
 /* A tenant as a request sees it. Reference-counted: the cache holds one reference, every
  * request working for the tenant holds one, so a refresh never pulls settings from under a
@@ -34,7 +61,16 @@ typedef struct og_tenant {
     char id[37];
     bool unified_api_enabled;
     json_t *settings; /* never NULL */
+    /* The names of the tenant's QR sessions known not WORKING (API.md §23, sql/027), as its token's
+     * lookup read them: a JSON array, or NULL for none. */
+    json_t *qr_down;
 } og_tenant_t;
+
+/* The skip reason of a whatsapp_qr number whose session is known not WORKING (API.md §23). */
+#define OG_QR_SKIP_NOT_CONNECTED "session_not_connected"
+
+/* Whether the tenant's QR session `session` is known not WORKING (t->qr_down). */
+bool og_tenant_qr_down(const og_tenant_t *t, const char *session);
 
 og_tenant_t *og_tenant_ref(og_tenant_t *t);
 void og_tenant_release(og_tenant_t *t);
@@ -58,6 +94,7 @@ struct og_auth_req {
     /* out */
     og_tenant_t *tenant;
     char token_id[37];
+    unsigned scopes; /* the calling token's OG_SCOPE_* (what a token it creates may have at most) */
     /* private */
     og_auth_t *auth;
     char hash[65];

@@ -1,0 +1,43 @@
+-- QR sessions (API.md §23; sql/027_qr_sessions.sql, src/product/qr/sessions.c).
+
+-- name: qr_session_get
+-- A tenant's session as the API shows it, and the tenant's settings (the session's numbers and
+-- WAHA server: the admin routes have no tenant of a token to read them from).
+-- $1 tenant_id
+-- $2 name = the session
+-- Returns one row when the tenant exists (session NULL when the gateway knows nothing of it yet);
+-- none for an unknown tenant.
+-- columns: session, settings
+SELECT (SELECT og_qr_session_item(s)::text FROM qr_sessions s WHERE s.tenant_id = t.id AND s.name = $2) AS session,
+    t.settings::text AS settings
+FROM tenants t
+WHERE t.id = $1;
+
+-- name: qr_session_put
+-- Records what WAHA answered to a route's start, stop or logout: the session's status, and its
+-- number unless `keep` (stop keeps the number linked; start and logout write what WAHA said).
+-- An event applied later replaces it (event_at NULL).
+-- $1 tenant_id
+-- $2 name = the session
+-- $3 status = STOPPED, STARTING, SCAN_QR_CODE, WORKING or FAILED
+-- $4 number = the linked account (E.164) or NULL
+-- $5 keep = true: keep the number known
+-- columns: session
+INSERT INTO qr_sessions AS q (tenant_id, name, status, number)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant_id, name) DO UPDATE
+SET status = EXCLUDED.status, number = CASE WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
+                                            ELSE EXCLUDED.number END,
+    updated_at = now(), event_at = NULL
+RETURNING og_qr_session_item(q)::text AS session;
+
+-- name: qr_session_event
+-- A session.status event from WAHA (og_qr_session_event).
+-- $1 session
+-- $2 status
+-- $3 number = the linked account (E.164) or NULL
+-- $4 at_ms = the event's timestamp (ms since the epoch)
+-- $5 accounts = the tenants whose own server verified it, as a uuid[] literal, or NULL: the
+--    configured server
+-- columns: session
+SELECT og_qr_session_event($1, $2, $3, to_timestamp($4::bigint / 1000.0), $5::uuid[])::text AS session;

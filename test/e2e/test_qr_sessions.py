@@ -1,0 +1,181 @@
+"""Issue 35: QR sessions (API.md §23) end to end, the gateway against the simulator's WAHA session
+API (test/sim/sessions.c) over HTTP: a tenant with a `keys` token starts its number's session
+(the session created on WAHA with its webhook pointed back at the gateway and signed with the
+server's secret), sees it wait for a scan through WAHA's session.status events, gets the QR code
+as a PNG, has its whatsapp_qr number skipped (session_not_connected) until the phone links,
+then sends on it; stop and logout; the admin mirrors; another tenant sees none of it."""
+
+import json
+import time
+
+import pytest
+
+from conftest import assert_error, assert_ok, wait_for
+from gwlib import SETTINGS_ALL, WAHA_SECRET, admin, call, linked_gateway, new_tenant, new_token, query_url
+
+SESSION = "shop-1"
+QR_FROM = "6281234567001"
+LINKED = "+6281234567001"
+TO = "+6281299990001"
+
+
+def settings(session=SESSION, number=QR_FROM):
+    s = json.loads(json.dumps(SETTINGS_ALL))
+    s["channels"]["whatsapp_qr"]["numbers"] = {number: {"session": session}}
+    s["defaultWhatsappFrom"] = number
+    s["channels"]["whatsapp_meta"]["numbers"] = {number: s["channels"]["whatsapp_meta"]["numbers"][
+        SETTINGS_ALL["defaultWhatsappFrom"]]}
+    return s
+
+
+@pytest.fixture
+def gw(make_server, fresh_db, tmp_path):
+    srv = linked_gateway(make_server, fresh_db, tmp_path)
+    srv.tenant = new_tenant(srv, settings=settings())
+    srv.token = new_token(srv, srv.tenant["id"], scopes=["send", "logs", "keys"])["token"]
+    yield srv
+    srv.sim.stop()
+
+
+def sim_call(gw, method, path, body=None):
+    return gw.sim._call(method, path, body)
+
+
+def session(gw, token=None, name=SESSION):
+    return call(gw, "GET", "/api/whatsapp/sessions/" + name, token=token or gw.token)
+
+
+def status_is(gw, want):
+    r = session(gw)
+    return r.status == 200 and json.loads(r.body)["data"]["status"] == want
+
+
+def send(gw, channels):
+    return call(gw, "POST", "/api/omni/send", token=gw.token,
+                body={"to": TO, "text": "hello", "channels": channels})
+
+
+def steady(pred, hold=1.5, timeout=10):
+    """pred held on every try for `hold` seconds on end (longer than a worker's token cache,
+    OMNIGATE_AUTH_TTL_MS = 1 s, so every worker has read the change), within `timeout`."""
+    since = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            since = since or time.monotonic()
+            if time.monotonic() - since >= hold:
+                return True
+        else:
+            since = None
+        time.sleep(0.05)
+    return False
+
+
+def skipped_qr(r):
+    d = json.loads(r.body)["data"]
+    return r.status == 200 and {"channel": "whatsapp_qr", "reason": "session_not_connected"} in d["skipped"]
+
+
+def test_link_a_session_by_its_qr_code_then_send_on_it(gw):
+    assert_error(session(gw), 404, "not_found")
+    r = call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token)
+    d = assert_ok(r)["data"]
+    assert d["name"] == SESSION and d["status"] in ("STARTING", "SCAN_QR_CODE") and d["number"] is None
+    # What WAHA was asked: the session, started, its webhook back at the gateway, signed.
+    create = [q for q in gw.sim.requests("whatsapp_qr") if q.get("path") == "/api/sessions" and q.get("method") == "POST"]
+    assert create, gw.sim.requests("whatsapp_qr")
+    body = json.loads(create[-1]["body"])
+    hook = body["config"]["webhooks"][0]
+    assert body["name"] == SESSION and body["start"] is True
+    assert hook["url"] == "http://127.0.0.1:%d/webhooks/waha" % gw.port
+    assert sorted(hook["events"]) == ["message", "message.ack", "session.status"]
+    assert hook["hmac"]["key"] == WAHA_SECRET
+
+    # WAHA's session.status event says it waits for a scan: the QR is there, as a PNG.
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    qr = call(gw, "GET", "/api/whatsapp/sessions/%s/qr" % SESSION, token=gw.token)
+    assert qr.status == 200 and qr.header("Content-Type") == "image/png"
+    assert qr.body[:8] == b"\x89PNG\r\n\x1a\n" and len(qr.body) > 100
+
+    # Known not WORKING: the number is skipped, the next channel sends.
+    # (Each worker learns it within its token cache's second: every check waits for it.)
+    assert steady(lambda: skipped_qr(send(gw, ["whatsapp_qr", "sms"])))
+    assert_error(send(gw, ["whatsapp_qr"]), 422, "no_channel_available")
+
+    # The phone scans: WORKING with its number, the QR is gone, the number sends again.
+    sim_call(gw, "POST", "/__sim/waha/sessions/%s/scan" % SESSION, {"number": LINKED})
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+    assert json.loads(session(gw).body)["data"]["number"] == LINKED
+    assert_error(call(gw, "GET", "/api/whatsapp/sessions/%s/qr" % SESSION, token=gw.token), 409,
+                 "session_not_scanning")
+
+    def sends_on_qr():
+        r = send(gw, ["whatsapp_qr", "sms"])
+        return r.status == 200 and json.loads(r.body)["data"]["winningChannel"] == "whatsapp_qr"
+    assert steady(sends_on_qr)
+
+    # The phone unlinks (an event only): skipped again.
+    sim_call(gw, "POST", "/__sim/waha/sessions/%s/status" % SESSION, {"status": "SCAN_QR_CODE"})
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    assert json.loads(session(gw).body)["data"]["number"] is None
+    assert steady(lambda: skipped_qr(send(gw, ["whatsapp_qr", "sms"])))
+
+
+def test_stop_logout_and_the_admin_mirrors(gw):
+    base = "/admin/tenants/%s/whatsapp/sessions/%s" % (gw.tenant["id"], SESSION)
+    assert_ok(admin(gw, "POST", base + "/start"))
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    qr = admin(gw, "GET", base + "/qr")
+    assert qr.status == 200 and qr.body[:4] == b"\x89PNG"
+    sim_call(gw, "POST", "/__sim/waha/sessions/%s/scan" % SESSION, {"number": LINKED})
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+    assert assert_ok(admin(gw, "GET", base))["data"] == json.loads(session(gw).body)["data"]
+
+    d = assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/stop" % SESSION, token=gw.token))["data"]
+    assert d["status"] == "STOPPED" and d["number"] == LINKED  # stopped, still linked
+    assert steady(lambda: skipped_qr(send(gw, ["whatsapp_qr", "sms"])))
+    # Started again: WAHA has the link, no scan needed.
+    assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+
+    d = assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/logout" % SESSION, token=gw.token))["data"]
+    assert d["number"] is None
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)  # WAHA restarts it, asking for a scan
+    rows = query_url(gw.db_url, "SELECT status, number FROM qr_sessions WHERE name = '%s'" % SESSION)
+    assert rows == [("SCAN_QR_CODE", "")]  # NULL reads as ''
+
+
+def test_who_may_manage_which_session(gw):
+    # A session none of the tenant's numbers uses; a malformed name.
+    assert_error(call(gw, "POST", "/api/whatsapp/sessions/other/start", token=gw.token), 404, "not_found")
+    assert_error(call(gw, "POST", "/api/whatsapp/sessions/a%20b/start", token=gw.token), 404, "not_found")
+    # Without the keys scope.
+    plain = new_token(gw, gw.tenant["id"])["token"]
+    assert_error(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=plain), 403,
+                 "insufficient_scope")
+    assert_error(call(gw, "GET", "/api/whatsapp/sessions/%s" % SESSION, token=plain), 403, "insufficient_scope")
+    # Another tenant: its own session is its own; this tenant's is not.
+    other = new_tenant(gw, settings=settings(session="other-shop", number="6281234567002"))
+    token = new_token(gw, other["id"], scopes=["keys"])["token"]
+    assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    assert_error(session(gw, token=token), 404, "not_found")
+    assert_error(call(gw, "GET", "/api/whatsapp/sessions/%s/qr" % SESSION, token=token), 404, "not_found")
+    assert_error(call(gw, "POST", "/api/whatsapp/sessions/%s/stop" % SESSION, token=token), 404, "not_found")
+    assert_error(session(gw, token=token, name="other-shop"), 404, "not_found")  # never started
+    # The admin mirror of an unknown tenant.
+    assert_error(admin(gw, "GET", "/admin/tenants/00000000-0000-4000-8000-000000000000/whatsapp/sessions/x"),
+                 404, "not_found")
+
+
+def test_an_event_signed_with_another_secret_changes_nothing(gw):
+    assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    event = json.dumps({"id": "evt_1", "timestamp": 9999999999999, "event": "session.status",
+                        "session": SESSION, "me": None, "payload": {"name": SESSION, "status": "WORKING"},
+                        "engine": "WEBJS", "environment": {"tier": "CORE"}}).encode()
+    r = gw.request("POST", "/webhooks/waha", body=event,
+                   headers=[("Content-Type", "application/json"), ("X-Webhook-Hmac", "00" * 64),
+                            ("X-Webhook-Hmac-Algorithm", "sha512")])
+    assert r.status == 401
+    assert status_is(gw, "SCAN_QR_CODE")
