@@ -302,6 +302,37 @@ fi
 echo
 echo "\$ curl -s -H 'Authorization: Bearer \$TOKEN' '$BASE/api/usage?groupBy=channel'"
 curl -s -H "Authorization: Bearer $TOKEN" "$BASE/api/usage?groupBy=channel" | show
+# --- A QR-linked WhatsApp session (API.md §23): a token with scope keys starts the demo number's
+# session on WAHA (its webhook pointed back here), WAHA's events say it waits for a scan, the QR
+# code is saved as a PNG; the simulator's control route then plays the phone that scans it, and
+# the session is WORKING ----------------------------------------------------------------------
+KEYS_TOKEN=$(curl -fsS -H "Authorization: Bearer $OMNIGATE_ADMIN_TOKEN" -H 'Content-Type: application/json' \
+  -d '{"name":"console","scopes":["send","logs","keys"]}' "$BASE/admin/tenants/$TENANT/tokens" |
+  "$PY" -c 'import json,sys; print(json.load(sys.stdin)["data"]["token"])')
+session_status() {
+  curl -s -H "Authorization: Bearer $KEYS_TOKEN" "$BASE/api/whatsapp/sessions/default" |
+    "$PY" -c 'import json,sys; print((json.load(sys.stdin).get("data") or {}).get("status"))'
+}
+echo
+echo "run.sh: a token with scope keys (the tenant console signs in with it): $KEYS_TOKEN"
+echo "\$ curl -s -X POST -H 'Authorization: Bearer \$KEYS_TOKEN' $BASE/api/whatsapp/sessions/default/start"
+curl -s -X POST -H "Authorization: Bearer $KEYS_TOKEN" "$BASE/api/whatsapp/sessions/default/start" | show
+for _ in $(seq 1 50); do
+  [[ "$(session_status)" == SCAN_QR_CODE ]] && break
+  sleep 0.1
+done
+curl -s -H "Authorization: Bearer $KEYS_TOKEN" -o "$STATE/qr.png" "$BASE/api/whatsapp/sessions/default/qr"
+echo "run.sh: the session waits for a scan; its QR code: .omnigate/qr.png ($(wc -c <"$STATE/qr.png") bytes)"
+curl -s -X POST -H 'Content-Type: application/json' -d '{"number":"+6281234567890"}' \
+  "$SIM_URL/__sim/waha/sessions/default/scan" >/dev/null
+for _ in $(seq 1 50); do
+  [[ "$(session_status)" == WORKING ]] && break
+  sleep 0.1
+done
+echo "run.sh: the phone scanned it (the simulator played the phone):"
+echo "\$ curl -s -H 'Authorization: Bearer \$KEYS_TOKEN' $BASE/api/whatsapp/sessions/default"
+curl -s -H "Authorization: Bearer $KEYS_TOKEN" "$BASE/api/whatsapp/sessions/default" | show
+
 echo
 echo "run.sh: omnigate is running on $BASE (pid $pid); its log (JSON lines): .omnigate/omnigate.log"
 echo "run.sh: press Ctrl-C to stop"

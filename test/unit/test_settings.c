@@ -442,6 +442,71 @@ static void test_mask(void **state)
     json_decref(s);
 }
 
+/* The tenant's own accounts (API.md §23): channels.sms.account {accountSid, authToken, baseUrl?}
+ * and channels.whatsapp_qr.server {baseUrl, apiKey, webhookSecret}, each member required but the
+ * SMS baseUrl; refused with the member's path. */
+static void test_own_accounts(void **state)
+{
+    assert_accepted("{\"channels\": {\"sms\": {\"enabled\": true, \"account\": {\"accountSid\": \"AC0123\","
+                    " \"authToken\": \"tok-0123456789\"}}}}");
+    assert_accepted(
+        "{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC0123\", \"authToken\": \"t\","
+        " \"baseUrl\": \"https://sms.example.com/v1\"}}}}");
+    assert_accepted("{\"channels\": {\"whatsapp_qr\": {\"server\": {\"baseUrl\": \"http://waha.local:3000\","
+                    " \"apiKey\": \"key-1\", \"webhookSecret\": \"hook-1\"}}}}");
+    assert_refused("{\"channels\": {\"sms\": {\"account\": {\"authToken\": \"t\"}}}}", "validation_failed",
+                   "settings.channels.sms.account.accountSid");
+    assert_refused(
+        "{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC 1\", \"authToken\": \"t\"}}}}",
+        "validation_failed", "settings.channels.sms.account.accountSid");
+    assert_refused("{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC1\"}}}}", "validation_failed",
+                   "settings.channels.sms.account.authToken");
+    assert_refused("{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC1\", \"authToken\": \"t\","
+                   " \"baseUrl\": \"ftp://x\"}}}}",
+                   "validation_failed", "settings.channels.sms.account.baseUrl");
+    assert_refused("{\"channels\": {\"whatsapp_qr\": {\"server\": {\"baseUrl\": \"http://u:p@waha\","
+                   " \"apiKey\": \"k\", \"webhookSecret\": \"h\"}}}}",
+                   "validation_failed", "settings.channels.whatsapp_qr.server.baseUrl");
+    assert_refused("{\"channels\": {\"whatsapp_qr\": {\"server\": {\"baseUrl\": \"http://waha\","
+                   " \"webhookSecret\": \"h\"}}}}",
+                   "validation_failed", "settings.channels.whatsapp_qr.server.apiKey");
+    assert_refused("{\"channels\": {\"whatsapp_qr\": {\"server\": {\"baseUrl\": \"http://waha\","
+                   " \"apiKey\": \"k\", \"webhookSecret\": \"****abcd\"}}}}",
+                   "validation_failed", "settings.channels.whatsapp_qr.server.webhookSecret");
+}
+
+/* The own accounts' secrets are masked like an accessToken, and the getter hands out the account
+ * (the configured one, all zero, without). */
+static void test_own_accounts_mask_and_getter(void **state)
+{
+    json_t *s = parse("{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC0123\","
+                      " \"authToken\": \"twilio-token-5678\"}}, \"whatsapp_qr\": {\"server\": {\"baseUrl\":"
+                      " \"http://waha:3000\", \"apiKey\": \"waha-api-key-9999\", \"webhookSecret\":"
+                      " \"waha-hook-secret-4321\"}}}}");
+    assert_json(
+        og_settings_mask(s),
+        "{\"channels\": {\"sms\": {\"account\": {\"accountSid\": \"AC0123\", \"authToken\": \"****5678\"}},"
+        " \"whatsapp_qr\": {\"server\": {\"baseUrl\": \"http://waha:3000\", \"apiKey\": \"****9999\","
+        " \"webhookSecret\": \"****4321\"}}}}");
+    og_provider_account_t a;
+    assert_true(og_settings_provider_account(s, OG_CH_SMS, &a));
+    assert_true(a.own && !a.sealed);
+    assert_string_equal(a.id, "AC0123");
+    assert_string_equal(a.secret, "twilio-token-5678");
+    assert_null(a.base_url);
+    assert_true(og_settings_provider_account(s, OG_CH_WHATSAPP_QR, &a));
+    assert_string_equal(a.base_url, "http://waha:3000");
+    assert_string_equal(a.secret, "waha-api-key-9999");
+    assert_string_equal(a.hook_secret, "waha-hook-secret-4321");
+    assert_false(og_settings_provider_account(s, OG_CH_WHATSAPP_META, &a));
+    assert_false(a.own);
+    json_decref(s);
+    json_t *none = parse(example);
+    assert_false(og_settings_provider_account(none, OG_CH_SMS, &a));
+    assert_false(a.own);
+    json_decref(none);
+}
+
 /* og_settings_mask of the JSON text `text`. */
 static json_t *masked_of(const char *text)
 {
@@ -683,6 +748,8 @@ int main(void)
         cmocka_unit_test(test_mask_lengths),
         cmocka_unit_test(test_merge_rfc7396_examples),
         cmocka_unit_test(test_merge_settings),
+        cmocka_unit_test(test_own_accounts),
+        cmocka_unit_test(test_own_accounts_mask_and_getter),
         cmocka_unit_test(test_merge_keeps_masked_token),
         cmocka_unit_test(test_merge_new_token_replaces),
         cmocka_unit_test(test_merge_null_arguments),
