@@ -1,20 +1,48 @@
 /*
- * The Omnigate admin console (docs/console.md): one page, plain JavaScript, talking to the
- * gateway's own admin API (API.md §5, §12, §17, §18, §19, §21, §22) with fetch. Served with a
- * strict CSP: no inline script or style, no eval; the DOM is built with createElement (and
- * createElementNS for the usage charts' SVG) and textContent only, so no value from the API is
- * ever parsed as HTML.
+ * The Omnigate console (docs/console.md): one page, plain JavaScript, talking to the gateway's
+ * own API with fetch. Served with a strict CSP: no inline script or style, no eval; the DOM is
+ * built with createElement (and createElementNS for the usage charts' SVG) and textContent only,
+ * so no value from the API is ever parsed as HTML.
  *
- * The admin token lives in sessionStorage only (gone when the tab closes): never in a URL, a
- * cookie, localStorage or a log line. Requests carry it in the Authorization header.
+ * Two ways in, one page. Signed in with the admin token, it is the admin console (API.md §5, §12,
+ * §17, §18, §19, §21, §22): every tenant, through the admin API and its mirrors of the tenant
+ * API. Signed in with a tenant token that has scope keys, it is that tenant's console (API.md
+ * §23): the same views of one tenant, through the tenant API itself (tenantPath), and never a
+ * request to /admin (api() refuses one), so it can show nothing of another tenant.
+ *
+ * The token lives in sessionStorage only (gone when the tab closes): never in a URL, a cookie,
+ * localStorage or a log line. Requests carry it in the Authorization header.
  */
 (function () {
   "use strict";
 
-  var STORE_KEY = "omnigate.adminToken";
+  var STORE_KEY = "omnigate.adminToken";    // the admin token, when signed in as the admin
+  var TENANT_KEY = "omnigate.tenantToken";  // a tenant token, when signed in as a tenant
   var CHANNELS = ["whatsapp_qr", "whatsapp_meta", "sms"];
   var EVENTS = ["message.sent", "message.failed", "message.delivered", "message.read",
-    "message.undelivered", "otp.verified", "otp.locked"];
+    "message.undelivered", "message.canceled", "message.expired", "otp.verified", "otp.locked",
+    "batch.completed", "message.received", "recipient.opted_out", "recipient.opted_in"];
+  var SCOPES = ["send", "otp", "logs", "keys"];
+  // What each tab of a tenant shows, by the scope a tenant token needs for it (index.html's
+  // data-scope), for the line that says which tabs a token without it does not get.
+  var SCOPE_TABS = { send: "Templates, Suppressions", logs: "Logs, Inbound, Recipient, Usage" };
+
+  // The tenant's routes: [the admin mirror under /admin/tenants/{id}, the tenant API under /api].
+  var ROUTES = {
+    tokens: ["/tokens", "/tokens"],
+    webhook: ["/webhook", "/webhook"],
+    deliveries: ["/webhook/deliveries", "/webhooks/deliveries"],
+    templates: ["/templates", "/whatsapp/templates"],
+    omniLogs: ["/omni/logs", "/omni/logs"],
+    smsLogs: ["/sms/logs", "/sms/logs"],
+    otpLogs: ["/otp/logs", "/sms/otp/logs"],
+    batches: ["/batches", "/omni/batches"],
+    inbound: ["/inbound", "/inbound"],
+    suppressions: ["/suppressions", "/suppressions"],
+    recipients: ["/recipients", "/recipients"],
+    usage: ["/usage", "/usage"],
+    sessions: ["/whatsapp/sessions", "/whatsapp/sessions"]
+  };
   var STATUSES = {
     omni: ["pending", "sent", "failed", "unknown", "delivered", "read", "undelivered", "queued", "scheduled",
       "canceled", "expired"],
@@ -32,6 +60,7 @@
   };
 
   var state = {
+    mode: "admin",     // "admin" or "tenant": which token is signed in
     tenantsCursor: null,
     tenantsName: "",
     tenant: null,      // the tenant open, as the API answered it
@@ -41,7 +70,8 @@
     logCursor: null,
     tplQuery: "",
     tplCursor: null,
-    rcpSeq: 0          // the recipient read last asked for; an older answer is dropped
+    rcpSeq: 0,         // the recipient read last asked for; an older answer is dropped
+    qr: { name: "", seq: 0, timer: 0 } // the QR session shown, its last read, the next read's timer
   };
 
   function $(id) { return document.getElementById(id); }
@@ -63,31 +93,72 @@
 
   function show(node, on) { node.hidden = !on; }
 
-  function token() { return sessionStorage.getItem(STORE_KEY); }
+  function token() { return sessionStorage.getItem(state.mode === "tenant" ? TENANT_KEY : STORE_KEY); }
+
+  // A route of the tenant shown: the admin mirror for the tenant open, or the tenant API itself
+  // when a tenant token is signed in.
+  function tenantPath(name) {
+    var r = ROUTES[name];
+    return state.mode === "tenant" ? "/api" + r[1] : "/admin/tenants/" + state.tenant.id + r[0];
+  }
 
   function status(msg) { $("status").textContent = msg || ""; }
 
   // ---- the API ------------------------------------------------------------------------------
 
-  // Resolves to {status, body}; a 401 signs out (the token is wrong or was changed).
-  function api(method, path, body, tok) {
-    var headers = { "Accept": "application/json", "Authorization": "Bearer " + (tok || token() || "") };
+  function request(method, path, body, tok, accept) {
+    var headers = { "Accept": accept, "Authorization": "Bearer " + (tok || token() || "") };
     var init = { method: method, headers: headers, credentials: "omit", cache: "no-store",
       referrerPolicy: "no-referrer", redirect: "error" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    return fetch(path, init).then(function (r) {
+    return fetch(path, init);
+  }
+
+  function refused(r, tok) {
+    if (r.status === 401 && !tok) {
+      signOut(state.mode === "tenant" ? "Your session ended: the tenant token was refused (revoked?)." :
+        "Your session ended: the admin token was refused.");
+    }
+  }
+
+  function unreachable() { return { status: 0, body: { message: "the gateway could not be reached" } }; }
+
+  // A tenant token never reads the admin API: whatever a bug asks, nothing is sent.
+  function forbidden(path) {
+    return state.mode === "tenant" && !/^\/api\//.test(path) ?
+      { status: 0, body: { message: "not a route of the tenant API: " + path } } : null;
+  }
+
+  // Resolves to {status, body}; a 401 signs out (the token is wrong or was changed).
+  function api(method, path, body, tok) {
+    var no = forbidden(path);
+    if (no) return Promise.resolve(no);
+    return request(method, path, body, tok, "application/json").then(function (r) {
       return r.text().then(function (t) {
         var j = null;
         try { j = t ? JSON.parse(t) : null; } catch (e) { j = null; }
-        if (r.status === 401 && !tok) signOut("Your session ended: the admin token was refused.");
+        refused(r, tok);
         return { status: r.status, body: j };
       });
-    }, function () {
-      return { status: 0, body: { message: "the gateway could not be reached" } };
-    });
+    }, unreachable);
+  }
+
+  // A binary answer (the QR code's PNG): {status, blob} on 200, else {status, body} as api().
+  function apiBlob(path) {
+    var no = forbidden(path);
+    if (no) return Promise.resolve(no);
+    return request("GET", path, undefined, null, "image/png, application/json").then(function (r) {
+      if (r.status === 200) return r.blob().then(function (b) { return { status: 200, blob: b }; });
+      return r.text().then(function (t) {
+        var j = null;
+        try { j = t ? JSON.parse(t) : null; } catch (e) { j = null; }
+        refused(r, null);
+        return { status: r.status, body: j };
+      });
+    }).catch(unreachable);
   }
 
   function messageOf(res) {
@@ -149,6 +220,10 @@
 
   function signOut(why) {
     sessionStorage.removeItem(STORE_KEY);
+    sessionStorage.removeItem(TENANT_KEY);
+    stopQr();
+    state.mode = "admin";
+    state.tenant = null;
     show($("app"), false);
     show($("signout"), false);
     show($("signin"), true);
@@ -159,34 +234,97 @@
     $("signin-token").focus();
   }
 
+  // Shows the parts of the page of one mode: [data-mode] elements are the admin's or a tenant's.
+  function setMode(mode) {
+    state.mode = mode;
+    document.querySelectorAll("[data-mode]").forEach(function (n) { show(n, n.getAttribute("data-mode") === mode); });
+    $("tab-tokens").textContent = mode === "tenant" ? "Unified API" : "Tokens";
+    if (mode === "admin") {
+      // What a tenant token's scopes and plan hid: the admin sees all of it.
+      document.querySelectorAll(".tab[data-scope]").forEach(function (b) { show(b, true); });
+      show($("tabs-hidden"), false);
+      show($("token-locked"), false);
+      show($("token-form"), true);
+      SCOPES.forEach(function (scope) { show($("scope-" + scope).parentNode, true); });
+    }
+  }
+
   function signedIn() {
+    setMode("admin");
     show($("signin"), false);
     show($("app"), true);
     show($("signout"), true);
     openTenants();
   }
 
+  // A tenant token with scope keys: that tenant's console (`t` is its GET /api/tenant).
+  function signedInTenant(t) {
+    setMode("tenant");
+    show($("signin"), false);
+    show($("app"), true);
+    show($("signout"), true);
+    show($("tenants"), false);
+    show($("usage"), false);
+    show($("tenant"), true);
+    forgetRecipient();
+    forgetQr();
+    setTenantSelf(t);
+    selectTab("tokens");
+    $("tenant-h").focus();
+  }
+
+  function hasScope(t, scope) { return (t.scopes || []).indexOf(scope) >= 0; }
+
+  function noKeysMessage(t) {
+    return "This console needs a token with the keys scope. This token of " + t.name + " has " +
+      ((t.scopes || []).join(", ") || "no scope") + ": ask an administrator for one with keys, " +
+      "or create one with a token that has it.";
+  }
+
   function onSignIn(ev) {
     ev.preventDefault();
     var tok = $("signin-token").value.trim();
     var e = $("signin-error");
-    e.hidden = true;
-    if (!tok) {
-      e.textContent = "Enter the admin token.";
+    var refuse = function (text) {
+      e.textContent = text;
       e.hidden = false;
-      return;
-    }
-    // Checked with a harmless read before it is kept.
-    api("GET", "/admin/tenants?limit=1", undefined, tok).then(function (res) {
+      $("signin-token").focus();
+    };
+    e.hidden = true;
+    if (!tok) return refuse("Enter the admin token or a tenant token.");
+    // Checked with a harmless read before it is kept: a tenant token first (GET /api/tenant
+    // answers any valid one), else the admin token as before.
+    api("GET", "/api/tenant", undefined, tok).then(function (res) {
       if (res.status === 200) {
-        sessionStorage.setItem(STORE_KEY, tok);
+        var t = res.body.data;
+        if (!hasScope(t, "keys")) return refuse(noKeysMessage(t));
+        sessionStorage.removeItem(STORE_KEY);
+        sessionStorage.setItem(TENANT_KEY, tok);
         $("signin-token").value = "";
-        signedIn();
-      } else {
-        e.textContent = res.status === 401 ? "Wrong admin token." : messageOf(res);
-        e.hidden = false;
-        $("signin-token").focus();
+        return signedInTenant(t);
       }
+      if (res.status !== 401) return refuse(messageOf(res));
+      api("GET", "/admin/tenants?limit=1", undefined, tok).then(function (adm) {
+        if (adm.status === 200) {
+          sessionStorage.removeItem(TENANT_KEY);
+          sessionStorage.setItem(STORE_KEY, tok);
+          $("signin-token").value = "";
+          signedIn();
+        } else {
+          refuse(adm.status === 401 ? "Wrong admin token or tenant token: the gateway knows neither." : messageOf(adm));
+        }
+      });
+    });
+  }
+
+  // A page loaded again with a tenant token kept: who it is, read again.
+  function resumeTenant() {
+    state.mode = "tenant";
+    api("GET", "/api/tenant").then(function (res) {
+      if (state.mode !== "tenant" || !token()) return;
+      if (res.status === 200 && hasScope(res.body.data, "keys")) return signedInTenant(res.body.data);
+      if (res.status === 200) return signOut(noKeysMessage(res.body.data));
+      if (res.status !== 401) signOut(messageOf(res));
     });
   }
 
@@ -256,6 +394,7 @@
       show($("tenants"), false);
       show($("tenant"), true);
       forgetRecipient();
+      forgetQr();
       setTenant(res.body.data);
       selectTab("settings");
       $("tenant-h").focus();
@@ -269,22 +408,66 @@
     fillSettings(t);
   }
 
+  // The tenant of the token signed in, as GET /api/tenant says: its name, its plan lock, and the
+  // token's scopes, which choose the tabs (a tab needing a scope the token lacks is not shown).
+  function setTenantSelf(t) {
+    state.tenant = t;
+    $("tenant-h").textContent = t.name;
+    $("tenant-id").textContent = t.id;
+    $("tenant-who").textContent = "Signed in with a token of this tenant, scopes " + t.scopes.join(", ") +
+      ". The unified API is " + (t.unifiedApiEnabled ? "enabled" : "not enabled (locked by the plan)") + ".";
+    var missing = [];
+    document.querySelectorAll(".tab[data-scope]").forEach(function (b) {
+      var scope = b.getAttribute("data-scope");
+      show(b, hasScope(t, scope));
+      if (!hasScope(t, scope) && missing.indexOf(scope) < 0) missing.push(scope);
+    });
+    var note = $("tabs-hidden");
+    note.textContent = missing.map(function (scope) {
+      return SCOPE_TABS[scope] + ": need a token with scope " + scope + ".";
+    }).join(" ");
+    show(note, missing.length > 0);
+    showLock(t);
+  }
+
+  // The Unified API tab of a tenant token: the form to create a token, or, while the plan
+  // locks the unified API, the notice that an administrator must enable it. The scopes offered
+  // are the token's own (it can grant no other).
+  function showLock(t) {
+    var locked = !t.unifiedApiEnabled;
+    show($("token-locked"), locked);
+    show($("token-form"), !locked);
+    SCOPES.forEach(function (scope) { show($("scope-" + scope).parentNode, hasScope(t, scope)); });
+  }
+
   // `focus`: move focus to what the tab shows once it is loaded (a recipient opened from a number).
   function selectTab(name, focus) {
     status("");
+    if (name !== "qr") stopQr();
     document.querySelectorAll(".tab").forEach(function (b) {
       var on = b.getAttribute("data-tab") === name;
       b.setAttribute("aria-pressed", on ? "true" : "false");
       show($("panel-" + b.getAttribute("data-tab")), on);
     });
-    if (name === "tokens") loadTokens();
+    if (name === "tokens") {
+      loadTokens();
+      if (state.mode === "tenant") refreshLock();
+    }
     if (name === "webhook") loadWebhook();
     if (name === "templates") onTemplates();
     if (name === "logs") setLogKind($("log-kind").value);
     if (name === "inbound") onInbound();
     if (name === "suppressions") onSuppressions();
     if (name === "recipient") loadRecipient($("rcp-to").value, !!focus);
-    if (name === "usage") loadUsage(usageViews.tenant, "/admin/tenants/" + state.tenant.id + "/usage");
+    if (name === "usage") loadUsage(usageViews.tenant, tenantPath("usage"));
+    if (name === "qr") loadQr($("qr-name").value, !!focus);
+  }
+
+  // The plan lock read again (an administrator may have lifted it since the sign-in).
+  function refreshLock() {
+    api("GET", "/api/tenant").then(function (res) {
+      if (res.status === 200 && state.mode === "tenant") setTenantSelf(res.body.data);
+    });
   }
 
   // -- settings
@@ -389,25 +572,32 @@
 
   // -- tokens
 
+  // The token this console is signed in with, as a tenant (its prefix is its first characters).
+  function isOwnToken(t) {
+    var mine = state.mode === "tenant" ? token() : null;
+    return !!mine && !!t.prefix && mine.indexOf(t.prefix) === 0;
+  }
+
   function loadTokens() {
-    api("GET", "/admin/tenants/" + state.tenant.id + "/tokens").then(function (res) {
+    api("GET", tenantPath("tokens")).then(function (res) {
       var body = $("token-table").tBodies[0];
       body.textContent = "";
       if (res.status !== 200) return status(messageOf(res));
       res.body.data.items.forEach(function (t) {
-        var revoke = null;
+        var revoke = null, own = isOwnToken(t);
         if (!t.revokedAt) {
           revoke = el("button", { type: "button", className: "danger", text: "Revoke" });
           revoke.setAttribute("aria-label", "Revoke token " + (t.name || t.prefix));
-          revoke.addEventListener("click", function () { revokeToken(t); });
+          revoke.addEventListener("click", function () { revokeToken(t, own); });
         }
-        body.appendChild(el("tr", null, [
-          el("td", { "data-label": "Name", text: t.name || "(no name)" }),
+        body.appendChild(el("tr", own ? { "data-own": "true" } : null, [
+          el("td", { "data-label": "Name" }, [t.name || "(no name)",
+            own ? el("span", { className: "badge info own", text: "this console" }) : null]),
           el("td", { "data-label": "Prefix" }, [el("code", { text: t.prefix })]),
           el("td", { "data-label": "Scopes", text: t.scopes.join(", ") }),
-          el("td", { "data-label": "Created", text: t.createdAt }),
-          el("td", { "data-label": "Last used", text: t.lastUsedAt || "never" }),
-          el("td", { "data-label": "Revoked", text: t.revokedAt || "no" }),
+          el("td", { "data-label": "Created" }, [stamp(t.createdAt)]),
+          el("td", { "data-label": "Last used" }, [t.lastUsedAt ? stamp(t.lastUsedAt) : "never"]),
+          el("td", { "data-label": "Revoked" }, [t.revokedAt ? stamp(t.revokedAt) : "no"]),
           el("td", null, [revoke])
         ]));
       });
@@ -419,11 +609,19 @@
     var form = $("token-form");
     clearErrors(form);
     var scopes = [];
-    form.querySelectorAll("input[type=checkbox]").forEach(function (c) { if (c.checked) scopes.push(c.value); });
+    form.querySelectorAll("input[type=checkbox]").forEach(function (c) {
+      if (c.checked && !c.parentNode.hidden) scopes.push(c.value);
+    });
     var body = { scopes: scopes };
     var name = $("token-name").value.trim();
     if (name) body.name = name;
-    api("POST", "/admin/tenants/" + state.tenant.id + "/tokens", body).then(function (res) {
+    api("POST", tenantPath("tokens"), body).then(function (res) {
+      var err = res.body && res.body.error;
+      if (res.status === 403 && err && err.code === "unified_api_locked" && state.mode === "tenant") {
+        state.tenant.unifiedApiEnabled = false; // locked since the page read it
+        setTenantSelf(state.tenant);
+        return;
+      }
       if (res.status !== 201) return showError(form, res);
       form.reset();
       $("token-value").value = res.body.data.token;
@@ -434,9 +632,12 @@
     });
   }
 
-  function revokeToken(t) {
-    if (!window.confirm("Revoke token " + (t.name || t.prefix) + "? Requests with it will be refused.")) return;
-    api("DELETE", "/admin/tenants/" + state.tenant.id + "/tokens/" + t.id).then(function (res) {
+  function revokeToken(t, own) {
+    if (!window.confirm("Revoke token " + (t.name || t.prefix) + "? Requests with it will be refused." +
+        (own ? " It is the token this console is signed in with: you will be signed out." : ""))) return;
+    api("DELETE", tenantPath("tokens") + "/" + encodeURIComponent(t.id)).then(function (res) {
+      // The gateway may still take it for a second or two (API.md §1): signed out now, not then.
+      if (res.status === 200 && own) return signOut("You revoked the tenant token this console was signed in with.");
       status(res.status === 200 ? "Token " + t.prefix + " revoked." : messageOf(res));
       loadTokens();
     });
@@ -445,16 +646,30 @@
   function forget(boxId, inputId) {
     $(inputId).value = "";
     show($(boxId), false);
+    var copy = $(boxId).querySelector(".copy");
+    if (copy) copy.textContent = "Copy";
   }
 
+  // Copies an input's value: with the Clipboard API where the page may use it, else the text is
+  // selected (and copied by the browser's own command where it still has one) for Ctrl+C.
   function copyFrom(inputId, button) {
     var input = $(inputId);
-    var done = function () { button.textContent = "Copied"; };
-    if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(input.value).then(done, function () { input.select(); });
-    } else {
+    var done = function () {
+      button.textContent = "Copied";
+      status("Copied to the clipboard.");
+    };
+    var select = function () {
+      input.focus();
       input.select();
-      if (document.execCommand("copy")) done();
+      var copied = false;
+      try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
+      if (copied) done();
+      else status("Selected: press Ctrl+C (or Cmd+C) to copy it.");
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText && window.isSecureContext) {
+      navigator.clipboard.writeText(input.value).then(done, select);
+    } else {
+      select();
     }
   }
 
@@ -501,7 +716,7 @@
     }
   }
 
-  function webhookPath() { return "/admin/tenants/" + state.tenant.id + "/webhook"; }
+  function webhookPath() { return tenantPath("webhook"); }
 
   function loadWebhook() {
     api("GET", webhookPath()).then(function (res) {
@@ -555,7 +770,7 @@
     REJECTED: "bad", DISABLED: "bad", MISSING: "bad", PENDING_DELETION: "bad", DELETED: "bad"
   };
 
-  function templatesPath() { return "/admin/tenants/" + state.tenant.id + "/templates"; }
+  function templatesPath() { return tenantPath("templates"); }
 
   // `text` into `parent` as text nodes, each placeholder ({{1}}, {{first_name}}) in a <mark>.
   function withPlaceholders(parent, text) {
@@ -693,8 +908,7 @@
   }
 
   function logPath(kind) {
-    var base = "/admin/tenants/" + state.tenant.id;
-    return kind === "deliveries" ? base + "/webhook/deliveries" : base + "/" + kind + "/logs";
+    return tenantPath({ omni: "omniLogs", sms: "smsLogs", otp: "otpLogs", deliveries: "deliveries" }[kind]);
   }
 
   function onLogs(ev) {
@@ -737,7 +951,7 @@
 
   function loadBatch(id) {
     if (!id || state.logKind !== "omni") return showBatch(null);
-    api("GET", "/admin/tenants/" + state.tenant.id + "/batches/" + encodeURIComponent(id)).then(function (res) {
+    api("GET", tenantPath("batches") + "/" + encodeURIComponent(id)).then(function (res) {
       if (res.status === 200) return showBatch(res.body.data);
       showBatch(null);
       status(res.status === 404 ? "No batch " + id + " for this tenant." : messageOf(res));
@@ -994,13 +1208,13 @@
 
   var pagers = {
     inbound: pager({ form: "in-form", table: "in-table", empty: "in-empty", more: "in-more",
-      noun: ["inbound message", "inbound messages"], path: "/inbound",
+      noun: ["inbound message", "inbound messages"], route: "inbound",
       row: function (m) { return inboundRow(m, true); } }),
     suppressions: pager({ form: "sup-form", table: "sup-table", empty: "sup-empty", more: "sup-more",
-      noun: ["suppression", "suppressions"], path: "/suppressions",
+      noun: ["suppression", "suppressions"], route: "suppressions",
       row: function (x) { return suppressionRow(x, true); } }),
     recipientInbound: pager({ form: null, table: "rcp-in-table", empty: "rcp-in-none", more: "rcp-in-more",
-      noun: null, path: "/inbound", row: function (m) { return inboundRow(m, false); } })
+      noun: null, route: "inbound", row: function (m) { return inboundRow(m, false); } })
   };
 
   function loadPage(p, more) {
@@ -1008,7 +1222,7 @@
     if (form) clearErrors(form);
     var seq = ++p.seq;
     var query = p.query + (more && p.cursor ? "&cursor=" + encodeURIComponent(p.cursor) : "");
-    api("GET", "/admin/tenants/" + state.tenant.id + p.path + "?" + query).then(function (res) {
+    api("GET", tenantPath(p.route) + "?" + query).then(function (res) {
       if (seq !== p.seq) return;
       var body = $(p.table).tBodies[0];
       if (!more) body.textContent = "";
@@ -1049,6 +1263,16 @@
     selectTab("recipient", true);
   }
 
+  // A session shown for another tenant (or another sign-in) is not shown again.
+  function forgetQr() {
+    stopQr();
+    state.qr.name = "";
+    $("qr-name").value = "default";
+    show($("qr"), false);
+    clearQrCode();
+    clearErrors($("qr-form"));
+  }
+
   function forgetRecipient() {
     state.rcpSeq++;
     Object.keys(pagers).forEach(function (k) { pagers[k].seq++; });
@@ -1074,7 +1298,7 @@
       show($("rcp-hint"), true);
       return;
     }
-    api("GET", "/admin/tenants/" + state.tenant.id + "/recipients/" + encodeURIComponent(to)).then(function (res) {
+    api("GET", tenantPath("recipients") + "/" + encodeURIComponent(to)).then(function (res) {
       if (seq !== state.rcpSeq) return;
       if (res.status !== 200) {
         show($("rcp"), false);
@@ -1135,6 +1359,160 @@
     show($("rcp-in-more"), false);
     show($("rcp-hint"), false);
     show($("rcp"), true);
+  }
+
+  // ---- a WhatsApp QR session (API.md §23) --------------------------------------------------------
+  // The session the name typed names (a tenant's settings are not shown to it, so the page does not
+  // list them: "default" to start with). While it starts or waits for a scan, the session and its
+  // QR code are read again every QR_EVERY_MS, until it is WORKING (or stopped, failed, or the tab
+  // left). The PNG is fetched with the token in its header like every other request and drawn on
+  // a canvas (createImageBitmap), so no image URL is made and the CSP's img-src stays 'self'.
+
+  var QR_EVERY_MS = 3000;
+  var QR_BADGE = { WORKING: "good", STARTING: "info", SCAN_QR_CODE: "warn", STOPPED: "neutral", FAILED: "bad" };
+  var QR_WAITING = { STARTING: 1, SCAN_QR_CODE: 1 };
+
+  function sessionName(typed) { return String(typed || "").trim(); }
+
+  function stopQr() {
+    state.qr.seq++;
+    if (state.qr.timer) window.clearTimeout(state.qr.timer);
+    state.qr.timer = 0;
+  }
+
+  function onQr(ev) {
+    ev.preventDefault();
+    loadQr($("qr-name").value, true);
+  }
+
+  // Reads session `typed` (and its QR code while it waits for a scan) and shows it.
+  function loadQr(typed, focus) {
+    var form = $("qr-form"), name = sessionName(typed);
+    stopQr();
+    clearErrors(form);
+    if (name === "") {
+      show($("qr"), false);
+      return showError(form, { status: 0, body: { message: "Type the session's name.", error: { field: "name" } } });
+    }
+    if (name !== state.qr.name) {
+      show($("qr"), false);
+      clearQrCode();
+    }
+    state.qr.name = name;
+    readQr(name, ++state.qr.seq, focus);
+  }
+
+  function qrPath(name) { return tenantPath("sessions") + "/" + encodeURIComponent(name); }
+
+  function readQr(name, seq, focus) {
+    api("GET", qrPath(name)).then(function (res) {
+      if (seq !== state.qr.seq) return;
+      if (res.status === 404) {
+        showSession(name, null);
+      } else if (res.status !== 200) {
+        show($("qr"), false);
+        return showError($("qr-form"), res);
+      } else {
+        showSession(name, res.body.data);
+      }
+      if (focus) $("qr-h").focus();
+      var st = res.status === 200 ? res.body.data.status : null;
+      if (st === "SCAN_QR_CODE") drawQr(name, seq);
+      else clearQrCode();
+      if (QR_WAITING[st]) {
+        state.qr.timer = window.setTimeout(function () {
+          state.qr.timer = 0;
+          if (seq === state.qr.seq) readQr(name, seq, false);
+        }, QR_EVERY_MS);
+      }
+    });
+  }
+
+  // `s` is the session as the API answered it, or null when the gateway knows nothing of it.
+  function showSession(name, s) {
+    $("qr-h").textContent = "Session " + name;
+    var facts = $("qr-facts");
+    facts.textContent = "";
+    if (!s) {
+      facts.appendChild(el("p", { className: "muted", text: "The gateway knows nothing of this session yet: " +
+        "it was never started here. Start it to link a phone (only a session one of the tenant's whatsapp_qr " +
+        "numbers uses can be started)." }));
+    } else {
+      facts.appendChild(dl([["Status", el("span", { className: "badge " + (QR_BADGE[s.status] || "neutral"),
+        "data-status": String(s.status), text: String(s.status) })],
+        ["Number", s.number ? String(s.number) : el("span", { className: "muted", text: "none linked" })],
+        ["Updated", stamp(s.updatedAt)]]));
+    }
+    var st = s ? s.status : null;
+    show($("qr-start"), !QR_WAITING[st] && st !== "WORKING");
+    show($("qr-stop"), !!QR_WAITING[st] || st === "WORKING");
+    show($("qr-logout"), !!s && st !== "STOPPED");
+    var linked = $("qr-linked");
+    linked.textContent = "";
+    if (st === "WORKING") {
+      linked.appendChild(el("span", { className: "badge good", text: "linked" }));
+      linked.appendChild(document.createTextNode(" WhatsApp " + (s.number || "(number not known yet)") +
+        " is linked to session " + name + ": its messages go out on it."));
+    } else if (st === "STARTING") {
+      linked.textContent = "Starting: the QR code follows in a moment.";
+    } else if (st === "FAILED") {
+      linked.textContent = "The session failed on the WhatsApp server: start it again.";
+    }
+    show(linked, linked.textContent !== "");
+    show($("qr"), true);
+  }
+
+  function clearQrCode() {
+    var c = $("qr-canvas");
+    c.width = 0;
+    c.height = 0;
+    c.removeAttribute("data-drawn");
+    show($("qr-code"), false);
+  }
+
+  // Fetches the session's QR code and draws it; a 409 (it stopped waiting for a scan meanwhile)
+  // is left to the next read of the session.
+  function drawQr(name, seq) {
+    apiBlob(qrPath(name) + "/qr").then(function (res) {
+      if (seq !== state.qr.seq) return null;
+      if (res.status !== 200) {
+        if (res.status !== 409) status(messageOf(res));
+        return null;
+      }
+      return window.createImageBitmap(res.blob).then(function (img) {
+        if (seq !== state.qr.seq) return;
+        var c = $("qr-canvas");
+        c.width = img.width;
+        c.height = img.height;
+        c.getContext("2d").drawImage(img, 0, 0);
+        if (img.close) img.close();
+        c.setAttribute("data-drawn", String(Date.now()));
+        show($("qr-code"), true);
+      });
+    }).catch(function () {
+      if (seq === state.qr.seq) status("The QR code could not be read as an image.");
+    });
+  }
+
+  // Start, stop, log out: the answer is the session; then it is read (and followed) again.
+  function qrAction(action) {
+    var name = state.qr.name;
+    if (action === "logout" && !window.confirm("Log session " + name + " out? The phone is unlinked; " +
+        "a new scan links it again.")) return;
+    var button = $("qr-" + action);
+    button.disabled = true;
+    stopQr();
+    var seq = state.qr.seq;
+    clearErrors($("qr-form"));
+    api("POST", qrPath(name) + "/" + action).then(function (res) {
+      button.disabled = false;
+      if (seq !== state.qr.seq) return;
+      if (res.status !== 200) return showError($("qr-form"), res);
+      status({ start: "Session " + name + " started.", stop: "Session " + name + " stopped.",
+        logout: "Session " + name + " logged out." }[action]);
+      showSession(name, res.body.data);
+      readQr(name, seq, false);
+    });
   }
 
   // ---- usage (API.md §22): four pictures and a table of the last 30 UTC days ---------------------
@@ -1591,7 +1969,12 @@
     $("sup-more").addEventListener("click", function () { loadPage(pagers.suppressions, true); });
     $("rcp-form").addEventListener("submit", onRecipient);
     $("rcp-in-more").addEventListener("click", function () { loadPage(pagers.recipientInbound, true); });
-    if (token()) signedIn();
+    $("qr-form").addEventListener("submit", onQr);
+    ["start", "stop", "logout"].forEach(function (a) {
+      $("qr-" + a).addEventListener("click", function () { qrAction(a); });
+    });
+    if (sessionStorage.getItem(TENANT_KEY)) resumeTenant();
+    else if (sessionStorage.getItem(STORE_KEY)) signedIn();
     else signOut("");
   }
 
