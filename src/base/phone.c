@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 static bool is_digit(char c)
 {
@@ -38,6 +39,18 @@ bool og_phone_e164_valid(const char *s)
 bool og_phone_wa_from_valid(const char *s)
 {
     return s != NULL && international_digits(s);
+}
+
+bool og_phone_wa_user(const char *id, char out[OG_PHONE_SENDER_SIZE])
+{
+    const char *at = id != NULL ? strchr(id, '@') : NULL;
+    size_t n = at != NULL ? (size_t)(at - id) : 0;
+    if (at == NULL || strcmp(at, "@c.us") != 0 || n < 8 || n > OG_PHONE_MAX_DIGITS ||
+        strspn(id, "0123456789") != n)
+        return false;
+    memcpy(out, id, n);
+    out[n] = '\0';
+    return true;
 }
 
 bool og_phone_sender_valid(const char *s)

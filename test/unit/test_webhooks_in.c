@@ -258,7 +258,7 @@ static void test_inbound(void **state)
         "\"payload\":{\"id\":\"false_4915112345678@c.us_AAA\",\"timestamp\":1700000000,"
         "\"from\":\"4915112345678@c.us\",\"fromMe\":false,\"body\":\"Hello\",\"hasMedia\":false}}";
     int ignored = -1;
-    a = og_webhook_parse_waha_all(waha, strlen(waha), 5, &in, &ignored, &err);
+    a = og_webhook_parse_waha_all(waha, strlen(waha), 5, &in, &ignored, NULL, &err);
     assert_non_null(a);
     assert_int_equal(ignored, 0);
     assert_int_equal(json_array_size(in), 1);
@@ -272,7 +272,7 @@ static void test_inbound(void **state)
     json_decref(in);
     const char group[] = "{\"event\":\"message\",\"session\":\"default\",\"payload\":{\"id\":\"g\","
                          "\"from\":\"12036302@g.us\",\"fromMe\":false,\"body\":\"hi\"}}";
-    a = og_webhook_parse_waha_all(group, strlen(group), 5, &in, &ignored, &err);
+    a = og_webhook_parse_waha_all(group, strlen(group), 5, &in, &ignored, NULL, &err);
     assert_int_equal(ignored, 1);
     assert_int_equal(json_array_size(in), 0);
     json_decref(a);

@@ -17,6 +17,11 @@ bool og_phone_e164_valid(const char *s);
 /* A WhatsApp sender number: 8-15 ASCII digits, the first one 1-9, no "+". */
 bool og_phone_wa_from_valid(const char *s);
 
+/* The number of a WhatsApp user id as WAHA writes it, "<digits>@c.us" (a chat, a message's
+ * from or to, a session's me.id): its digits, 8-15 of them, into `out` (no "+"); false for any
+ * other id (a group's "@g.us", a broadcast, a malformed one). */
+bool og_phone_wa_user(const char *id, char out[OG_PHONE_SENDER_SIZE]);
+
 /* An SMS sender id, one of:
  *   alphanumeric: 1-11 characters of A-Z a-z 0-9 and space, at least one of them a letter
  *                 (so never only spaces or only digits);

@@ -385,18 +385,6 @@ static bool meta_inbound(json_t *out, const json_t *value, const json_t *msg, og
     return add_inbound(out, OG_CH_WHATSAPP_META, id, e164, pnid, NULL, type, meta_text(msg, type), at, err);
 }
 
-/* The digits of a WhatsApp id "<digits>@c.us" into out (17 bytes), or false. */
-static bool wa_user(const char *id, char out[17])
-{
-    const char *at = id != NULL ? strchr(id, '@') : NULL;
-    size_t n = at != NULL ? (size_t)(at - id) : 0;
-    if (at == NULL || strcmp(at, "@c.us") != 0 || n < 8 || n > 15 || strspn(id, "0123456789") != n)
-        return false;
-    memcpy(out, id, n);
-    out[n] = '\0';
-    return true;
-}
-
 /* WAHA's event `message` (a message someone sent the session): one inbound message, or
  * nothing when it is not from a phone number (a group's, a status broadcast, an id WAHA cannot
  * map to a number), counted in *ignored. */
@@ -408,13 +396,15 @@ static bool waha_inbound(json_t *out, const json_t *root, const json_t *payload,
     json_t *from_me = json_object_get(payload, "fromMe");
     if (!json_is_object(payload) || id == NULL || session == NULL)
         return og_err_fail(err, OG_E_INVALID_PAYLOAD, "payload", "message needs session and payload.id");
-    char from[17], me[17], e164[20];
-    if (json_is_true(from_me) || !wa_user(json_string_value(json_object_get(payload, "from")), from)) {
+    char from[OG_PHONE_SENDER_SIZE], me[OG_PHONE_SENDER_SIZE], e164[20];
+    if (json_is_true(from_me) ||
+        !og_phone_wa_user(json_string_value(json_object_get(payload, "from")), from)) {
         (*ignored)++;
         return true;
     }
-    bool known_me = wa_user(json_string_value(json_object_get(json_object_get(root, "me"), "id")), me) ||
-                    wa_user(json_string_value(json_object_get(payload, "to")), me);
+    bool known_me =
+        og_phone_wa_user(json_string_value(json_object_get(json_object_get(root, "me"), "id")), me) ||
+        og_phone_wa_user(json_string_value(json_object_get(payload, "to")), me);
     json_t *ts = json_object_get(payload, "timestamp");
     double at = json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) : now;
     snprintf(e164, sizeof(e164), "+%s", from);
@@ -519,12 +509,40 @@ json_t *og_webhook_parse_meta_all(const char *body, size_t len, double now, json
 
 json_t *og_webhook_parse_waha(const char *body, size_t len, double now, og_err_t *err)
 {
-    return og_webhook_parse_waha_all(body, len, now, NULL, NULL, err);
+    return og_webhook_parse_waha_all(body, len, now, NULL, NULL, NULL, err);
+}
+
+/* WAHA's session.status event ({"session", "timestamp" (ms), "me": {"id": "<digits>@c.us"} or
+ * null, "payload": {"status"}}; devlikeapro/waha src/structures/webhooks.dto.ts) as
+ * og_webhook_parse_waha_all returns it in *session. */
+static bool waha_session_status(json_t **out, const json_t *root, const json_t *payload, double now,
+                                og_err_t *err)
+{
+    const char *session = json_string_value(json_object_get(root, "session"));
+    const char *status = json_string_value(json_object_get(payload, "status"));
+    if (session == NULL || !og_qr_session_name_valid(session, strlen(session)) || status == NULL)
+        return og_err_fail(
+            err, OG_E_INVALID_PAYLOAD, "payload",
+            "session.status needs a session (1-64 letters, digits, '_' or '-') and payload.status");
+    json_t *me = json_object_get(root, "me");
+    if (!json_is_object(me))
+        me = json_object_get(payload, "me");
+    char digits[OG_PHONE_SENDER_SIZE], number[OG_PHONE_SENDER_SIZE + 1] = "";
+    if (og_phone_wa_user(json_string_value(json_object_get(me, "id")), digits))
+        snprintf(number, sizeof(number), "+%s", digits);
+    /* The envelope's timestamp is in milliseconds; without it, the time we got it. */
+    json_t *ts = json_object_get(root, "timestamp");
+    double at_ms = json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) : now * 1000.0;
+    *out = json_pack("{s:s,s:s,s:s?,s:f}", "session", session, "status", status, "number",
+                     number[0] ? number : NULL, "atMs", at_ms);
+    return *out != NULL || og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
 }
 
 json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json_t **inbound, int *ignored,
-                                  og_err_t *err)
+                                  json_t **session, og_err_t *err)
 {
+    if (session != NULL)
+        *session = NULL;
     if (inbound != NULL)
         *inbound = NULL;
     if (ignored != NULL)
@@ -557,6 +575,9 @@ json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json
                                 json_string_value(json_object_get(payload, "ackName")), err);
         }
     }
+    json_t *state = NULL;
+    if (ok && strcmp(event, "session.status") == 0 && session != NULL)
+        ok = waha_session_status(&state, root, payload, now, err);
     json_t *received = NULL;
     int skipped = 0;
     if (ok && strcmp(event, "message") == 0 && inbound != NULL) {
@@ -565,10 +586,13 @@ json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json
     }
     json_decref(root);
     if (!ok) {
+        json_decref(state);
         json_decref(received);
         json_decref(out);
         return NULL;
     }
+    if (session != NULL)
+        *session = state;
     if (inbound != NULL)
         *inbound = received;
     if (ignored != NULL)
@@ -1249,45 +1273,25 @@ static void qr_event_done(og_db_op_t *op, og_db_status_t st)
     free(e);
 }
 
-/* WAHA's session.status event ({"session", "timestamp" (ms), "me": {"id": "<digits>@c.us"} or
- * null, "payload": {"status"}}; devlikeapro/waha src/structures/webhooks.dto.ts): recorded for the
- * tenant whose QR number uses the session, among the tenants `by` names (their own server's
- * secret verified it) or those on the configured server. False when the body is not one. */
-static bool waha_session_status(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
+/* A session.status event (og_webhook_parse_waha_all's *session, taken) recorded for the tenant
+ * whose QR number uses the session, among the tenants `by` names (their own server's secret
+ * verified it) or those on the configured server; a status this gateway does not know is kept
+ * nowhere. */
+static void record_session_status(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by, json_t *ev)
 {
-    json_t *root = json_loadb(req->body, req->body_len, 0, NULL);
-    const char *event = json_string_value(json_object_get(root, "event"));
-    if (event == NULL || strcmp(event, "session.status") != 0) {
-        json_decref(root);
-        return false;
-    }
-    const char *session = json_string_value(json_object_get(root, "session"));
-    const char *status = json_string_value(json_object_get(json_object_get(root, "payload"), "status"));
-    json_t *me = json_object_get(root, "me");
-    if (!json_is_object(me))
-        me = json_object_get(json_object_get(root, "payload"), "me");
-    const char *id = json_string_value(json_object_get(me, "id"));
-    json_t *ts = json_object_get(root, "timestamp");
+    const char *status = json_string_value(json_object_get(ev, "status"));
     qr_event_t *e = NULL;
-    if (session == NULL || !og_qr_session_name_valid(session, strlen(session)) || status == NULL) {
-        count(gw, OG_CH_WHATSAPP_QR, CB_BAD_BODY, 1);
-        og_api_error(req, OG_E_INVALID_PAYLOAD, "payload",
-                     "session.status needs a session (1-64 letters, digits, '_' or '-') and payload.status");
-    } else if (!og_qr_status_valid(status)) { /* a status this gateway does not know: kept nowhere */
+    if (!og_qr_status_valid(status)) {
         count(gw, OG_CH_WHATSAPP_QR, CB_UNKNOWN_MESSAGE, 1);
         answer_counts(req, 0, 0, 1, NULL);
     } else if (gw->db == NULL || (e = calloc(1, sizeof(*e))) == NULL) {
         og_api_error(req, OG_E_UNAVAILABLE, NULL, gw->db == NULL ? "no database" : "out of memory");
     } else {
-        snprintf(e->session, sizeof(e->session), "%s", session);
+        const char *number = json_string_value(json_object_get(ev, "number"));
+        snprintf(e->session, sizeof(e->session), "%s", json_string_value(json_object_get(ev, "session")));
         snprintf(e->status, sizeof(e->status), "%s", status);
-        size_t n = id != NULL ? strspn(id, "0123456789") : 0;
-        if (n >= 6 && n <= 15)
-            snprintf(e->number, sizeof(e->number), "+%.*s", (int)n, id);
-        /* The envelope's timestamp is in milliseconds; without it, the time we got it. */
-        double at =
-            json_is_number(ts) && json_number_value(ts) > 0 ? json_number_value(ts) : now_s() * 1000.0;
-        snprintf(e->at_ms, sizeof(e->at_ms), "%.0f", at);
+        snprintf(e->number, sizeof(e->number), "%s", number != NULL ? number : "");
+        snprintf(e->at_ms, sizeof(e->at_ms), "%.0f", json_number_value(json_object_get(ev, "atMs")));
         if (by->n > 0) {
             size_t len = 0;
             e->accounts[len++] = '{';
@@ -1309,17 +1313,21 @@ static bool waha_session_status(og_gw_t *gw, og_http_req_t *req, const wh_signer
         e->op.done = qr_event_done;
         og_db_submit(gw->db, &e->op);
     }
-    json_decref(root);
-    return true;
+    json_decref(ev);
 }
 
 static void waha_verified(og_gw_t *gw, og_http_req_t *req, const wh_signer_t *by)
 {
-    if (waha_session_status(gw, req, by))
-        return;
     og_err_t err = {0};
     wh_body_t b = {0};
-    b.statuses = og_webhook_parse_waha_all(req->body, req->body_len, now_s(), &b.inbound, &b.ignored, &err);
+    json_t *session = NULL;
+    b.statuses =
+        og_webhook_parse_waha_all(req->body, req->body_len, now_s(), &b.inbound, &b.ignored, &session, &err);
+    if (session != NULL) { /* one event a POST: a session.status holds nothing else */
+        body_clear(&b);
+        record_session_status(gw, req, by, session);
+        return;
+    }
     if (b.statuses != NULL && !confine(b.inbound, by)) {
         body_clear(&b);
         og_api_error(req, OG_E_UNAVAILABLE, NULL, "out of memory");

@@ -26,6 +26,7 @@
 #include "omnigate/jw.h"
 #include "omnigate/phone.h"
 #include "omnigate/providers/provider.h"
+#include "omnigate/qr/sessions.h"
 #include "omnigate/queue/pacing.h"
 #include "omnigate/queue/queue.h"
 #include "omnigate/queue/release.h"

@@ -28,6 +28,7 @@
 #include "omnigate/app/errors.h"
 #include "omnigate/http_client.h"
 #include "omnigate/log.h"
+#include "omnigate/phone.h"
 #include "omnigate/logs/tenant_page.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/seal.h"
@@ -75,7 +76,6 @@ typedef struct qs {
     og_hc_req_t hc;
     qs_kind_t kind;
     call_t call;
-    bool admin;
     char tenant_id[37];
     char name[OG_QR_SESSION_NAME_MAX + 1];
     json_t *settings;           /* a reference: the token's tenant's, or read (and opened) for the admin */
@@ -97,23 +97,6 @@ static void fail(qs_t *q, const og_errcode_t *code, const char *message)
 {
     og_api_error(q->req, code, NULL, message);
     qs_free(q);
-}
-
-/* Whether one of the tenant's whatsapp_qr numbers uses session `name` (a number without a
- * session uses OG_WAHA_DEFAULT_SESSION, as a send does). */
-static bool session_of_tenant(const json_t *settings, const char *name)
-{
-    json_t *numbers =
-        json_object_get(json_object_get(json_object_get(settings, "channels"), "whatsapp_qr"), "numbers");
-    const char *key;
-    json_t *n;
-    json_object_foreach(numbers, key, n)
-    {
-        const char *s = json_string_value(json_object_get(n, "session"));
-        if (strcmp(s != NULL ? s : OG_WAHA_DEFAULT_SESSION, name) == 0)
-            return true;
-    }
-    return false;
 }
 
 /* The server of the tenant's sessions: its own, else the configured one. NULL after answering. */
@@ -271,11 +254,10 @@ static void read_session(qs_t *q, const og_hc_req_t *r, const char *dflt)
     json_t *j = r->resp != NULL ? json_loadb(r->resp, r->resp_len, 0, NULL) : NULL;
     const char *st = json_string_value(json_object_get(j, "status"));
     snprintf(q->status, sizeof(q->status), "%s", og_qr_status_valid(st) ? st : dflt);
-    const char *id = json_string_value(json_object_get(json_object_get(j, "me"), "id"));
-    size_t n = id != NULL ? strspn(id, "0123456789") : 0;
+    char digits[OG_PHONE_SENDER_SIZE];
     q->number[0] = '\0';
-    if (n >= 6 && n <= 15)
-        snprintf(q->number, sizeof(q->number), "+%.*s", (int)n, id);
+    if (og_phone_wa_user(json_string_value(json_object_get(json_object_get(j, "me"), "id")), digits))
+        snprintf(q->number, sizeof(q->number), "+%s", digits);
     json_decref(j);
 }
 
@@ -382,7 +364,7 @@ static void row_done(og_db_op_t *op, og_db_status_t st)
         og_settings_open(q->settings, &key, q->tenant_id, &q->gw->w->log);
         og_seal_key_clear(&key);
     }
-    if (!session_of_tenant(q->settings, q->name)) {
+    if (!og_settings_qr_session_used(q->settings, q->name)) {
         fail(q, OG_E_NOT_FOUND, "no whatsapp_qr number of the tenant uses this session");
         return;
     }
@@ -487,7 +469,6 @@ static void serve_admin(og_http_req_t *req, const og_route_match_t *m, void *ctx
     qs_t *q = qs_new(req, m, gw, kind);
     if (q == NULL)
         return;
-    q->admin = true;
     memcpy(q->tenant_id, id, sizeof(q->tenant_id));
     read_row(q);
 }

@@ -769,6 +769,19 @@ bool og_settings_wa_number(const json_t *settings, const char *name, const char 
     return false;
 }
 
+bool og_settings_qr_session_used(const json_t *settings, const char *name)
+{
+    const char *key;
+    json_t *n;
+    json_object_foreach(json_object_get(channel(settings, "whatsapp_qr"), "numbers"), key, n)
+    {
+        const char *s = json_string_value(json_object_get(n, "session"));
+        if (strcmp(s != NULL ? s : OG_WAHA_DEFAULT_SESSION, name) == 0)
+            return true;
+    }
+    return false;
+}
+
 bool og_settings_provider_account(const json_t *settings, og_channel_t ch, og_provider_account_t *out)
 {
     memset(out, 0, sizeof(*out));

@@ -74,9 +74,13 @@ json_t *og_webhook_parse_twilio(const char *body, size_t len, double now, og_err
  * from a phone number (fromMe, a group, a broadcast, an id that is not <digits>@c.us) is left
  * out and counted in *ignored; og_webhook_parse_twilio_inbound Twilio's incoming message
  * (MessageSid, From, To, Body, NumMedia; `now` its time), one from a short code or an
- * alphanumeric sender (no E.164 From) counted in *ignored. */
+ * alphanumeric sender (no E.164 From) counted in *ignored.
+ * WAHA's session.status event (API.md §23), when `session` is not NULL: in *session (when the
+ * statuses are returned) {"session", "status" (as WAHA wrote it), "number"? (E.164 of me.id),
+ * "atMs" (the event's timestamp, else `now`)}; NULL for other events. A session.status without
+ * a valid session name or a payload.status refuses the body. */
 json_t *og_webhook_parse_waha_all(const char *body, size_t len, double now, json_t **inbound, int *ignored,
-                                  og_err_t *err);
+                                  json_t **session, og_err_t *err);
 json_t *og_webhook_parse_twilio_inbound(const char *body, size_t len, double now, int *ignored,
                                         og_err_t *err);
 

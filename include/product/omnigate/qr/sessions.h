@@ -29,6 +29,9 @@
 #define OG_QR_SCAN_QR_CODE "SCAN_QR_CODE"
 #define OG_QR_STOPPED      "STOPPED"
 
+/* The skip reason of a whatsapp_qr number whose session is known not WORKING. */
+#define OG_QR_SKIP_NOT_CONNECTED "session_not_connected"
+
 /* Whether `name` is a session name the routes accept. */
 bool og_qr_session_name_valid(const char *name, size_t len);
 

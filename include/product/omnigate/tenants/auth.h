@@ -66,9 +66,6 @@ typedef struct og_tenant {
     json_t *qr_down;
 } og_tenant_t;
 
-/* The skip reason of a whatsapp_qr number whose session is known not WORKING (API.md §23). */
-#define OG_QR_SKIP_NOT_CONNECTED "session_not_connected"
-
 /* Whether the tenant's QR session `session` is known not WORKING (t->qr_down). */
 bool og_tenant_qr_down(const og_tenant_t *t, const char *session);
 

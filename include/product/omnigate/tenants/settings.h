@@ -146,6 +146,11 @@ bool og_settings_wa_number(const json_t *settings, const char *channel, const ch
  * when the tenant has one; else false with `out` zeroed: the configured account. */
 bool og_settings_provider_account(const json_t *settings, og_channel_t ch, og_provider_account_t *out);
 
+/* Whether one of the tenant's whatsapp_qr numbers uses WAHA session `name` (a number without a
+ * session uses OG_WAHA_DEFAULT_SESSION, as a send does): the sessions a tenant may manage (API.md
+ * §23). */
+bool og_settings_qr_session_used(const json_t *settings, const char *name);
+
 /* True when `sender` is in channels.sms.senders (exact, case-sensitive match). */
 bool og_settings_sms_sender_approved(const json_t *settings, const char *sender);
 
