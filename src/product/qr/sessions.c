@@ -67,6 +67,24 @@ typedef enum { QS_GET, QS_QR, QS_START, QS_STOP, QS_LOGOUT } qs_kind_t;
 /* The call to WAHA in flight. */
 typedef enum { CALL_CREATE, CALL_UPDATE, CALL_START, CALL_STATUS, CALL_STOP, CALL_LOGOUT, CALL_QR } call_t;
 
+/* Each call's method and path: /api/{before}{the session's name, when named}{after}. The name
+ * is letters, digits, '_' and '-' (og_qr_session_name_valid): safe in a path. */
+typedef struct waha_call {
+    const char *method, *before;
+    bool named;
+    const char *after;
+} waha_call_t;
+
+static const waha_call_t waha_calls[] = {
+    [CALL_CREATE] = {"POST", "sessions", false, ""},
+    [CALL_UPDATE] = {"PUT", "sessions/", true, ""},
+    [CALL_START] = {"POST", "sessions/", true, "/start"},
+    [CALL_STATUS] = {"GET", "sessions/", true, ""},
+    [CALL_STOP] = {"POST", "sessions/", true, "/stop"},
+    [CALL_LOGOUT] = {"POST", "sessions/", true, "/logout"},
+    [CALL_QR] = {"GET", "", true, "/auth/qr"},
+};
+
 /* One request in flight: owns everything below until it is answered. */
 typedef struct qs {
     og_auth_req_t auth; /* first: the auth callback finds us from it */
@@ -172,29 +190,9 @@ static void call_waha(qs_t *q, call_t call)
     og_hc_req_clear(&q->hc);
     q->call = call;
     og_hc_req_t *r = &q->hc;
-    /* The name is letters, digits, '_' and '-' (og_qr_session_name_valid): safe in a path. */
-    switch (call) {
-    case CALL_CREATE:
-        r->url = og_provider_url(s.base_url, "/api/sessions");
-        break;
-    case CALL_UPDATE:
-    case CALL_STATUS:
-        r->url = og_provider_url(s.base_url, "/api/sessions/%s", q->name);
-        break;
-    case CALL_START:
-        r->url = og_provider_url(s.base_url, "/api/sessions/%s/start", q->name);
-        break;
-    case CALL_STOP:
-        r->url = og_provider_url(s.base_url, "/api/sessions/%s/stop", q->name);
-        break;
-    case CALL_LOGOUT:
-        r->url = og_provider_url(s.base_url, "/api/sessions/%s/logout", q->name);
-        break;
-    case CALL_QR:
-        r->url = og_provider_url(s.base_url, "/api/%s/auth/qr", q->name);
-        break;
-    }
-    r->method = call == CALL_UPDATE ? "PUT" : call == CALL_STATUS || call == CALL_QR ? "GET" : "POST";
+    const waha_call_t *c = &waha_calls[call];
+    r->url = og_provider_url(s.base_url, "/api/%s%s%s", c->before, c->named ? q->name : "", c->after);
+    r->method = c->method;
     if (call == CALL_CREATE || call == CALL_UPDATE) {
         if ((r->body = session_body(q, &s, call == CALL_CREATE)) == NULL)
             return;
