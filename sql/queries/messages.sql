@@ -16,11 +16,13 @@
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
 -- $12 template = a template send's template (sql/016: name, language, wrapped, meta), or NULL
--- columns: reference
+-- Returns its reference and its day (UTC, YYYY-MM-DD: the day usage counts its attempts on,
+-- sql/028).
+-- columns: reference, day
 INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
     fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
 VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb)
-RETURNING reference;
+RETURNING reference, og_usage_day(created_at)::text AS day;
 
 -- name: msg_insert_many
 -- The set form of msg_insert (sql/013_set_forms.sql): the pending rows of a write batch's
@@ -37,12 +39,18 @@ RETURNING reference;
 -- $10 wa_from = the WhatsApp numbers they send from, or NULLs
 -- $11 sms_sender = the SMS senders, or NULLs
 -- $12 template = the sends' templates, or NULLs
--- Returns nothing.
-INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
-SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
-    $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[]) AS x(t, r, n, b, d, c, s, o, a, w, e, p);
+-- Returns one row per send: its ordinal (from 1), then msg_insert's row (every row of one
+-- statement has the transaction's now() as its created_at, so one day for all).
+-- columns: ord, reference, day
+WITH x AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+        $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[]) WITH ORDINALITY
+        AS x(t, r, n, b, d, c, s, o, a, w, e, p, ord)),
+ins AS (
+    INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+        fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
+    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p FROM x)
+SELECT x.ord, x.r AS reference, og_usage_day(now())::text AS day FROM x;
 
 -- name: msg_insert_unless_nowa
 -- msg_insert, unless the number is remembered as having no WhatsApp (API.md §13): the send's
@@ -62,9 +70,10 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
 -- $12 template = a template send's template, or NULL
--- Returns one row: the reference, NULL when nothing was inserted; and the milliseconds the
--- number stays remembered, NULL when it is not.
--- columns: reference, left_ms
+-- Returns one row: the reference, NULL when nothing was inserted; the milliseconds the
+-- number stays remembered, NULL when it is not; and the message's day as msg_insert's, NULL
+-- when nothing was inserted.
+-- columns: reference, left_ms, day
 WITH nowa AS (
     SELECT ceil(extract(epoch FROM until - now()) * 1000)::bigint AS left_ms
     FROM not_on_whatsapp WHERE number = $3::text AND until > now()),
@@ -74,8 +83,8 @@ ins AS (
     SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text[], $7::jsonb, $8::text,
         $9::integer, $10::text, $11::text, $12::jsonb
     WHERE NOT EXISTS (SELECT FROM nowa)
-    RETURNING reference)
-SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
+    RETURNING reference, og_usage_day(created_at)::text AS day)
+SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa), (SELECT day FROM ins);
 
 -- name: msg_insert_unless_nowa_many
 -- The set form of msg_insert_unless_nowa (sql/013_set_forms.sql): each parameter is an array
@@ -93,9 +102,9 @@ SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa);
 -- $11 sms_sender = the SMS senders, or NULLs
 -- $12 template = the sends' templates, or NULLs
 -- Returns one row per send: its ordinal (from 1), then msg_insert_unless_nowa's row
--- (og_msg_insert_unless_nowa_many, sql/016_templates.sql).
--- columns: ord, reference, left_ms
-SELECT ord, reference, left_ms
+-- (og_msg_insert_unless_nowa_many, sql/028_usage_by_gateway.sql).
+-- columns: ord, reference, left_ms, day
+SELECT ord, reference, left_ms, day::text
 FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[],
     $6::text[], $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[]);
 
@@ -151,7 +160,9 @@ WHERE tenant_id = $1 AND reference = $2 AND status IN ('pending', 'unknown');
 
 -- name: msg_complete_many
 -- The set form of msg_complete: og_msg_complete_many (sql/013_set_forms.sql). Each parameter
--- is an array of the sends' values, in order.
+-- is an array of the sends' values, in order. The usage of its attempts and winners is the
+-- gateway's to add (usage_add, the write batch's tally: sql/028); msg_complete alone leaves it
+-- to sql/024's triggers.
 -- $1 tenant_id = tenant ids
 -- $2 reference = references
 -- $3 status = statuses ('sent' or 'failed')

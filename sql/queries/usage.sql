@@ -28,3 +28,27 @@ SELECT $1::uuid IS NULL OR EXISTS (SELECT 1 FROM tenants WHERE id = $1::uuid) AS
 -- $1 limit = at most this many rows
 -- columns: merged
 SELECT og_usage_compact($1::integer) AS merged;
+
+-- name: usage_add
+-- The usage a write batch's sync sends add (the pool's tally, og_db_set_tally; sql/028): each
+-- parameter an array, one element per (tenant, day, channel) of the batch, summed by the gateway
+-- (src/product/costs/usage.c), added to this backend's rows as sql/024's triggers add theirs.
+-- $1 tenant_id = tenant ids
+-- $2 day = their days (UTC, YYYY-MM-DD)
+-- $3 channel = their channels
+-- $4 attempts = attempts with an outcome (each also a message of its channel)
+-- $5 accepted = attempts accepted
+-- $6 failed = attempts failed
+-- $7 cost_micros = what the accepted attempts cost
+-- $8 won = fallback messages the channel won
+-- $9 savings_micros = what those wins saved against SMS
+INSERT INTO usage_totals AS t (tenant_id, day, channel, shard, messages, attempts, accepted, failed,
+    cost_micros, won, savings_micros)
+SELECT x.t, x.d, x.c, pg_backend_pid(), x.a, x.a, x.ac, x.f, x.co, x.w, x.sv
+FROM unnest($1::uuid[], $2::date[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[],
+    $8::bigint[], $9::bigint[]) AS x(t, d, c, a, ac, f, co, w, sv)
+ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+SET messages = t.messages + EXCLUDED.messages, attempts = t.attempts + EXCLUDED.attempts,
+    accepted = t.accepted + EXCLUDED.accepted, failed = t.failed + EXCLUDED.failed,
+    cost_micros = t.cost_micros + EXCLUDED.cost_micros, won = t.won + EXCLUDED.won,
+    savings_micros = t.savings_micros + EXCLUDED.savings_micros;

@@ -92,7 +92,13 @@ def test_insert_set_forms_write_what_the_single_forms_write(db):
     script = "".join(execute("msg_insert", p) for p in single[:2])
     script += execute_many("msg_insert_many", many[:2])
     out = run_sql(db, script)
-    assert out == [["kf_s1"], ["kf_s2"]]  # the set form returns nothing
+    # Each returns its reference and the message's day (usage's, sql/028), the set form by ordinal.
+    days = query_url(db, "SELECT reference, og_usage_day(created_at)::text FROM messages "
+                         "WHERE reference IN ('kf_s1', 'kf_s2', 'kf_m1', 'kf_m2') ORDER BY reference")
+    day = dict(days)
+    assert len(day) == 4
+    assert out == [["kf_s1", day["kf_s1"]], ["kf_s2", day["kf_s2"]],
+                   ["1", "kf_m1", day["kf_m1"]], ["2", "kf_m2", day["kf_m2"]]]
     a, b = message_rows(db, ["kf_s1", "kf_s2"]), message_rows(db, ["kf_m1", "kf_m2"])
     assert len(a) == 2 and [r[1:] for r in a] == [r[1:] for r in b]
     assert a[0][1] == 'Hi "there" \\ {x}, y'  # quotes, backslash and braces survive the array literal
@@ -103,12 +109,14 @@ def test_insert_set_forms_write_what_the_single_forms_write(db):
         [insert_params("kf_o5", "+15550000005")]
     out = run_sql(db, "".join(execute("msg_insert_unless_nowa", p) for p in nowa_single) +
                   execute_many("msg_insert_unless_nowa_many", nowa_many))
-    assert out[0][0] == "" and int(out[0][1]) > 3500000  # remembered: not inserted
-    assert out[1] == ["kf_n4", ""]
+    day = dict(query_url(db, "SELECT reference, og_usage_day(created_at)::text FROM messages "
+                             "WHERE reference IN ('kf_n4', 'kf_o4', 'kf_o5')"))
+    assert out[0][0] == "" and int(out[0][1]) > 3500000 and out[0][2] == ""  # remembered: not inserted
+    assert out[1] == ["kf_n4", "", day["kf_n4"]]
     rows = sorted(out[2:], key=lambda r: int(r[0]))
     assert [r[0] for r in rows] == ["1", "2", "3"]
-    assert rows[0][1] == "" and int(rows[0][2]) > 3500000
-    assert rows[1][1:] == ["kf_o4", ""] and rows[2][1:] == ["kf_o5", ""]
+    assert rows[0][1] == "" and int(rows[0][2]) > 3500000 and rows[0][3] == ""
+    assert rows[1][1:] == ["kf_o4", "", day["kf_o4"]] and rows[2][1:] == ["kf_o5", "", day["kf_o5"]]
     assert query_url(db, "SELECT count(*) FROM messages WHERE reference IN ('kf_n3', 'kf_o3')") == [("0",)]
     assert message_rows(db, ["kf_n4"])[0][1:] == message_rows(db, ["kf_o4"])[0][1:]
 

@@ -25,6 +25,7 @@ LATE = 6000  # ms: the statuses that arrive later, after the first comparison
 DELIVERED_LATER = "+6281234500201"  # whatsapp_meta accepts, then sent, delivered, read LATE ms after
 SMS_AFTER_META = "+6281234500202"   # whatsapp_meta fails, sms accepts, then its statuses LATE ms after
 CHAIN = "+6281234500203"            # delivery-based: not on WhatsApp at once, the SMS's statuses late
+ADOPTED = "+6281234500204"          # whatsapp_meta's sent and delivered arrive before its answer
 
 
 def micros(amount):
@@ -208,6 +209,12 @@ def test_usage_equals_the_logs_both_ways(gw):
     gw.sim.rule("sms", "ok", to=SMS_AFTER_META, callback="delivered_read", callback_delay_ms=LATE)
     gw.sim.rule("whatsapp_meta", "ok", to=CHAIN, callback="not_on_whatsapp")
     gw.sim.rule("sms", "ok", to=CHAIN, callback="delivered_read", callback_delay_ms=LATE)
+    gw.sim.rule("whatsapp_meta", "ok", to=ADOPTED, callback="before_answer")
+    # The completion adopts the statuses that beat it (API.md §10): counted by PostgreSQL while
+    # the gateway counts the attempt (sql/028).
+    adopted = assert_ok(send({"to": ADOPTED, "text": "adopted", "channels": ["whatsapp_meta", "sms"]}))
+    item = assert_ok(call(gw, "GET", "/api/omni/messages/" + adopted["data"]["reference"], token=token))["data"]
+    assert [a.get("deliveryStatus") for a in item["attempts"]] == ["delivered"], item
     assert_ok(send({"to": OK_TO, "text": "hello", "channels": ["whatsapp_meta", "sms"]}))
     assert_ok(send({"to": OK_TO, "text": "z" * 170, "channels": ["whatsapp_meta", "sms"]}))
     assert_ok(send({"to": DELIVERED_LATER, "text": "later", "channels": ["whatsapp_meta", "sms"]}))
@@ -309,8 +316,9 @@ def merged(make_server, fresh_db, tmp_path):
 
 def test_merged_sends_count_in_their_set_forms(merged):
     """120 sync sends at once over 16 connections (a third fail on whatsapp_meta and fall back
-    to SMS, some in `all` mode): the set forms count their own rows (sql/025) and the triggers
-    skip them, so the usage equals the logs, nothing counted twice or missed."""
+    to SMS, some in `all` mode): the insert's set form counts its messages, the gateway's tally
+    (usage_add, sql/028) the completions merged in a set form, sql/024's triggers those alone,
+    and none of them another's, so the usage equals the logs, nothing counted twice or missed."""
     gw = merged
     t = new_tenant(gw, settings=SETTINGS)
     token = gw.token = new_token(gw, t["id"])["token"]

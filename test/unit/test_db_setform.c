@@ -1,7 +1,8 @@
 /*
  * Unit tests of set forms (src/data/db/setform.c): which ops of a write unit are merged into
  * their first statement's set form, the PostgreSQL array literals built from their values, and
- * how the set form's rows are handed back to each op. No server: results are built by hand.
+ * how the set form's rows are handed back to each op; and the unit's tally, its ops' rows summed
+ * by key into array literals. No server: results are built by hand.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -233,6 +234,62 @@ static void test_split_result_without_columns(void **state)
     assert_null(ops[1].res[0]);
 }
 
+/* The tally: the merged ops' rows summed by their keys (compared as strings, NULL apart), one
+ * element per distinct key in order of first appearance, keys quoted as set forms quote values,
+ * sums as integers (negative ones too); ops without rows add nothing, nor does an op that runs
+ * alone (its single form counts for itself). */
+static void test_tally_sums_rows_by_key(void **state)
+{
+    (void)state;
+    char day[] = "2026-11-28"; /* another buffer with the same text is the same key */
+    const og_db_tally_row_t a[] = {
+        {.keys = {"t1", "2026-11-28", "sms"}, .sums = {1, 1, 0, 5000, 1, 0}},
+        {.keys = {"t1", "2026-11-28", "whatsapp_meta"}, .sums = {1, 0, 1, 0, 0, 0}},
+    };
+    const og_db_tally_row_t b[] = {{.keys = {"t1", day, "sms"}, .sums = {1, 1, 0, 7000, 0, -250}}};
+    const og_db_tally_row_t c[] = {
+        {.keys = {"t\"2", "2026-11-27", NULL}, .sums = {2, 0, 0, 0, 0, INT64_MIN}},
+        {.keys = {"t1", "2026-11-28", "sms"}, .sums = {1, 0, 1, 0, 0, 0}},
+    };
+    const og_db_tally_row_t alone[] = {{.keys = {"t1", "2026-11-28", "sms"}, .sums = {100, 0, 0, 0, 0, 0}}};
+    og_db_op_t ops[5];
+    for (int i = 0; i < 4; i++)
+        op_init(&ops[i], S_INS, "i", "v", 0);
+    op_init(&ops[4], S_PLAIN, "p", "q", 0);
+    ops[4].tally = alone;
+    ops[4].ntally = 1;
+    ops[0].tally = a;
+    ops[0].ntally = 2;
+    ops[2].tally = b;
+    ops[2].ntally = 1;
+    ops[3].tally = c;
+    ops[3].ntally = 2;
+    unit_t *u = merged_unit(true, ops, 5);
+    assert_int_equal(u->ngroups, 1);
+    assert_true(db_tally_values(u));
+    assert_non_null(u->tally_buf);
+    const char *want[OG_DB_TALLY_KEYS + OG_DB_TALLY_SUMS] = {
+        "{\"t1\",\"t1\",\"t\\\"2\"}",
+        "{\"2026-11-28\",\"2026-11-28\",\"2026-11-27\"}",
+        "{\"sms\",\"whatsapp_meta\",NULL}",
+        "{3,1,2}",
+        "{2,0,0}",
+        "{1,1,0}",
+        "{12000,0,0}",
+        "{1,0,0}",
+        "{-250,0,-9223372036854775808}",
+    };
+    for (int k = 0; k < OG_DB_TALLY_KEYS + OG_DB_TALLY_SUMS; k++)
+        assert_string_equal(u->tally_values[k], want[k]);
+    db_unit_free(u);
+
+    /* An op alone (its single form): nothing to send. */
+    unit_t *none = merged_unit(true, ops, 1);
+    assert_true(db_tally_values(none));
+    assert_null(none->tally_buf);
+    db_unit_free(none);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +299,7 @@ int main(void)
         cmocka_unit_test(test_no_group_without_two_ops),
         cmocka_unit_test(test_split_result_by_ordinal),
         cmocka_unit_test(test_split_result_without_columns),
+        cmocka_unit_test(test_tally_sums_rows_by_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

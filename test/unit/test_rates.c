@@ -14,6 +14,7 @@
 
 #include "omnigate/api.h"
 #include "omnigate/costs/rates.h"
+#include "omnigate/costs/usage.h"
 #include "omnigate/jw.h"
 
 static void test_prices(void **state)
@@ -225,12 +226,43 @@ static void test_cost_price(void **state)
     json_decref(settings);
 }
 
+/* A completion's attempt as usage counts it (costs/usage.c, sql/024's rule): an attempt and its
+ * outcome; the cost of an accepted one with a rate; a win only for an accepted attempt that won,
+ * and savings only for a WhatsApp win with both its cost and its SMS equivalent. */
+static void test_usage_attempt_rows(void **state)
+{
+    (void)state;
+    const og_cost_t cost = {.micros = 5000, .currency = "USD"}, equiv = {.micros = 40000, .currency = "USD"};
+    const og_cost_t none = {0};
+    og_db_tally_row_t r;
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &cost, true, &equiv);
+    assert_string_equal(r.keys[OG_USAGE_TENANT], "t1");
+    assert_string_equal(r.keys[OG_USAGE_DAY], "2026-11-28");
+    assert_string_equal(r.keys[OG_USAGE_CHANNEL], "whatsapp_meta");
+    const int64_t won[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 35000};
+    assert_memory_equal(r.sums, won, sizeof(won));
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &cost, true, &none);
+    const int64_t no_equiv[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 0};
+    assert_memory_equal(r.sums, no_equiv, sizeof(no_equiv));
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &none, true, &equiv);
+    const int64_t unpriced[OG_USAGE__SUMS] = {1, 1, 0, 0, 1, 0};
+    assert_memory_equal(r.sums, unpriced, sizeof(unpriced));
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_SMS, true, &cost, true, &equiv);
+    const int64_t sms[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 0};
+    assert_memory_equal(r.sums, sms, sizeof(sms));
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_QR, false, &cost, true, &equiv);
+    const int64_t failed[OG_USAGE__SUMS] = {1, 0, 1, 0, 0, 0};
+    assert_memory_equal(r.sums, failed, sizeof(failed));
+    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_QR, true, &cost, false, &equiv);
+    const int64_t lost[OG_USAGE__SUMS] = {1, 1, 0, 5000, 0, 0};
+    assert_memory_equal(r.sums, lost, sizeof(lost));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_prices),
-        cmocka_unit_test(test_card_checks),
-        cmocka_unit_test(test_find),
+        cmocka_unit_test(test_usage_attempt_rows), cmocka_unit_test(test_prices),
+        cmocka_unit_test(test_card_checks),        cmocka_unit_test(test_find),
         cmocka_unit_test(test_cost_price),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

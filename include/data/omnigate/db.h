@@ -71,6 +71,10 @@
 #define OG_DB_MAX_PARAMS 16
 #define OG_DB_MAX_BATCH  256
 
+/* The tally's shape (og_db_set_tally): keys and sums of one row. */
+#define OG_DB_TALLY_KEYS 3
+#define OG_DB_TALLY_SUMS 6
+
 /* Default of og_db_new's timeout_ms, as of OMNIGATE_DB_TIMEOUT_MS. */
 #define OG_DB_TIMEOUT_DEFAULT_MS 5000
 
@@ -102,6 +106,13 @@ typedef enum og_db_status {
 
 typedef void (*og_db_done_fn)(og_db_op_t *op, og_db_status_t status);
 
+/* A row an op adds to its write batch's tally (og_db_set_tally): its keys, compared byte for
+ * byte (they must stay valid until done is called), and the numbers it adds. */
+typedef struct og_db_tally_row {
+    const char *keys[OG_DB_TALLY_KEYS];
+    int64_t sums[OG_DB_TALLY_SUMS];
+} og_db_tally_row_t;
+
 /* One statement of an op and its parameters. store.h's binders fill one by name. */
 typedef struct og_db_call {
     int stmt; /* index into the statement table */
@@ -121,6 +132,11 @@ struct og_db_op {
      * write batch, so the requests' commits never wait for it, and two of them run on two
      * connections rather than one after the other in one transaction. */
     bool alone;
+    /* Rows this write adds to the pool's tally (og_db_set_tally) when its first statement runs in
+     * its set form (merged with others of its write batch); alone, its single form counts for
+     * itself. The rows must stay valid until done is called. */
+    const og_db_tally_row_t *tally;
+    int ntally;
     og_db_done_fn done;
     void *arg;
 
@@ -173,6 +189,17 @@ bool og_db_cancelled(const og_db_op_t *op);
 
 /* Submits `op`; `op->done` is always called later, from the loop, never from inside this call. */
 void og_db_submit(og_db_t *db, og_db_op_t *op);
+
+/* The tally: numbers the ops of a write batch add by key (og_db_op_t.tally) when their first
+ * statements run merged in a set form, summed here and written by statement `stmt` of the table
+ * once per batch, after every op's statements and in their transaction, instead of an aggregate
+ * in the set form (usage totals, issue 34: PostgreSQL's cost is per statement and node far more
+ * than per row). An op that runs alone (its single form, or retried alone after its batch
+ * failed) adds nothing: its single form counts for itself. Its parameters are arrays with one
+ * element per distinct key: the OG_DB_TALLY_KEYS keys (text), then the OG_DB_TALLY_SUMS sums
+ * (bigint). A batch without rows sends none; its results are no op's, its error fails the batch
+ * like an op's. Before the first op is submitted. */
+void og_db_set_tally(og_db_t *db, int stmt);
 
 /* Records batches, commit latency, queue depth and ready connections in `m` (may be NULL); a
  * read pool records its queue and connections in the read gauges. */

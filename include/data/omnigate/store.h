@@ -155,6 +155,7 @@ enum og_store_stmt {
     OG_Q_USAGE_ROWS,
     OG_Q_USAGE_CURRENCY,
     OG_Q_USAGE_COMPACT,
+    OG_Q_USAGE_ADD,
     /* accounts.sql: the tenants' own provider accounts, for the webhooks in (API.md §23) */
     OG_Q_ACCOUNT_TWILIO,
     OG_Q_ACCOUNT_WAHA,

@@ -108,6 +108,9 @@ typedef struct unit {
     uint64_t deadline_ms; /* sending + the timeout (the attempt's deadline, for the preparing unit) */
     group_t *groups;      /* sent first, before the ops' own statements */
     int ngroups;
+    /* The tally's array literals (in tally_buf; NULL: no op of the unit has rows), sent last. */
+    char *tally_values[OG_DB_TALLY_KEYS + OG_DB_TALLY_SUMS];
+    char *tally_buf;
     int cur_group;   /* group the next result belongs to, while < ngroups */
     og_db_op_t *cur; /* else the op the next result belongs to */
     int cur_stmt;
@@ -162,6 +165,7 @@ struct og_db {
     int timeout_ms;
     const og_db_stmt_t *stmts;
     int nstmts;
+    int tally_stmt; /* og_db_set_tally's statement; -1: none */
     /* A read pool (og_db_new_reader): every op is a read, see the top of this file. */
     bool reader;
     char statement_timeout[16]; /* reader: each read transaction's statement_timeout, in ms, as text */
@@ -275,6 +279,9 @@ void db_read_results(dbconn_t *c);
 void db_merge_groups(const og_db_t *db, unit_t *u);
 /* Hands each op of g its own rows of the set form's result r; false when out of memory. */
 bool db_split_result(PGconn *pg, const group_t *g, const PGresult *r);
+/* Sums the tally rows of write unit u's merged ops by key into u->tally_values (after
+ * db_merge_groups); false when out of memory. */
+bool db_tally_values(unit_t *u);
 
 /* ---- listen.c --------------------------------------------------------------------------- */
 

@@ -51,6 +51,7 @@ void db_unit_free(unit_t *u)
         free(u->groups[g].buf);
     }
     free(u->groups);
+    free(u->tally_buf);
     free(u);
 }
 
@@ -135,6 +136,14 @@ bool db_unit_send(dbconn_t *c, unit_t *u)
         for (int i = op->merged ? 1 : 0; i < op->nstmts; i++)
             if (!send_stmt(c, op->stmts[i].stmt, op->stmts[i].values))
                 return false;
+    /* The tally last: its result comes after every op's, when the cursor is past them (its
+     * rows are dropped; an error fails the unit). Out of memory, the ops are not sent without it. */
+    if (u->write && db->tally_stmt >= 0) {
+        if (!db_tally_values(u))
+            return false;
+        if (u->tally_buf != NULL && !send_stmt(c, db->tally_stmt, (const char *const *)u->tally_values))
+            return false;
+    }
     if (!PQpipelineSync(c->pg))
         return false;
     u->sent_us = now_us();
@@ -242,7 +251,8 @@ static void take_result(dbconn_t *c, PGresult *r)
         const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
         /* read_only_sql_transaction; a read pool's own transactions are read-only by choice */
         u->read_only |= !c->db->reader && state != NULL && strcmp(state, "25006") == 0;
-        og_db_op_t *op = u->cur;
+        /* Past the ops, the error is the tally's: the last op reports it (alone when retried). */
+        og_db_op_t *op = u->cur != NULL ? u->cur : u->tally_buf != NULL ? u->tail : NULL;
         if (op != NULL && op->error[0] == '\0') {
             const char *ss = PQresultErrorField(r, PG_DIAG_SQLSTATE);
             snprintf(op->sqlstate, sizeof(op->sqlstate), "%s", ss ? ss : "");

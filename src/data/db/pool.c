@@ -378,6 +378,7 @@ static og_db_t *pool_new(uv_loop_t *loop, og_log_t *log, const char *conninfo, i
     db->log = log;
     db->stmts = stmts;
     db->nstmts = nstmts;
+    db->tally_stmt = -1;
     db->nconns = pool;
     db->timeout_ms = deadline;
     db->reader = reader;
@@ -422,6 +423,11 @@ bool og_db_cancelled(const og_db_op_t *op)
 void og_db_set_prepared(og_db_t *db, bool prepared)
 {
     db->prepared = prepared;
+}
+
+void og_db_set_tally(og_db_t *db, int stmt)
+{
+    db->tally_stmt = stmt >= 0 && stmt < db->nstmts ? stmt : -1;
 }
 
 void og_db_set_metrics(og_db_t *db, og_db_metrics_t *m)

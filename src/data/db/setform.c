@@ -1,12 +1,15 @@
 /*
  * Set forms (og_db_stmt_t.many): merging a write batch's ops that start with one statement into a
  * call of its set form (PostgreSQL array literals of their values), and splitting its rows into
- * each op's result. Not sending the call or routing its result (pipeline.c).
+ * each op's result; and the batch's tally (og_db_set_tally), its ops' rows summed by key into
+ * array literals the same way. Not sending the calls or routing their results (pipeline.c).
  */
 #include "db_int.h"
 
 #include "omnigate/metrics.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,4 +155,71 @@ void db_merge_groups(const og_db_t *db, unit_t *u)
         if (db->metrics != NULL)
             og_metrics_add(&db->metrics->db_merged, (uint64_t)g->nops);
     }
+}
+
+/* ---- the tally ---------------------------------------------------------------------------- */
+
+static bool same_keys(const og_db_tally_row_t *a, const og_db_tally_row_t *b)
+{
+    for (int k = 0; k < OG_DB_TALLY_KEYS; k++) {
+        if ((a->keys[k] == NULL) != (b->keys[k] == NULL))
+            return false;
+        if (a->keys[k] != NULL && strcmp(a->keys[k], b->keys[k]) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Only merged ops add rows: an op alone runs its single form, which counts for itself. */
+bool db_tally_values(unit_t *u)
+{
+    size_t rows = 0;
+    for (const og_db_op_t *op = u->head; op; op = op->next)
+        rows += op->merged && op->ntally > 0 ? (size_t)op->ntally : 0;
+    if (rows == 0)
+        return true;
+    /* The distinct keys in order of first appearance, each with its sums: a batch holds at most
+     * OG_DB_MAX_BATCH ops of a few rows, so a linear search is cheaper than sorting. */
+    og_db_tally_row_t *d = malloc(rows * sizeof(*d));
+    if (d == NULL)
+        return false;
+    size_t nd = 0, size = (OG_DB_TALLY_KEYS + OG_DB_TALLY_SUMS) * 3;
+    for (const og_db_op_t *op = u->head; op; op = op->next)
+        for (int i = 0; op->merged && i < op->ntally; i++) {
+            const og_db_tally_row_t *r = &op->tally[i];
+            size_t j = 0;
+            while (j < nd && !same_keys(&d[j], r))
+                j++;
+            if (j == nd) {
+                d[nd] = (og_db_tally_row_t){0};
+                memcpy(d[nd].keys, r->keys, sizeof(r->keys));
+                for (int k = 0; k < OG_DB_TALLY_KEYS; k++)
+                    size += r->keys[k] != NULL ? 2 * strlen(r->keys[k]) + 3 : 5;
+                size += OG_DB_TALLY_SUMS * 21; /* INT64_MIN and a comma */
+                nd++;
+            }
+            for (int k = 0; k < OG_DB_TALLY_SUMS; k++)
+                d[j].sums[k] += r->sums[k];
+        }
+    char *p = u->tally_buf = malloc(size);
+    if (p == NULL) {
+        free(d);
+        return false;
+    }
+    for (int k = 0; k < OG_DB_TALLY_KEYS + OG_DB_TALLY_SUMS; k++) {
+        u->tally_values[k] = p;
+        *p++ = '{';
+        for (size_t j = 0; j < nd; j++) {
+            if (j > 0)
+                *p++ = ',';
+            if (k < OG_DB_TALLY_KEYS)
+                p = array_element(p, d[j].keys[k]);
+            else
+                p += sprintf(p, "%" PRId64, d[j].sums[k - OG_DB_TALLY_KEYS]);
+        }
+        *p++ = '}';
+        *p++ = '\0';
+    }
+    free(d);
+    return true;
 }

@@ -13,6 +13,7 @@
 #include "omnigate/consent/consent.h"
 #include "omnigate/consent/consent_api.h"
 #include "omnigate/costs/rates_api.h"
+#include "omnigate/costs/usage.h"
 #include "omnigate/costs/usage_api.h"
 #include "omnigate/queue/message_api.h"
 #include "omnigate/queue/release.h"
@@ -161,6 +162,7 @@ static int gw_start(og_worker_t *w)
             return -1;
         og_db_set_prepared(gw->db, w->cfg->db_prepared);
         og_db_set_metrics(gw->db, og_worker_metrics(w, &og_db_metrics_block));
+        og_usage_tally_init(gw->db); /* the sync sends' usage, once per write batch (API.md §22) */
         const char *read_url =
             w->cfg->database_read_url != NULL ? w->cfg->database_read_url : w->cfg->database_url;
         gw->rdb = og_db_new_reader(&w->loop, &w->log, read_url, w->cfg->db_read_pool, w->cfg->db_timeout_ms,

@@ -19,6 +19,7 @@
 #include "omnigate/app/ctx.h"
 #include "omnigate/consent/consent.h"
 #include "omnigate/costs/rates.h"
+#include "omnigate/costs/usage.h"
 #include "omnigate/messaging/idem.h"
 #include "omnigate/messaging/nowa.h"
 #include "omnigate/ids.h"
@@ -100,6 +101,10 @@ typedef struct send_ctx {
     og_cost_t sms_equiv[OG_ENGINE_MAX]; /* a WhatsApp one's text by SMS (savings) */
     int priced;
     char cost_s[OG_COST_PARAM]; /* the sms attempt's, as its SMS record's parameter */
+    /* The message's day as usage counts it (its insert's answer), and what its completion adds
+     * to the usage totals: a row per attempt (costs/usage.h). */
+    char day[OG_USAGE_DAY_TEXT];
+    og_db_tally_row_t usage[OG_ENGINE_MAX];
 
     og_idem_t idem;
 
@@ -772,6 +777,15 @@ static bool build_completion(send_ctx_t *c, const og_engine_t *e)
                                              .winner = winner,
                                              .attempts = c->attempts_text,
                                              .goes_on = c->chain_goes_on ? "true" : "false"});
+    /* Its attempts and its win in the write batch's usage (API.md §22): a fallback message of more
+     * than one channel is won by its winner (messages.winning_channel, sql/024). */
+    for (int k = 0; k < e->started; k++) {
+        const og_attempt_result_t *r = result_of(c, k);
+        og_usage_attempt_row(&c->usage[k], c->auth.tenant->id, c->day, c->ch[k], r->sent, &c->cost[k],
+                             !c->all && c->nch > 1 && k == e->winner, &c->sms_equiv[k]);
+    }
+    op->tally = c->usage;
+    op->ntally = e->started;
     if (c->chain_goes_on) {
         c->schedule_stmt = n;
         og_q_fallback_schedule(&op->stmts[n++], &(og_q_fallback_schedule_t){.tenant_id = c->auth.tenant->id,
@@ -862,6 +876,22 @@ static void engine_start(og_engine_t *e, int i)
 
 static void nowa_checked(void *arg, bool remembered);
 
+/* Keeps the day of the message just written from its insert's answer r (column col). Without one
+ * (never expected: every insert returns it) the gateway's UTC day stands in, and the log says so. */
+static void read_day(send_ctx_t *c, const PGresult *r, int col)
+{
+    if (r != NULL && PQntuples(r) == 1 && PQnfields(r) > col && !PQgetisnull(r, 0, col)) {
+        snprintf(c->day, sizeof(c->day), "%s", PQgetvalue(r, 0, col));
+        return;
+    }
+    char t[32];
+    og_time_rfc3339_ms((int64_t)og_ids_now_ms(), t);
+    snprintf(c->day, sizeof(c->day), "%.10s", t);
+    og_log(&c->gw->w->log, OG_LOG_ERROR,
+           "the insert returned no day: usage counts the message on the gateway's",
+           "\"reference\":\"%s\",\"day\":\"%s\"", c->reference, c->day);
+}
+
 /* The pending row (and the idempotency key) is committed: call the providers, or replay. */
 static void inserted(og_db_op_t *op, og_db_status_t st)
 {
@@ -873,6 +903,7 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
         ctx_free(c);
         return;
     }
+    int day_col = c->nowa_in_insert ? OG_C_MSG_INSERT_UNLESS_NOWA_DAY : OG_C_MSG_INSERT_DAY;
     if (c->nowa_in_insert) {
         /* The insert looked the number up (authed): learn its answer; when it is remembered
          * nothing was written, and the send goes on without its WhatsApp channels. */
@@ -893,6 +924,7 @@ static void inserted(og_db_op_t *op, og_db_status_t st)
             return;
         }
     }
+    read_day(c, op->res[0], day_col);
     og_db_op_free(op); /* c->op: none is held while the providers are called */
     c->op = NULL;
     free(c->skipped_text); /* the insert's parameter; the answer writes its own */
