@@ -127,8 +127,10 @@ def sms_count(gw, to):
 
 def refused_everywhere(gw, to, channels, token=None):
     """Waits until sends to `to` on `channels` are refused 422 on every worker (each worker's
-    copy reads changes every second): a run of refusals in a row."""
-    return wait_for(lambda: all(send(gw, to, channels, token).status == 422 for _ in range(4)), 3)
+    copy reads changes every second): a run of 16 refusals in a row, each on a connection of its
+    own, which the kernel spreads over the workers (a run of 4 all reached one worker one time in
+    eight with two, and the next request found the other's copy not read yet)."""
+    return wait_for(lambda: all(send(gw, to, channels, token).status == 422 for _ in range(16)), 5)
 
 
 def metric(gw, name, **labels):
