@@ -15,21 +15,31 @@ WHERE t.id = $1;
 
 -- name: qr_session_put
 -- Records what WAHA answered to a route's start, stop or logout: the session's status, and its
--- number unless `keep` (stop keeps the number linked; start and logout write what WAHA said).
--- An event applied later replaces it (event_at NULL).
+-- number unless `keep` (stop keeps the number linked; start and logout write what WAHA said), as
+-- of when the call was sent: a session.status event that happened since (applied before this
+-- answer is written, as when WAHA's next move is quick: STARTING then SCAN_QR_CODE 50 ms after a
+-- logout) is newer and stays, and an event of later still replaces it (og_qr_session_event).
 -- $1 tenant_id
 -- $2 name = the session
 -- $3 status = STOPPED, STARTING, SCAN_QR_CODE, WORKING or FAILED
 -- $4 number = the linked account (E.164) or NULL
 -- $5 keep = true: keep the number known
+-- $6 at_ms = when the call was sent (ms since the epoch)
+-- Returns the session as it stands.
 -- columns: session
-INSERT INTO qr_sessions AS q (tenant_id, name, status, number)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (tenant_id, name) DO UPDATE
-SET status = EXCLUDED.status, number = CASE WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
-                                            ELSE EXCLUDED.number END,
-    updated_at = now(), event_at = NULL
-RETURNING og_qr_session_item(q)::text AS session;
+WITH up AS (
+    INSERT INTO qr_sessions AS q (tenant_id, name, status, number, event_at)
+    VALUES ($1, $2, $3, $4, to_timestamp($6::bigint / 1000.0))
+    ON CONFLICT (tenant_id, name) DO UPDATE
+    SET status = EXCLUDED.status, number = CASE WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
+                                                ELSE EXCLUDED.number END,
+        updated_at = now(), event_at = EXCLUDED.event_at
+    WHERE q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at
+    RETURNING og_qr_session_item(q)::text AS session)
+SELECT session FROM up
+UNION ALL
+SELECT og_qr_session_item(s)::text FROM qr_sessions s
+WHERE s.tenant_id = $1 AND s.name = $2 AND NOT EXISTS (SELECT FROM up);
 
 -- name: qr_session_event
 -- A session.status event from WAHA (og_qr_session_event).

@@ -6,11 +6,13 @@ as a PNG, has its whatsapp_qr number skipped (session_not_connected) until the p
 then sends on it; stop and logout; the admin mirrors; another tenant sees none of it."""
 
 import json
+import os
+import re
 import time
 
 import pytest
 
-from conftest import assert_error, assert_ok, wait_for
+from conftest import ROOT, assert_error, assert_ok, wait_for
 from gwlib import SETTINGS_ALL, WAHA_SECRET, admin, call, linked_gateway, new_tenant, new_token, query_url
 
 SESSION = "shop-1"
@@ -179,3 +181,38 @@ def test_an_event_signed_with_another_secret_changes_nothing(gw):
                             ("X-Webhook-Hmac-Algorithm", "sha512")])
     assert r.status == 401
     assert status_is(gw, "SCAN_QR_CODE")
+
+
+def qr_put_sql():
+    """qr_session_put's SQL, as the gateway prepares it."""
+    with open(os.path.join(ROOT, "sql", "queries", "qr_sessions.sql"), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"^-- name: qr_session_put\n(.*?)(?=^-- name: |\Z)", text, re.S | re.M)
+    return "\n".join(l for l in m.group(1).splitlines() if not l.lstrip().startswith("--")).strip().rstrip(";")
+
+
+def test_an_answer_never_hides_a_newer_event(gw):
+    """WAHA's answer to a call is written as of when the call was sent: a session.status event that
+    happened since and was applied first stays (CI once saw a logout's STARTING answer overwrite the
+    SCAN_QR_CODE event WAHA sent 50 ms later, until the next QR code 20 s on); an event of later
+    still replaces the answer. In SQL with set times, then through the gateway with WAHA's STARTING
+    ending at once, start and stop over and over."""
+    tid, t0 = gw.tenant["id"], 1764300000000
+    assert query_url(gw.db_url, "SELECT og_qr_session_event('%s', 'SCAN_QR_CODE', NULL, to_timestamp(%d / 1000.0), NULL) "
+                                "IS NOT NULL" % (SESSION, t0 + 50)) == [("t",)]
+    put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d');\n"
+    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0))
+    assert json.loads(out[-1][0])["status"] == "SCAN_QR_CODE"  # the answer is older: the session as it stands
+    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0 + 100))
+    assert json.loads(out[-1][0])["status"] == "STARTING"  # a call sent after the event: its answer
+    assert query_url(gw.db_url, "SELECT og_qr_session_event('%s', 'WORKING', NULL, to_timestamp(%d / 1000.0), NULL) "
+                                "IS NOT NULL" % (SESSION, t0 + 150)) == [("t",)]
+    assert query_url(gw.db_url, "SELECT status FROM qr_sessions WHERE name = '%s'" % SESSION) == [("WORKING",)]
+
+    query_url(gw.db_url, "DELETE FROM qr_sessions")
+    sim_call(gw, "PUT", "/__sim/waha/settings", {"startingMs": 0})
+    for _ in range(6):
+        assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))
+        assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 3)  # not STARTING until the next code
+        assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/stop" % SESSION, token=gw.token))
+        assert wait_for(lambda: status_is(gw, "STOPPED"), 3)

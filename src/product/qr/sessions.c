@@ -27,6 +27,7 @@
 #include "omnigate/app/ctx.h"
 #include "omnigate/app/errors.h"
 #include "omnigate/http_client.h"
+#include "omnigate/ids.h"
 #include "omnigate/log.h"
 #include "omnigate/phone.h"
 #include "omnigate/logs/tenant_page.h"
@@ -100,6 +101,7 @@ typedef struct qs {
     og_provider_account_t acct; /* the tenant's own server (strings of settings), or all zero */
     char status[16];            /* what WAHA said, to write */
     char number[24];            /* the account linked ("+digits"), or "" */
+    char call_ms[24];           /* when the call WAHA answered was sent (ms since the epoch) */
 } qs_t;
 
 static void qs_free(qs_t *q)
@@ -189,6 +191,7 @@ static void call_waha(qs_t *q, call_t call)
         return;
     og_hc_req_clear(&q->hc);
     q->call = call;
+    snprintf(q->call_ms, sizeof(q->call_ms), "%llu", (unsigned long long)og_ids_now_ms());
     og_hc_req_t *r = &q->hc;
     const waha_call_t *c = &waha_calls[call];
     r->url = og_provider_url(s.base_url, "/api/%s%s%s", c->before, c->named ? q->name : "", c->after);
@@ -237,7 +240,8 @@ static void put(qs_t *q, bool keep_number)
                                                                 .name = q->name,
                                                                 .status = q->status,
                                                                 .number = q->number[0] ? q->number : NULL,
-                                                                .keep = keep_number ? "true" : "false"});
+                                                                .keep = keep_number ? "true" : "false",
+                                                                .at_ms = q->call_ms});
     op->nstmts = 1;
     op->write = true;
     op->done = put_done;
