@@ -234,28 +234,28 @@ static void test_usage_attempt_rows(void **state)
     (void)state;
     const og_cost_t cost = {.micros = 5000, .currency = "USD"}, equiv = {.micros = 40000, .currency = "USD"};
     const og_cost_t none = {0};
+    const struct {
+        og_channel_t ch;
+        bool sent, won;
+        const og_cost_t *cost, *equiv;
+        int64_t want[OG_USAGE__SUMS];
+    } cases[] = {
+        {OG_CH_WHATSAPP_META, true, true, &cost, &equiv, {1, 1, 0, 5000, 1, 35000}},
+        {OG_CH_WHATSAPP_META, true, true, &cost, &none, {1, 1, 0, 5000, 1, 0}}, /* no SMS equivalent */
+        {OG_CH_WHATSAPP_META, true, true, &none, &equiv, {1, 1, 0, 0, 1, 0}},   /* unpriced */
+        {OG_CH_SMS, true, true, &cost, &equiv, {1, 1, 0, 5000, 1, 0}},          /* SMS saves nothing */
+        {OG_CH_WHATSAPP_QR, false, true, &cost, &equiv, {1, 0, 1, 0, 0, 0}},    /* failed */
+        {OG_CH_WHATSAPP_QR, true, false, &cost, &equiv, {1, 1, 0, 5000, 0, 0}}, /* accepted, not the winner */
+    };
     og_db_tally_row_t r;
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &cost, true, &equiv);
-    assert_string_equal(r.keys[OG_USAGE_TENANT], "t1");
-    assert_string_equal(r.keys[OG_USAGE_DAY], "2026-11-28");
-    assert_string_equal(r.keys[OG_USAGE_CHANNEL], "whatsapp_meta");
-    const int64_t won[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 35000};
-    assert_memory_equal(r.sums, won, sizeof(won));
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &cost, true, &none);
-    const int64_t no_equiv[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 0};
-    assert_memory_equal(r.sums, no_equiv, sizeof(no_equiv));
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_META, true, &none, true, &equiv);
-    const int64_t unpriced[OG_USAGE__SUMS] = {1, 1, 0, 0, 1, 0};
-    assert_memory_equal(r.sums, unpriced, sizeof(unpriced));
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_SMS, true, &cost, true, &equiv);
-    const int64_t sms[OG_USAGE__SUMS] = {1, 1, 0, 5000, 1, 0};
-    assert_memory_equal(r.sums, sms, sizeof(sms));
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_QR, false, &cost, true, &equiv);
-    const int64_t failed[OG_USAGE__SUMS] = {1, 0, 1, 0, 0, 0};
-    assert_memory_equal(r.sums, failed, sizeof(failed));
-    og_usage_attempt_row(&r, "t1", "2026-11-28", OG_CH_WHATSAPP_QR, true, &cost, false, &equiv);
-    const int64_t lost[OG_USAGE__SUMS] = {1, 1, 0, 5000, 0, 0};
-    assert_memory_equal(r.sums, lost, sizeof(lost));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        og_usage_attempt_row(&r, "t1", "2026-11-28", cases[i].ch, cases[i].sent, cases[i].cost, cases[i].won,
+                             cases[i].equiv);
+        assert_string_equal(r.keys[OG_USAGE_TENANT], "t1");
+        assert_string_equal(r.keys[OG_USAGE_DAY], "2026-11-28");
+        assert_string_equal(r.keys[OG_USAGE_CHANNEL], og_channel_name(cases[i].ch));
+        assert_memory_equal(r.sums, cases[i].want, sizeof(cases[i].want));
+    }
 }
 
 int main(void)
