@@ -56,7 +56,8 @@ VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5, $6);
 
 -- name: fallback_end
 -- Completes a step's attempt with its provider's answer, adopting statuses that came first,
--- and makes an accepted one the message's winning channel.
+-- and makes an accepted one the message's winning channel, moving the win in the usage
+-- (og_fallback_end, sql/029).
 -- $1 tenant_id
 -- $2 reference
 -- $3 seq
@@ -70,22 +71,9 @@ VALUES ($1, $2, $3::smallint, $4, 'pending', 0, now(), $5, $6);
 -- $11 cost_micros = what it costs if accepted (sql/023), or NULL
 -- $12 currency = the cost's currency, or NULL
 -- $13 sms_equiv_micros = for a WhatsApp attempt, what its text would cost by SMS, or NULL
-WITH u AS (
-    UPDATE attempts a
-    SET status = $4, provider_message_id = $5, error_code = $6, error_message = $7,
-        provider_code = $8, http_status = $9::integer, latency_ms = $10::integer,
-        cost_micros = CASE WHEN $4 = 'sent' THEN $11::bigint END, cost_currency = CASE WHEN $4 = 'sent' THEN $12 END,
-        sms_equiv_micros = CASE WHEN $4 = 'sent' THEN $13::bigint END,
-        delivery_status = CASE WHEN $4 = 'sent' THEN coalesce(d.status, 'sent') END,
-        delivered_at = d.delivered_at, read_at = d.read_at, delivery_error = d.delivery_error,
-        delivery_provider_code = d.provider_code, delivery_message = d.error_message
-    FROM og_delivery_of((SELECT channel FROM attempts
-                         WHERE tenant_id = $1 AND reference = $2 AND seq = $3::smallint), $5) AS d
-    WHERE a.tenant_id = $1 AND a.reference = $2 AND a.seq = $3::smallint
-    RETURNING a.channel)
-UPDATE messages
-SET winning_channel = CASE WHEN $4 = 'sent' THEN (SELECT channel FROM u) ELSE winning_channel END
-WHERE tenant_id = $1 AND reference = $2;
+-- Returns nothing.
+SELECT FROM og_fallback_end($1::uuid, $2::text, $3::smallint, $4::text, $5::text, $6::text, $7::text, $8::text,
+    $9::integer, $10::integer, $11::bigint, $12::text, $13::bigint);
 
 -- name: fallback_abandon
 -- A step found the attempt of an earlier holder 'pending': that holder may have reached the

@@ -16,13 +16,20 @@
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
 -- $12 template = a template send's template (sql/016: name, language, wrapped, meta), or NULL
+-- Counts the message in its day's usage (sql/029: each writer counts its rows).
 -- Returns its reference and its day (UTC, YYYY-MM-DD: the day usage counts its attempts on,
 -- sql/028).
 -- columns: reference, day
-INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
-    fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
-VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb)
-RETURNING reference, og_usage_day(created_at)::text AS day;
+WITH ins AS (
+    INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
+        fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
+    VALUES ($1, $2, $3, $4, $5, $6::text[], $7::jsonb, $8, $9::integer, $10, $11, $12::jsonb)
+    RETURNING tenant_id, reference, og_usage_day(created_at) AS day),
+k AS (
+    INSERT INTO usage_totals AS t (tenant_id, day, channel, shard, messages)
+    SELECT ins.tenant_id, ins.day, '', pg_backend_pid(), 1 FROM ins
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE SET messages = t.messages + EXCLUDED.messages)
+SELECT ins.reference, ins.day::text AS day FROM ins;
 
 -- name: msg_insert_many
 -- The set form of msg_insert (sql/013_set_forms.sql): the pending rows of a write batch's
@@ -39,6 +46,7 @@ RETURNING reference, og_usage_day(created_at)::text AS day;
 -- $10 wa_from = the WhatsApp numbers they send from, or NULLs
 -- $11 sms_sender = the SMS senders, or NULLs
 -- $12 template = the sends' templates, or NULLs
+-- Counts the messages in their day's usage, as msg_insert.
 -- Returns one row per send: its ordinal (from 1), then msg_insert's row (every row of one
 -- statement has the transaction's now() as its created_at, so one day for all).
 -- columns: ord, reference, day
@@ -49,7 +57,13 @@ WITH x AS (
 ins AS (
     INSERT INTO messages (tenant_id, reference, to_number, body, delivery_mode, channels, skipped,
         fallback_on, fallback_after_s, whatsapp_from, sms_sender, template)
-    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p FROM x)
+    SELECT x.t, x.r, x.n, x.b, x.d, x.c::text[], x.s, x.o, x.a, x.w, x.e, x.p FROM x
+    RETURNING tenant_id),
+k AS (
+    INSERT INTO usage_totals AS t (tenant_id, day, channel, shard, messages)
+    SELECT ins.tenant_id, og_usage_day(now()), '', pg_backend_pid(), count(*) FROM ins
+    GROUP BY 1
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE SET messages = t.messages + EXCLUDED.messages)
 SELECT x.ord, x.r AS reference, og_usage_day(now())::text AS day FROM x;
 
 -- name: msg_insert_unless_nowa
@@ -70,6 +84,7 @@ SELECT x.ord, x.r AS reference, og_usage_day(now())::text AS day FROM x;
 -- $10 wa_from = the WhatsApp number it sends from, or NULL
 -- $11 sms_sender = the SMS sender, or NULL
 -- $12 template = a template send's template, or NULL
+-- A message inserted counts in its day's usage, as msg_insert's.
 -- Returns one row: the reference, NULL when nothing was inserted; the milliseconds the
 -- number stays remembered, NULL when it is not; and the message's day as msg_insert's, NULL
 -- when nothing was inserted.
@@ -83,7 +98,11 @@ ins AS (
     SELECT $1::uuid, $2::text, $3::text, $4::text, $5::text, $6::text[], $7::jsonb, $8::text,
         $9::integer, $10::text, $11::text, $12::jsonb
     WHERE NOT EXISTS (SELECT FROM nowa)
-    RETURNING reference, og_usage_day(created_at)::text AS day)
+    RETURNING reference, og_usage_day(created_at)::text AS day),
+k AS (
+    INSERT INTO usage_totals AS t (tenant_id, day, channel, shard, messages)
+    SELECT $1::uuid, og_usage_day(now()), '', pg_backend_pid(), 1 FROM ins
+    ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE SET messages = t.messages + EXCLUDED.messages)
 SELECT (SELECT reference FROM ins), (SELECT left_ms FROM nowa), (SELECT day FROM ins);
 
 -- name: msg_insert_unless_nowa_many
@@ -126,6 +145,8 @@ FROM og_msg_insert_unless_nowa_many($1::uuid[], $2::text[], $3::text[], $4::text
 --      have cost by SMS, absent without an SMS rate)
 -- $6 goes_on = 'true' when a delivery-based fallback goes on after this (a step follows): the
 --      message is not undelivered while its chain goes on
+-- Counts its attempts and its winner in the message's day's usage (sql/029; the set form leaves
+-- that to the gateway's tally, sql/028): sql/024's rule, what og_msg_complete_many's callers add.
 WITH a AS (
     INSERT INTO attempts (tenant_id, reference, seq, channel, status, provider_message_id,
         error_code, error_message, provider_code, http_status, latency_ms, attempted_at,
@@ -144,25 +165,59 @@ WITH a AS (
         cost_micros bigint, currency text, sms_equiv_micros bigint)
     LEFT JOIN LATERAL og_delivery_of(x.channel, x.provider_message_id) AS d
         ON x.status = 'sent'
-    RETURNING status, delivery_status)
-UPDATE messages
--- The rule of og_message_delivery (sql/005), written out: a SQL function called here would be
--- parsed again on every execution (PostgreSQL does not inline it with a sub-select argument).
-SET status = CASE WHEN $3 <> 'sent' THEN $3 ELSE (
-        SELECT CASE WHEN bool_or(delivery_status = 'read') THEN 'read'
-                    WHEN bool_or(delivery_status = 'delivered') THEN 'delivered'
-                    WHEN bool_and(delivery_status IN ('failed', 'undelivered'))
-                        THEN CASE WHEN $6::boolean THEN 'sent' ELSE 'undelivered' END
-                    ELSE 'sent' END
-        FROM a WHERE status = 'sent') END,
-    winning_channel = $4, completed_at = now()
-WHERE tenant_id = $1 AND reference = $2 AND status IN ('pending', 'unknown');
+    RETURNING channel, status, delivery_status, cost_micros, sms_equiv_micros),
+u AS (
+    UPDATE messages
+    -- The rule of og_message_delivery (sql/005), written out: a SQL function called here would be
+    -- parsed again on every execution (PostgreSQL does not inline it with a sub-select argument).
+    SET status = CASE WHEN $3 <> 'sent' THEN $3 ELSE (
+            SELECT CASE WHEN bool_or(delivery_status = 'read') THEN 'read'
+                        WHEN bool_or(delivery_status = 'delivered') THEN 'delivered'
+                        WHEN bool_and(delivery_status IN ('failed', 'undelivered'))
+                            THEN CASE WHEN $6::boolean THEN 'sent' ELSE 'undelivered' END
+                        ELSE 'sent' END
+            FROM a WHERE status = 'sent') END,
+        winning_channel = $4, completed_at = now()
+    WHERE tenant_id = $1 AND reference = $2 AND status IN ('pending', 'unknown')
+    -- won: a pending or unknown message has no winner yet (msg_mark_unknown sets none).
+    RETURNING created_at,
+        delivery_mode = 'fallback' AND cardinality(channels) > 1 AND winning_channel IS NOT NULL AS won),
+-- The message's day: the completed row's, else (no longer pending: its attempts are written all
+-- the same) read; none when the message is gone.
+d AS (
+    SELECT og_usage_day(coalesce((SELECT u.created_at FROM u),
+                                 (SELECT m.created_at FROM messages m WHERE m.tenant_id = $1 AND m.reference = $2)))
+        AS day),
+-- Each attempt in its channel's row, the win (with what it saved against SMS) in the winner's.
+k AS (
+    SELECT a.channel, og_usage_final(a.status) AS n, og_usage_accepted(a.status) AS ac,
+        og_usage_delivered(a.status, a.delivery_status) AS de, og_usage_read(a.status, a.delivery_status) AS rd,
+        og_usage_failed(a.status) AS f, og_usage_cost(a.status, a.cost_micros) AS co, 0 AS w,
+        CASE WHEN coalesce((SELECT u.won FROM u), false) AND a.channel = $4 AND a.status = 'sent'
+                  AND a.channel <> 'sms' AND a.cost_micros IS NOT NULL
+             THEN a.sms_equiv_micros - a.cost_micros ELSE 0 END AS sv
+    FROM a
+    UNION ALL
+    SELECT $4::text, 0, 0, 0, 0, 0, 0, 1, 0 FROM u WHERE u.won)
+INSERT INTO usage_totals AS t (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read,
+                               failed, cost_micros, won, savings_micros)
+SELECT $1, d.day, k.channel, pg_backend_pid(), sum(k.n), sum(k.n), sum(k.ac), sum(k.de), sum(k.rd), sum(k.f),
+    sum(k.co), sum(k.w), sum(k.sv)
+FROM k CROSS JOIN d
+WHERE d.day IS NOT NULL
+GROUP BY d.day, k.channel
+ON CONFLICT (tenant_id, day, channel, shard) DO UPDATE
+SET messages = t.messages + EXCLUDED.messages, attempts = t.attempts + EXCLUDED.attempts,
+    accepted = t.accepted + EXCLUDED.accepted, delivered = t.delivered + EXCLUDED.delivered,
+    read = t.read + EXCLUDED.read, failed = t.failed + EXCLUDED.failed,
+    cost_micros = t.cost_micros + EXCLUDED.cost_micros, won = t.won + EXCLUDED.won,
+    savings_micros = t.savings_micros + EXCLUDED.savings_micros;
 
 -- name: msg_complete_many
 -- The set form of msg_complete: og_msg_complete_many (sql/013_set_forms.sql). Each parameter
 -- is an array of the sends' values, in order. The usage of its attempts and winners is the
--- gateway's to add (usage_add, the write batch's tally: sql/028); msg_complete alone leaves it
--- to sql/024's triggers.
+-- gateway's to add (usage_add, the write batch's tally: sql/028); msg_complete alone counts its
+-- own (sql/029).
 -- $1 tenant_id = tenant ids
 -- $2 reference = references
 -- $3 status = statuses ('sent' or 'failed')

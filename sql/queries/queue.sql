@@ -23,11 +23,12 @@
 -- $16 queue = {"status": 'queued' or 'scheduled', "senders": [{"c": channel, "s": sender (Meta:
 --      phone number id; QR: session; SMS: sender id), "r": rate per second, "n": tokens an attempt
 --      takes (SMS: segments)}] in the message's channel order}
+-- The message counts in its day's usage (og_usage_messages_add, sql/029).
 -- Returns nothing.
 SELECT FROM og_queue_insert_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text],
     ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::jsonb], ARRAY[$8::text], ARRAY[$9::integer], ARRAY[$10::text],
     ARRAY[$11::text], ARRAY[$12::jsonb], ARRAY[$13::bigint], ARRAY[$14::bigint], ARRAY[$15::text],
-    ARRAY[$16::json]);
+    ARRAY[$16::json]), og_usage_messages_add(ARRAY[$1::uuid]);
 
 -- name: queue_insert_many
 -- The set form of queue_insert: a write batch's queued sends in one call. Each parameter is an
@@ -48,10 +49,11 @@ SELECT FROM og_queue_insert_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::tex
 -- $14 valid_until_ms = validUntil values
 -- $15 priority = priorities
 -- $16 queue = each as queue_insert's $16
+-- The messages count in their day's usage, as queue_insert's.
 -- Returns nothing.
 SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
     $7::jsonb[], $8::text[], $9::integer[], $10::text[], $11::text[], $12::jsonb[], $13::bigint[], $14::bigint[],
-    $15::text[], $16::json[]);
+    $15::text[], $16::json[]), og_usage_messages_add($1::uuid[]);
 
 -- name: queue_claim
 -- Claims due queued messages with their senders' tokens (og_queue_claim) and returns what

@@ -2,9 +2,9 @@
 
 usage: a tenant with --usage-messages (10,000,000) messages over the last 365 days, made in the
 database as the gateway writes them (per day: the messages inserted, their attempts inserted,
-their winning channels set, one statement each: the usage triggers of sql/024 keep the totals
-as they would), the shards of the last two days left as 32 backends would leave them and the
-older days compacted by og_usage_compact as the sweep does. Then GET /api/usage for the whole
+their winning channels set, one statement each), their totals added as their writers would have
+added them (sql/029: the writers count what they write; here one statement over the rows made,
+sql/024's rule), the shards of the last two days left as 32 backends would leave them. Then GET /api/usage for the whole
 year, grouped by day, by channel and by both, through the gateway (wrk, 1 connection: latency
 is the target, under 50 ms) and the statement's plan with its timing (EXPLAIN ANALYZE). The
 cold case: the first request after a gateway restart, timed alone. The tenant and its rows are
@@ -31,9 +31,9 @@ def timed_get(b, path, token):
 def generate(b, tenant, n, bench):
     per_day = max(1, n // 365)
     t0 = time.monotonic()
-    # One day at a time, three statements each (as the write path makes them, only larger: the
-    # triggers see the same kind of statements), fed to one psql session with their values
-    # written out (a PL/pgSQL loop planned them for any day, and badly).
+    # One day at a time, three statements each (as the write path makes them, only larger), fed
+    # to one psql session with their values written out (a PL/pgSQL loop planned them for any
+    # day, and badly).
     script = []
     for d in range(365):
         v = {"t": tenant, "per": per_day, "d": d}
@@ -58,11 +58,24 @@ FROM generate_series(1, %(per)d) g
 WHERE m.tenant_id = '%(t)s' AND m.reference = 'ku%(d)d_' || g;""" % v)
     subprocess.run(["psql", b.db_url, "-XAtq", "-v", "ON_ERROR_STOP=1"], input="".join(script), text=True,
                    check=True, capture_output=True)
+    # Their totals, by sql/024's rule (what the writers add, test/e2e/test_usage.py checks it),
+    # in shard 0 as the sweep's compaction leaves past days.
+    b.psql("""
+INSERT INTO usage_totals (tenant_id, day, channel, shard, messages)
+SELECT m.tenant_id, og_usage_day(m.created_at), '', 0, count(*) FROM messages m WHERE m.tenant_id = '%(t)s' GROUP BY 1, 2;
+INSERT INTO usage_totals (tenant_id, day, channel, shard, messages, attempts, accepted, delivered, read, failed,
+                          cost_micros, won, savings_micros)
+SELECT a.tenant_id, og_usage_day(m.created_at), a.channel, 0, sum(og_usage_final(a.status)),
+    sum(og_usage_final(a.status)), sum(og_usage_accepted(a.status)), sum(og_usage_delivered(a.status, a.delivery_status)),
+    sum(og_usage_read(a.status, a.delivery_status)), sum(og_usage_failed(a.status)),
+    sum(og_usage_cost(a.status, a.cost_micros)), count(*) FILTER (WHERE a.channel = m.winning_channel),
+    coalesce(sum(a.sms_equiv_micros - a.cost_micros) FILTER (WHERE a.channel = m.winning_channel AND a.channel <> 'sms'), 0)
+FROM attempts a JOIN messages m ON m.tenant_id = a.tenant_id AND m.reference = a.reference
+WHERE a.tenant_id = '%(t)s'
+GROUP BY 1, 2, 3""" % {"t": tenant})
     made_s = time.monotonic() - t0
-    # The sweep's compaction for the past days; the last two days keep their shard rows, spread
-    # here over 32 backends as a busy instance's pools would leave them.
-    while int(b.psql("SELECT og_usage_compact(100000)") or 0) > 0:
-        pass
+    # The last two days keep shard rows besides, spread here over 32 backends as a busy
+    # instance's pools would leave them.
     b.psql("""
 INSERT INTO usage_totals (tenant_id, day, channel, shard, messages, attempts, accepted)
 SELECT u.tenant_id, u.day, u.channel, 1000 + s, 1, 1, 1

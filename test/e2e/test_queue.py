@@ -394,6 +394,10 @@ def test_holder_killed_mid_attempt(make_server, fresh_db, tmp_path):
         assert [x["status"] for x in m["attempts"]] == ["unknown"]
         assert db(b, "SELECT count(*) FROM queue_entries") == [("0",)]
         assert len(a.sim.requests("sms")) == 1
+        # The usage counts the attempt the takeover wrote (og_queue_abandon, sql/029): failed.
+        u = assert_ok(call(b, "GET", "/api/usage?groupBy=channel", token=b.token))["data"]
+        assert [(r["channel"], r["messages"], r["attempts"], r["accepted"], r["failed"]) for r in u["rows"]] == [
+            ("sms", 1, 1, 0, 1)], u
     finally:
         a.sim.stop()
 

@@ -216,6 +216,7 @@ def test_usage_equals_the_logs_both_ways(gw):
     item = assert_ok(call(gw, "GET", "/api/omni/messages/" + adopted["data"]["reference"], token=token))["data"]
     assert [a.get("deliveryStatus") for a in item["attempts"]] == ["delivered"], item
     assert_ok(send({"to": OK_TO, "text": "hello", "channels": ["whatsapp_meta", "sms"]}))
+    assert_ok(send({"to": OK_TO, "text": "sms only", "channels": ["sms"]}))  # msg_insert, not the nowa form
     assert_ok(send({"to": OK_TO, "text": "z" * 170, "channels": ["whatsapp_meta", "sms"]}))
     assert_ok(send({"to": DELIVERED_LATER, "text": "later", "channels": ["whatsapp_meta", "sms"]}))
     assert_ok(send({"to": SMS_AFTER_META, "text": "to sms", "channels": ["whatsapp_meta", "sms"]}))
@@ -323,8 +324,11 @@ def test_merged_sends_count_in_their_set_forms(merged):
     t = new_tenant(gw, settings=SETTINGS)
     token = gw.token = new_token(gw, t["id"])["token"]
     put_card(gw, CARD)
+    # Every seventh SMS only: no WhatsApp channel, so msg_insert's set form (msg_insert_many), not
+    # the not-on-WhatsApp one, inserts it.
     bodies = [{"to": META_FAILS if i % 3 == 0 else OK_TO, "text": "merged %d" % i,
-               "channels": ["whatsapp_meta", "sms"], "deliveryMode": "all" if i % 10 == 0 else "fallback"}
+               "channels": ["sms"] if i % 7 == 0 else ["whatsapp_meta", "sms"],
+               "deliveryMode": "all" if i % 10 == 0 else "fallback"}
               for i in range(120)]
     out, lock = [], threading.Lock()
 
