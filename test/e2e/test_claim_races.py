@@ -40,6 +40,11 @@ class TableLock:
             self.p.communicate("COMMIT;\n", timeout=30)
 
 
+# The pending insert (msg_insert, sql/queries/messages.sql: its row and its usage count in one
+# statement) as waiting_on matches it.
+PENDING_INSERT = "WITH ins AS (%INSERT INTO messages"
+
+
 def waiting_on(gw, like):
     """Backends of the gateway's database waiting for a lock in a statement that starts `like`."""
     return int(query_url(gw.db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -70,11 +75,11 @@ def test_repeat_taking_over_a_claim_whose_pending_row_waits_sends_once(gw, sim):
     try:
         t1 = threading.Thread(target=keyed_send, args=(gw, body, "race-a", first))
         t1.start()
-        assert wait_for(lambda: waiting_on(gw, "INSERT INTO messages") == 1, 10)
+        assert wait_for(lambda: waiting_on(gw, PENDING_INSERT) == 1, 10)
         expire_lease(gw, "race-a")
         t2 = threading.Thread(target=keyed_send, args=(gw, body, "race-a", repeat))
         t2.start()
-        assert wait_for(lambda: waiting_on(gw, "INSERT INTO messages") == 2, 10)
+        assert wait_for(lambda: waiting_on(gw, PENDING_INSERT) == 2, 10)
     finally:
         lock.release()
     t1.join(60)

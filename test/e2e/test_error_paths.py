@@ -56,7 +56,7 @@ def trace(gw):
 # scheduler and outbox sampler, and the auth module's batched last-used write.
 BACKGROUND = {"step_claim", "step_close", "steps_due", "status_sweep", "sweep_pending", "sweep_next",
               "nowa_prune", "tokens_touch", "wh_schedule", "wh_sample", "wh_due", "wh_record", "wh_release",
-              "queue_claim", "queue_depth", "queue_debit", "queue_done"}
+              "queue_claim", "queue_depth", "queue_debit", "queue_done", "batch_complete", "usage_compact"}
 
 
 def arm(gw, **fault):
