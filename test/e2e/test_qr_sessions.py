@@ -7,7 +7,7 @@ then sends on it; stop and logout; the admin mirrors; another tenant sees none o
 
 import json
 import os
-import re
+import sys
 import time
 
 import pytest
@@ -184,11 +184,12 @@ def test_an_event_signed_with_another_secret_changes_nothing(gw):
 
 
 def qr_put_sql():
-    """qr_session_put's SQL, as the gateway prepares it."""
-    with open(os.path.join(ROOT, "sql", "queries", "qr_sessions.sql"), encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^-- name: qr_session_put\n(.*?)(?=^-- name: |\Z)", text, re.S | re.M)
-    return "\n".join(l for l in m.group(1).splitlines() if not l.lstrip().startswith("--")).strip().rstrip(";")
+    """qr_session_put's SQL, as the gateway prepares it (src/tools/embed_queries.py reads it)."""
+    sys.dont_write_bytecode = True  # no __pycache__ left in src/tools
+    sys.path.insert(0, os.path.join(ROOT, "src", "tools"))
+    import embed_queries
+    found, _ = embed_queries.load([os.path.join(ROOT, "sql", "queries", "qr_sessions.sql")])
+    return found["qr_session_put"].sql.strip().rstrip(";")
 
 
 def test_an_answer_never_hides_a_newer_event(gw):
