@@ -69,11 +69,14 @@ SELECT FROM og_queue_insert_many($1::uuid[], $2::text[], $3::text[], $4::text[],
 -- Returns per message: tenant id, reference, the channel's place (= the attempt's seq), lag in
 -- ms, priority (0 high, 1 normal, 2 low), the channel, to, text, the WhatsApp number, the SMS
 -- sender, Meta's template object ('' without one), the tenant's settings (with the first of its
--- messages in the result only; '' with the others).
+-- messages in the result only; '' with the others); for its usage (sql/030): the message's day
+-- (UTC, YYYY-MM-DD), whether its attempt's row is still to be written ('t': the first try on
+-- this channel; a retry after a 429 writes the row again) and whether an accepted attempt wins
+-- the message ('t': a fallback message of more than one channel).
 -- columns: tenant_id, reference, ch, lag_ms, priority, channel, to, text, wa_from, sender,
---     template, settings
+--     template, settings, day, first_try, wins
 SELECT c.tenant_id, c.reference, c.ch, c.lag_ms, c.priority, c.channel, c."to", c.text, c.wa_from, c.sender,
-    c.template, c.settings
+    c.template, c.settings, c.day, c.first_try, c.wins
 FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer, $5::boolean) AS c;
 
 -- name: queue_done
@@ -95,10 +98,11 @@ FROM og_queue_claim($1, $2::integer, $3::integer, $4::integer, $5::boolean) AS c
 -- $13 cost_micros = what the attempt costs if accepted (sql/023), or NULL
 -- $14 currency = the cost's currency, or NULL
 -- $15 sms_equiv_micros = for a WhatsApp attempt, what its text would cost by SMS, or NULL
+-- Counts its attempt and win in the usage itself (run alone: no write batch's tally counts it).
 -- Returns nothing.
 SELECT FROM og_queue_done_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::smallint], ARRAY[$4::text],
     ARRAY[$5::text], ARRAY[$6::text], ARRAY[$7::text], ARRAY[$8::text], ARRAY[$9::text], ARRAY[$10::integer],
-    ARRAY[$11::integer], ARRAY[$12::integer], ARRAY[$13::bigint], ARRAY[$14::text], ARRAY[$15::bigint]);
+    ARRAY[$11::integer], ARRAY[$12::integer], ARRAY[$13::bigint], ARRAY[$14::text], ARRAY[$15::bigint], true);
 
 -- name: queue_done_many
 -- The set form of queue_done: a write batch's releases in one call. Each parameter is an array
@@ -118,10 +122,12 @@ SELECT FROM og_queue_done_many(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::small
 -- $13 cost_micros = costs, or NULLs
 -- $14 currency = their currencies, or NULLs
 -- $15 sms_equiv_micros = the same texts' SMS costs, or NULLs
+-- Their attempts and wins are counted by the gateway's tally of the write batch (usage_add, as a
+-- sync send's completion: sql/030), not here; queue_done, alone, counts for itself.
 -- Returns nothing.
 SELECT FROM og_queue_done_many($1::uuid[], $2::text[], $3::smallint[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::text[], $9::text[], $10::integer[], $11::integer[], $12::integer[], $13::bigint[],
-    $14::text[], $15::bigint[]);
+    $14::text[], $15::bigint[], false);
 
 -- name: queue_cancel
 -- Cancels a queued or scheduled message no provider is working on (og_queue_cancel).

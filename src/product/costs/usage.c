@@ -42,6 +42,14 @@ void og_usage_attempt_row(og_db_tally_row_t *row, const char *tenant_id, const c
     }
 }
 
+void og_usage_win_only(og_db_tally_row_t *row)
+{
+    row->sums[OG_USAGE_ATTEMPTS] = 0;
+    row->sums[OG_USAGE_ACCEPTED] = 0;
+    row->sums[OG_USAGE_FAILED] = 0;
+    row->sums[OG_USAGE_COST] = 0;
+}
+
 void og_usage_tally_init(og_db_t *db)
 {
     og_db_set_tally(db, OG_Q_USAGE_ADD);

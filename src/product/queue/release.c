@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "omnigate/consent/consent.h"
+#include "omnigate/costs/usage.h"
 #include "omnigate/ids.h"
 #include "omnigate/jw.h"
 #include "omnigate/messaging/budget.h"
@@ -118,6 +119,11 @@ typedef struct rel {
     og_stored_attempt_t sa;
     og_attempt_t att;
     bool sent;
+    /* Its usage (API.md §22), added to its write batch's tally (sql/030): the message's day, whether
+     * the outcome writes its attempt's row for the first time, whether an accepted attempt wins it. */
+    char day[OG_USAGE_DAY_TEXT];
+    bool first_try, wins;
+    og_db_tally_row_t usage;
     char ch_s[8], retry_s[16], latency_s[24], http_s[12];
 } rel_t;
 
@@ -245,6 +251,15 @@ static void attempted(og_attempt_t *a)
                              .sms_equiv_micros = og_stored_sms_equiv_micros(&r->sa, res->sent)});
     n += og_stored_sms_stmt(&r->sa, res, op, n);
     op->nstmts = n;
+    /* Merged into queue_done_many, the release is counted by the write batch's tally (queue_done,
+     * alone, counts for itself): its attempt when its row is new (a retry's row written again is
+     * attempts_usage_changed's, sql/024), its win either way. */
+    og_usage_attempt_row(&r->usage, r->tenant_id, r->day, r->sa.ch, res->sent, &r->sa.cost, r->wins,
+                         &r->sa.sms_equiv);
+    if (!r->first_try)
+        og_usage_win_only(&r->usage);
+    op->tally = &r->usage;
+    op->ntally = 1;
     op->write = true;
     op->background = true; /* never in a request's transaction */
     op->done = recorded;
@@ -319,6 +334,9 @@ static void release(og_queue_t *q, const PGresult *res, int i)
     og_rate_category_t category = OG_CAT_NONE;
     r->template_json = claimed_template(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_TEMPLATE), &category);
     r->ch = atoi(PQgetvalue(res, i, OG_C_QUEUE_CLAIM_CH));
+    snprintf(r->day, sizeof(r->day), "%s", PQgetvalue(res, i, OG_C_QUEUE_CLAIM_DAY));
+    r->first_try = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_FIRST_TRY)[0] == 't';
+    r->wins = PQgetvalue(res, i, OG_C_QUEUE_CLAIM_WINS)[0] == 't';
     snprintf(r->ch_s, sizeof(r->ch_s), "%d", r->ch);
     if (q->m != NULL) {
         og_metrics_observe(&q->m->lag_us, &og_m_latency_s,

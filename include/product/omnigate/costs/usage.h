@@ -39,6 +39,11 @@ enum og_usage_sum {
 void og_usage_attempt_row(og_db_tally_row_t *row, const char *tenant_id, const char *day, og_channel_t ch,
                           bool sent, const og_cost_t *cost, bool won, const og_cost_t *sms_equiv);
 
+/* Keeps only the win of `row` (og_usage_attempt_row): for an attempt whose row was written before
+ * and is written again (a queued attempt retried after a 429), counted by the database's trigger
+ * on updated attempts (sql/024) rather than again here. */
+void og_usage_win_only(og_db_tally_row_t *row);
+
 /* Makes usage_add the tally of `db`, the write pool the sends complete on. */
 void og_usage_tally_init(og_db_t *db);
 
