@@ -14,7 +14,8 @@
 --     function only the delivery statuses an inserted attempt adopted. The signature of sql/029
 --     stays, counting, for instances not yet replaced (a rolling upgrade).
 
--- og_queue_claim (sql/023) with each message's usage day, first_try and wins. Its result type
+-- og_queue_claim (sql/023) with each message's usage day, first_try and wins, and the messages it
+-- claimed read and written by key whatever the plan's statistics (below). Its result type
 -- changes, so it is made again; the statement calling it names its columns.
 DROP FUNCTION og_queue_claim(text, integer, integer, integer, boolean);
 CREATE FUNCTION og_queue_claim(p_owner text, p_lease_ms integer, p_max integer, p_senders integer,
@@ -151,12 +152,17 @@ BEGIN
     -- A message stays 'queued' while its attempt is in flight (its lease says 'pending'): one
     -- write of its row fewer; a scheduled one that came due says so now, unless its row is busy
     -- (a cancel, which then finds its entry leased; its completion will write its status).
+    -- Each message found from the arrays by key (a LATERAL subquery cannot be joined the other
+    -- way round) and written by its row's address: whatever the statistics when the generic plan
+    -- was made, no plan reads messages beyond the claimed ones (sql/030; sql/023's semi-join, planned
+    -- while messages looked nearly empty, read the whole primary key once per claimed message).
     UPDATE messages m SET status = 'queued'
-    WHERE (m.tenant_id, m.reference) IN (
-        SELECT mm.tenant_id, mm.reference FROM messages mm JOIN unnest(c_t, c_r) AS x(t, r)
-            ON mm.tenant_id = x.t AND mm.reference = x.r
-        WHERE mm.status = 'scheduled'
-        FOR UPDATE OF mm SKIP LOCKED);
+    WHERE m.ctid = ANY (ARRAY(
+        SELECT l.ctid
+        FROM unnest(c_t, c_r) AS x(t, r)
+        CROSS JOIN LATERAL (SELECT mm.ctid FROM messages mm
+                            WHERE mm.tenant_id = x.t AND mm.reference = x.r AND mm.status = 'scheduled'
+                            FOR UPDATE OF mm SKIP LOCKED) l));
     -- No attempt row yet: the lease stands for the attempt in flight (og_message_item shows it
     -- 'pending'); its row is written once, with its outcome (og_queue_done_many), or 'unknown'
     -- when its holder died (og_queue_abandon).
@@ -170,8 +176,9 @@ BEGIN
         CASE WHEN x.o = min(x.o) OVER (PARTITION BY x.t) THEN tn.settings::text ELSE '' END,
         og_usage_day(m.created_at)::text, x.th = 0, m.delivery_mode = 'fallback' AND cardinality(m.channels) > 1
     FROM unnest(c_t, c_r, c_ch, c_lag, c_pri, c_th) WITH ORDINALITY AS x(t, r, c, l, p, th, o)
-    JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r
-    JOIN tenants tn ON tn.id = x.t
+    -- By key from the arrays, as above (OFFSET 0: kept a subquery, never turned into a join).
+    CROSS JOIN LATERAL (SELECT * FROM messages mm WHERE mm.tenant_id = x.t AND mm.reference = x.r OFFSET 0) m
+    CROSS JOIN LATERAL (SELECT t.settings FROM tenants t WHERE t.id = x.t OFFSET 0) tn
     ORDER BY x.o;
 END
 $$;
