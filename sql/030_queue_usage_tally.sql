@@ -76,15 +76,16 @@ BEGIN
                 LOOP -- pages of this priority while the tokens last, each after the last one read
                     -- Entries locked by another (a cancel, a completion) are skipped: a claim
                     -- never waits for a row (they may wait for a sender a claim holds).
-                    SELECT count(*)::integer, (array_agg(y.due_at ORDER BY y.due_at DESC, y.id DESC))[1],
-                        (array_agg(y.id ORDER BY y.due_at DESC, y.id DESC))[1],
-                        array_agg(y.tenant_id ORDER BY y.due_at, y.id) FILTER (WHERE y.take),
-                        array_agg(y.reference ORDER BY y.due_at, y.id) FILTER (WHERE y.take),
-                        array_agg(y.ch ORDER BY y.due_at, y.id) FILTER (WHERE y.take),
-                        array_agg(greatest(0, (extract(epoch FROM now() - y.due_at) * 1000)::bigint)
-                                  ORDER BY y.due_at, y.id) FILTER (WHERE y.take),
+                    -- Each array in the page's order from its one sorted subquery (sql/030: an
+                    -- ORDER BY per aggregate was a sort per array), the last entry read last.
+                    SELECT count(*)::integer, (array_agg(y.due_at))[count(*)], (array_agg(y.id))[count(*)],
+                        array_agg(y.tenant_id) FILTER (WHERE y.take),
+                        array_agg(y.reference) FILTER (WHERE y.take),
+                        array_agg(y.ch) FILTER (WHERE y.take),
+                        array_agg(greatest(0, (extract(epoch FROM now() - y.due_at) * 1000)::bigint))
+                            FILTER (WHERE y.take),
                         coalesce(sum(y.cost) FILTER (WHERE y.take), 0),
-                        array_agg(y.throttles ORDER BY y.due_at, y.id) FILTER (WHERE y.take),
+                        array_agg(y.throttles) FILTER (WHERE y.take),
                         array_agg(y.tenant_id) FILTER (WHERE NOT y.live),
                         array_agg(y.reference) FILTER (WHERE NOT y.live),
                         array_agg(y.ch) FILTER (WHERE NOT y.live)
@@ -99,7 +100,8 @@ BEGIN
                                     AND q.due_at <= now() AND (l_id IS NULL OR (q.due_at, q.id) > (l_due, l_id))
                                 ORDER BY q.due_at, q.id
                                 LIMIT greatest(1, least(ceil(tok)::integer, p_max - taken))
-                                FOR UPDATE OF q SKIP LOCKED) z) y;
+                                FOR UPDATE OF q SKIP LOCKED) z
+                          ORDER BY z.due_at, z.id) y;
                     -- Expired now, unless its message is busy (a completion of another of its
                     -- channels, a cancel): then by a later claim.
                     FOR k IN 1 .. coalesce(cardinality(x_t), 0) LOOP
@@ -226,16 +228,13 @@ DECLARE
     v_retry     boolean;
     v_moves     boolean;
 BEGIN
-    -- The entries, locked in key order, each only while its releaser holds it.
-    SELECT array_agg(y.t ORDER BY y.t, y.r, y.c), array_agg(y.r ORDER BY y.t, y.r, y.c),
-        array_agg(y.c ORDER BY y.t, y.r, y.c), array_agg(y.o ORDER BY y.t, y.r, y.c),
-        array_agg(y.s ORDER BY y.t, y.r, y.c),
+    -- The entries, locked in key order, each only while its releaser holds it; each array in that
+    -- order from one sorted subquery (an ORDER BY per aggregate was a sort per array: twelve).
+    SELECT array_agg(y.t), array_agg(y.r), array_agg(y.c), array_agg(y.o), array_agg(y.s),
         array_agg(CASE WHEN y.o IN ('failed', 'throttled') AND NOT y.a AND y.c + 1 < cardinality(y.ss)
-                       THEN y.ss[y.c + 2] END ORDER BY y.t, y.r, y.c),
-        array_agg(y.at ORDER BY y.t, y.r, y.c), array_agg(y.a ORDER BY y.t, y.r, y.c),
-        array_agg(y.o = 'sent' AND NOT y.a AND y.c + 1 < cardinality(y.ss) ORDER BY y.t, y.r, y.c),
-        array_agg(y.i ORDER BY y.t, y.r, y.c), array_agg(y.la ORDER BY y.t, y.r, y.c),
-        array_agg(y.th ORDER BY y.t, y.r, y.c)
+                       THEN y.ss[y.c + 2] END),
+        array_agg(y.at), array_agg(y.a), array_agg(y.o = 'sent' AND NOT y.a AND y.c + 1 < cardinality(y.ss)),
+        array_agg(y.i), array_agg(y.la), array_agg(y.th)
     INTO e_t, e_r, e_c, e_o, e_s, e_nxt, e_at, e_all, e_on, e_i, e_la, e_th
     FROM (SELECT q.tenant_id AS t, q.reference AS r, q.ch AS c, q.sender_id AS s, q.senders AS ss, q.all_mode AS a,
               CASE WHEN x.o = 'throttled' AND z.at < q.valid_until THEN 'retry' ELSE x.o END AS o, z.at,
@@ -247,6 +246,7 @@ BEGIN
                         FOR UPDATE) q ON true
           CROSS JOIN LATERAL (SELECT CASE WHEN x.o = 'throttled' THEN now() + coalesce(x.retry,
                                   1000 * least(60, 2 ^ q.throttles)::integer) * interval '1 millisecond' END AS at) z
+          ORDER BY q.tenant_id, q.reference, q.ch
          ) y;
     IF coalesce(cardinality(e_r), 0) <> cardinality(p_ref) THEN
         RAISE EXCEPTION 'a queue entry of this batch is not leased by its releaser any more' USING ERRCODE = 'P0001';
