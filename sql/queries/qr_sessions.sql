@@ -25,21 +25,21 @@ WHERE t.id = $1;
 -- $4 number = the linked account (E.164) or NULL
 -- $5 keep = true: keep the number known
 -- $6 at_ms = when the call was sent (ms since the epoch)
--- Returns the session as it stands.
+-- Returns the session as it stands, always one row: the upsert updates the row even when an event
+-- is newer (writing back what it holds), so that RETURNING gives the row as committed last. A
+-- read after the upsert would use the statement's snapshot, which does not see an event's row
+-- committed while this statement waited for it (the route's worker crashed on the empty answer).
 -- columns: session
-WITH up AS (
-    INSERT INTO qr_sessions AS q (tenant_id, name, status, number, event_at)
-    VALUES ($1, $2, $3, $4, to_timestamp($6::bigint / 1000.0))
-    ON CONFLICT (tenant_id, name) DO UPDATE
-    SET status = EXCLUDED.status, number = CASE WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
-                                                ELSE EXCLUDED.number END,
-        updated_at = now(), event_at = EXCLUDED.event_at
-    WHERE q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at
-    RETURNING og_qr_session_item(q)::text AS session)
-SELECT session FROM up
-UNION ALL
-SELECT og_qr_session_item(s)::text FROM qr_sessions s
-WHERE s.tenant_id = $1 AND s.name = $2 AND NOT EXISTS (SELECT FROM up);
+INSERT INTO qr_sessions AS q (tenant_id, name, status, number, event_at)
+VALUES ($1, $2, $3, $4, to_timestamp($6::bigint / 1000.0))
+ON CONFLICT (tenant_id, name) DO UPDATE
+SET status = CASE WHEN q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at THEN EXCLUDED.status ELSE q.status END,
+    number = CASE WHEN q.event_at IS NOT NULL AND q.event_at > EXCLUDED.event_at THEN q.number
+                  WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
+                  ELSE EXCLUDED.number END,
+    updated_at = CASE WHEN q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at THEN now() ELSE q.updated_at END,
+    event_at = greatest(q.event_at, EXCLUDED.event_at)
+RETURNING og_qr_session_item(q)::text AS session;
 
 -- name: qr_session_event
 -- A session.status event from WAHA (og_qr_session_event).

@@ -7,7 +7,9 @@ then sends on it; stop and logout; the admin mirrors; another tenant sees none o
 
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -217,3 +219,37 @@ def test_an_answer_never_hides_a_newer_event(gw):
         assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 3)  # not STARTING until the next code
         assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/stop" % SESSION, token=gw.token))
         assert wait_for(lambda: status_is(gw, "STOPPED"), 3)
+
+
+def test_an_answer_racing_the_first_event_returns_the_session(gw):
+    """The route's write of WAHA's answer meets the row a session.status event is inserting: it
+    waits for the event's transaction, and the session it returns must be the row as the event
+    committed it (a read of the row after the upsert used the statement's snapshot, taken before
+    the event committed: no row, and the route's worker crashed on it; seen by deploy/run.sh).
+    One session holds the event's insert open while the answer's statement waits for it."""
+    tid, t0 = gw.tenant["id"], 1764400000000
+    query_url(gw.db_url, "DELETE FROM qr_sessions")
+    event = subprocess.Popen(["psql", gw.db_url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        event.stdin.write("BEGIN;\nSELECT og_qr_session_event('%s', 'SCAN_QR_CODE', NULL, to_timestamp(%d / 1000.0), "
+                          "NULL) IS NOT NULL;\n" % (SESSION, t0 + 50))
+        event.stdin.flush()
+        assert event.stdout.readline().strip() == "t"
+        box = []
+        put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d');\n"
+        th = threading.Thread(target=lambda: box.append(query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0))))
+        th.start()
+        assert wait_for(lambda: query_url(gw.db_url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                                                     "'Lock' AND (query LIKE 'EXECUTE p(%' OR query LIKE 'PREPARE p AS%')")
+                        == [("1",)], 10)
+        event.stdin.write("COMMIT;\n")
+        event.stdin.flush()
+        th.join(10)
+        assert not th.is_alive()
+    finally:
+        event.stdin.close()
+        event.wait(10)
+    assert len(box) == 1 and len(box[0]) == 1, box  # one row: the session
+    assert json.loads(box[0][0][0])["status"] == "SCAN_QR_CODE"  # the event is newer than the call: it stays
+    assert query_url(gw.db_url, "SELECT status FROM qr_sessions WHERE name = '%s'" % SESSION) == [("SCAN_QR_CODE",)]

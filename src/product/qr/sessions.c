@@ -226,7 +226,12 @@ static void put_done(og_db_op_t *op, og_db_status_t st)
         og_answer_db_failure(
             q->req, &q->gw->w->log, op, st, "recording a QR session failed",
             "database unavailable: WAHA has the change, the gateway learns it from WAHA's events");
-    else
+    else if (PQntuples(op->res[0]) != 1) { /* never expected: the upsert returns its row */
+        og_log(&q->gw->w->log, OG_LOG_ERROR, "recording a QR session returned no row", "\"session\":\"%s\"",
+               q->name);
+        og_api_error(q->req, OG_E_INTERNAL_ERROR, NULL,
+                     "the session was recorded but could not be read back");
+    } else
         og_answer_raw(q->req, 200, "session", PQgetvalue(op->res[0], 0, OG_C_QR_SESSION_PUT_SESSION), NULL);
     qs_free(q);
 }
