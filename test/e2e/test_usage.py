@@ -306,6 +306,12 @@ def test_totals_are_sharded_and_compacted(gw):
     assert all(c == "1" for _, _, c in after) and db("SELECT DISTINCT shard FROM usage_totals") == [("0",)]
 
 
+def merged_ops(gw):
+    """Operations the gateway's write batches ran merged in a set form so far (its metrics)."""
+    m = re.search(r"^omnigate_db_merged_operations_total (\S+)$", gw.request("GET", "/metrics").body.decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
 @pytest.fixture
 def merged(make_server, fresh_db, tmp_path):
     """One worker with one write connection: concurrent sends wait for the batch in flight, so
@@ -348,9 +354,7 @@ def test_merged_sends_count_in_their_set_forms(merged):
     for th in ts:
         th.join()
     assert len(out) == 120 and all(r.status == 200 for r in out), [r.status for r in out if r.status != 200]
-    merged_ops = re.search(r"^omnigate_db_merged_operations_total (\S+)$",
-                           gw.request("GET", "/metrics").body.decode(), re.M)
-    assert merged_ops and float(merged_ops.group(1)) >= 10
+    assert merged_ops(gw) >= 10
     rows = check(gw, token, t["id"])
     probes = sum(1 for s in pages(gw, "/api/sms/logs", token) if s["source"] != "omni")  # put_card's
     assert sum(c["messages"] for (d, ch), c in rows.items() if ch == "") == 120 + probes
@@ -370,11 +374,7 @@ def test_merged_queued_releases_count_in_the_tally(merged):
     token = gw.token = new_token(gw, t["id"])["token"]
     put_card(gw, CARD)
     gw.sim.limit("whatsapp_meta", 20, sender=PNID, burst=20)
-
-    def merged_ops():
-        m = re.search(r"^omnigate_db_merged_operations_total (\S+)$", gw.request("GET", "/metrics").body.decode(), re.M)
-        return float(m.group(1)) if m else 0.0
-    before = merged_ops()
+    before = merged_ops(gw)
     for i in range(90):
         body = {"to": META_FAILS if i % 3 == 0 else OK_TO, "text": "queued %d" % i, "queue": True,
                 "channels": ["sms"] if i % 7 == 0 else ["whatsapp_meta", "sms"],
@@ -389,7 +389,7 @@ def test_merged_queued_releases_count_in_the_tally(merged):
     assert wait_for(released, 60)
     items = pages(gw, "/api/omni/logs", token)
     assert sum(a["throttles"] for m in items for a in m["attempts"]) >= 1  # retried rows
-    assert merged_ops() - before >= 10
+    assert merged_ops(gw) - before >= 10
     rows = check(gw, token, t["id"])
     assert sum(c["messages"] for (d, ch), c in rows.items() if ch == "") == 90 + sum(
         1 for s in pages(gw, "/api/sms/logs", token) if s["source"] != "omni")
