@@ -6,7 +6,7 @@
 --
 --   sync     a sync send's statements: the pending insert and the completion (set forms, as
 --            test/bench/statement_cost.sql) and the write batch's usage_add;
---   queue    a queued send's today (sql/018-029): og_queue_insert_many with its usage, the
+--   queue    a queued send's today (sql/018-031): og_queue_insert_many with its usage, the
 --            claim (og_queue_claim: the entries leased) and og_queue_done_many;
 --   rows     a model of the design docs/performance.md proposes: no entry table, the waiting
 --            state in the message row (a partial index on (sender, priority, due) of waiting
@@ -24,8 +24,10 @@
 --
 --   psql "$OMNIGATE_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f test/bench/queue_cost.sql
 --
--- Optional: -v batches=N (default 300), -v n=M (messages per write batch, default 20). The
--- result is a NOTICE: us per message by phase, and each way's total as a ratio to sync's.
+-- Optional: -v batches=N (default 300), -v n=M (messages per write batch, default 20; a gateway
+-- not under load writes batches of a few: -v n=2 shows each call's fixed cost, and a statement
+-- planned again at every call, sql/031). The result is a NOTICE: us per message by phase, and
+-- each way's total as a ratio to sync's.
 \if :{?batches}
 \else
 \set batches 300

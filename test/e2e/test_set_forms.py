@@ -333,3 +333,56 @@ def test_set_forms_are_planned_once(db, pg_session):
     for c in calls:
         assert c.startswith("unnest($1), unnest($2)") and "kf_g1" not in c, c
     assert query_url(db, "SELECT status FROM messages WHERE reference = 'kf_g1'") == [("sent",)]
+
+
+def test_queue_set_forms_are_planned_once(db, pg_session):
+    """The queue's set forms (a write batch's queued sends, a claim, a write batch's releases) use
+    the plan made for any arrays from their first call, as the sync send's do (above): without
+    plan_cache_mode = force_generic_plan, PostgreSQL planned og_queue_done_many's main statement
+    again at each call while the batches held few messages (554 us of planning per call at
+    batches of 2, more than it ran; sql/031). auto_explain (verbose) of the first calls shows
+    the arrays as parameters ($n), not as the values of that call."""
+    now_ms = int(query_url(db, "SELECT (extract(epoch FROM now()) * 1000)::bigint")[0][0])
+    queue = json.dumps({"status": "queued", "senders": [{"c": "sms", "s": "ACME", "r": 10, "n": 1}]})
+    script = ("LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; "
+              "SET auto_explain.log_nested_statements = on; SET auto_explain.log_verbose = on; "
+              "SET auto_explain.log_level = 'notice';\n")
+    script += ("SELECT og_queue_insert_many(ARRAY['%s']::uuid[], ARRAY['kf_gq1'], ARRAY['+1888000002'], "
+               "ARRAY['Hi'], ARRAY['fallback'], ARRAY['{sms}'], ARRAY['[]'::jsonb], ARRAY[NULL]::text[], "
+               "ARRAY[NULL]::integer[], ARRAY[NULL]::text[], ARRAY['ACME'], ARRAY[NULL]::jsonb[], "
+               "ARRAY[%d]::bigint[], ARRAY[%d]::bigint[], ARRAY['normal'], ARRAY[%s::json]);\n"
+               % (TENANT, now_ms - 1000, now_ms + 3600000, lit(queue)))
+    script += "SELECT reference, ch FROM og_queue_claim('gq-owner', 60000, 10, 32, false);\n"
+    script += ("SELECT og_queue_done_many(ARRAY['%s']::uuid[], ARRAY['kf_gq1'], ARRAY[0]::smallint[], "
+               "ARRAY['gq-owner'], ARRAY['sent'], ARRAY['pid-gq1'], ARRAY[NULL]::text[], ARRAY[NULL]::text[], "
+               "ARRAY[NULL]::text[], ARRAY[200], ARRAY[3], ARRAY[NULL]::integer[], ARRAY[5000]::bigint[], "
+               "ARRAY['USD'], ARRAY[7000]::bigint[], true);\n" % TENANT)
+    p = subprocess.run(["psql", as_superuser(pg_session, db), "-XAtq", "-v", "ON_ERROR_STOP=1"], input=script,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "kf_gq1|0" in p.stdout, p.stdout  # claimed
+    calls = re.findall(r"Function Call: (unnest\([^\n]*)", p.stderr)
+    # The accept's (its entries, its senders), the claim's (its returned rows) and the outcome's
+    # (its entries, attempts, messages): every one planned with its arrays as parameters.
+    assert len(calls) >= 6, p.stderr
+    for c in calls:
+        assert c.startswith("unnest($") and "kf_gq1" not in c and TENANT not in c, c
+    assert query_url(db, "SELECT status FROM messages WHERE reference = 'kf_gq1'") == [("sent",)]
+    assert query_url(db, "SELECT count(*) FROM queue_entries") == [("0",)]
+
+
+def test_every_function_over_array_parameters_says_which_plans_it_keeps(db):
+    """A PL/pgSQL function whose statements read an array parameter through unnest() sets
+    plan_cache_mode: PostgreSQL's default makes a custom plan at every call while one looks
+    cheaper than the generic plan (which assumes ten elements), i.e. whenever the arrays are
+    short, as a write batch not under load is. og_queue_insert_many and og_queue_done_many had
+    none until sql/031 (above); og_fallback_on_status and og_status_recompute want custom plans
+    and say so."""
+    rows = query_url(db, "SELECT p.proname, coalesce(array_to_string(p.proconfig, ','), '') FROM pg_proc p "
+                         "JOIN pg_language l ON l.oid = p.prolang "
+                         "WHERE p.pronamespace = 'public'::regnamespace AND l.lanname = 'plpgsql' "
+                         "AND p.prosrc ~ 'unnest\\(p_' ORDER BY 1")
+    names = {r[0] for r in rows}
+    assert {"og_queue_insert_many", "og_queue_done_many", "og_msg_complete_many"} <= names, rows
+    for name, config in rows:
+        assert "plan_cache_mode=" in config, (name, config)
