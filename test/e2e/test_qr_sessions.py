@@ -11,11 +11,13 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
 from conftest import ROOT, assert_error, assert_ok, wait_for
-from gwlib import SETTINGS_ALL, WAHA_SECRET, admin, call, linked_gateway, new_tenant, new_token, query_url
+from gwlib import SETTINGS_ALL, SIM_QR_KEY, WAHA_SECRET, admin, call, linked_gateway, new_tenant, new_token, query_url
 
 SESSION = "shop-1"
 QR_FROM = "6281234567001"
@@ -253,3 +255,31 @@ def test_an_answer_racing_the_first_event_returns_the_session(gw):
     assert len(box) == 1 and len(box[0]) == 1, box  # one row: the session
     assert json.loads(box[0][0][0])["status"] == "SCAN_QR_CODE"  # the event is newer than the call: it stays
     assert query_url(gw.db_url, "SELECT status FROM qr_sessions WHERE name = '%s'" % SESSION) == [("SCAN_QR_CODE",)]
+
+
+@pytest.mark.parametrize("missing", ["OMNIGATE_PUBLIC_URL", "OMNIGATE_QR_WEBHOOK_SECRET"])
+def test_a_start_that_cannot_make_its_webhook_answers_409(make_server, fresh_db, tmp_path, missing):
+    """Without the gateway's public URL or the WAHA server's webhook secret, a start cannot create
+    the session (its webhook would not reach the gateway, or would be unsigned): 409 conflict,
+    nothing called on WAHA, and the worker goes on. The answer frees the request's state; the
+    call's body was then stored into that freed state (a use after free gcc's -Wuse-after-free
+    saw in the release build; ASan's report here)."""
+    srv = linked_gateway(make_server, fresh_db, tmp_path, env={missing: ""})
+    try:
+        tenant = new_tenant(srv, settings=settings())
+        token = new_token(srv, tenant["id"], scopes=["send", "logs", "keys"])["token"]
+        r = call(srv, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=token)
+        assert_error(r, 409, "conflict")
+        assert ("OMNIGATE_PUBLIC_URL" if missing == "OMNIGATE_PUBLIC_URL" else "webhook secret") in \
+            json.loads(r.body)["message"], r
+        try:  # no session was made on WAHA
+            urllib.request.urlopen(urllib.request.Request(srv.sim.url + "/api/sessions/" + SESSION,
+                                                          headers={"X-Api-Key": SIM_QR_KEY}), timeout=10)
+            raise AssertionError("a session was created on WAHA")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404, e
+        assert srv.request("GET", "/readyz").status == 200
+        r = call(srv, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=token)
+        assert_error(r, 409, "conflict")
+    finally:
+        srv.sim.stop()

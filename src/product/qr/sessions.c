@@ -197,9 +197,12 @@ static void call_waha(qs_t *q, call_t call)
     r->url = og_provider_url(s.base_url, "/api/%s%s%s", c->before, c->named ? q->name : "", c->after);
     r->method = c->method;
     if (call == CALL_CREATE || call == CALL_UPDATE) {
-        if ((r->body = session_body(q, &s, call == CALL_CREATE)) == NULL)
+        /* Into r only once made: NULL means q (and r in it) was freed with the answer. */
+        char *body = session_body(q, &s, call == CALL_CREATE);
+        if (body == NULL)
             return;
-        r->body_len = strlen(r->body);
+        r->body = body;
+        r->body_len = strlen(body);
     }
     bool ok = r->url != NULL &&
               og_hc_req_add_header(r, "Accept: %s", call == CALL_QR ? "image/png" : "application/json");
