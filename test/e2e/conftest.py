@@ -183,6 +183,13 @@ class Conn:
         resp = self._read_response(timeout, head)
         if self.tracker is not None and resp.status >= 200:
             req = self.tracker.next_request()
+            # A success answers a request sent whole, which a test's writer thread may not have
+            # recorded yet (TrackedSocket.send records what the kernel took, after taking it):
+            # wait for that record rather than check the answer against no request.
+            deadline = time.monotonic() + 2
+            while req is False and resp.status < 400 and time.monotonic() < deadline:
+                time.sleep(0.001)
+                req = self.tracker.next_request()
             method, target = req if req else (None, None)
             oacheck.note_response(method, target, resp, head=head or method == "HEAD")
         return resp
