@@ -26,18 +26,19 @@ WHERE t.id = $1;
 -- $5 keep = true: keep the number known
 -- $6 at_ms = when the call was sent (ms since the epoch)
 -- Returns the session as it stands, always one row: the upsert updates the row even when an event
--- is newer (writing back what it holds), so that RETURNING gives the row as committed last. A
+-- is newer (writing back what it holds: each column's CASE keeps the row's value then; a NULL
+-- event_at, no event yet, is never newer), so that RETURNING gives the row as committed last. A
 -- read after the upsert would use the statement's snapshot, which does not see an event's row
 -- committed while this statement waited for it (the route's worker crashed on the empty answer).
 -- columns: session
 INSERT INTO qr_sessions AS q (tenant_id, name, status, number, event_at)
 VALUES ($1, $2, $3, $4, to_timestamp($6::bigint / 1000.0))
 ON CONFLICT (tenant_id, name) DO UPDATE
-SET status = CASE WHEN q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at THEN EXCLUDED.status ELSE q.status END,
-    number = CASE WHEN q.event_at IS NOT NULL AND q.event_at > EXCLUDED.event_at THEN q.number
+SET status = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.status ELSE EXCLUDED.status END,
+    number = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.number
                   WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
                   ELSE EXCLUDED.number END,
-    updated_at = CASE WHEN q.event_at IS NULL OR q.event_at <= EXCLUDED.event_at THEN now() ELSE q.updated_at END,
+    updated_at = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.updated_at ELSE now() END,
     event_at = greatest(q.event_at, EXCLUDED.event_at)
 RETURNING og_qr_session_item(q)::text AS session;
 

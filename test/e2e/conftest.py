@@ -376,6 +376,12 @@ class Server:
         started = {r.get("pid") for r in self.log_records() if r.get("msg") == "worker started"}
         return len(started & set(self.worker_pids())) >= self.workers
 
+    def workers_connected(self):
+        """Every worker has logged "database connected": each connects on its own, so one
+        worker's 200 from /readyz says nothing of another's."""
+        connected = {r.get("pid") for r in self.log_records() if r.get("msg") == "database connected"}
+        return connected >= set(self.worker_pids())
+
     @property
     def pid(self):
         return self.proc.pid

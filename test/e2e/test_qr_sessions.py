@@ -278,6 +278,7 @@ def test_a_start_that_cannot_make_its_webhook_answers_409(make_server, fresh_db,
             raise AssertionError("a session was created on WAHA")
         except urllib.error.HTTPError as e:
             assert e.code == 404, e
+        assert wait_for(srv.workers_connected, 10)  # either worker may answer /readyz
         assert srv.request("GET", "/readyz").status == 200
         r = call(srv, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=token)
         assert_error(r, 409, "conflict")
