@@ -242,7 +242,7 @@ BEGIN
     -- else the final status, from this attempt's delivery when it was accepted ('sent' while a
     -- delivery-based fallback goes on).
     -- The releases with what their attempts and messages need, read once (y, used by both writes):
-    -- the message's channel, template and fallback, the delivery status an accepted attempt adopts.
+    -- the message's channel and template, the delivery status an accepted attempt adopts.
     -- (sql/032: the messages' statement found each release's attempt by joining the attempts
     -- inserted, a nested loop over them: n x n rows compared per write batch.)
     WITH y AS (
