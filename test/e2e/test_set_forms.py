@@ -436,26 +436,34 @@ def queue_round_sql(prefix, n, now_ms, owner):
     """psql script: n queued sends (sms, due now, one sender) accepted, claimed and sent in one
     write batch each, as the release writes them (og_queue_insert_many, og_queue_claim,
     og_queue_done_many)."""
-    queue = json.dumps({"status": "queued", "senders": [{"c": "sms", "s": "ACME", "r": 100000, "n": 1}]})
-    return ("SELECT og_queue_insert_many(array_fill('%(t)s'::uuid, ARRAY[%(n)d]), "
-            "(SELECT array_agg('%(p)s' || i) FROM generate_series(1, %(n)d) i), "
-            "(SELECT array_agg('+1999' || lpad(i::text, 7, '0')) FROM generate_series(1, %(n)d) i), "
-            "array_fill('Hi'::text, ARRAY[%(n)d]), array_fill('fallback'::text, ARRAY[%(n)d]), "
-            "array_fill('{sms}'::text, ARRAY[%(n)d]), array_fill('[]'::jsonb, ARRAY[%(n)d]), "
-            "array_fill(NULL::text, ARRAY[%(n)d]), array_fill(NULL::integer, ARRAY[%(n)d]), "
-            "array_fill(NULL::text, ARRAY[%(n)d]), array_fill('ACME'::text, ARRAY[%(n)d]), "
-            "array_fill(NULL::jsonb, ARRAY[%(n)d]), array_fill(%(due)d::bigint, ARRAY[%(n)d]), "
-            "array_fill(%(valid)d::bigint, ARRAY[%(n)d]), array_fill('normal'::text, ARRAY[%(n)d]), "
-            "array_fill(%(q)s::json, ARRAY[%(n)d]));\n"
+    queue = {"status": "queued", "senders": [{"c": "sms", "s": "ACME", "r": 100000, "n": 1}]}
+    return (queue_insert_sql(n, "array_fill('%s'::uuid, ARRAY[%d])" % (TENANT, n), prefix,
+                             "(SELECT array_agg('+1999' || lpad(i::text, 7, '0')) FROM generate_series(1, %d) i)" % n,
+                             "{sms}", None, now_ms - 1000, now_ms + 3600000, queue) +
             "CREATE TEMP TABLE claimed AS SELECT * FROM og_queue_claim('%(o)s', 60000, %(n)d, 32, false);\n"
             "SELECT og_queue_done_many(array_agg(c.tenant_id), array_agg(c.reference), array_agg(c.ch), "
             "array_agg('%(o)s'::text), array_agg('sent'::text), array_agg('pid-' || c.reference), "
             "array_agg(NULL::text), array_agg(NULL::text), array_agg(NULL::text), array_agg(200), array_agg(3), "
             "array_agg(NULL::integer), array_agg(5000::bigint), array_agg('USD'::text), array_agg(7000::bigint), "
             "true) FROM claimed c;\n"
-            "DROP TABLE claimed;\n"
-            % {"t": TENANT, "n": n, "p": prefix, "due": now_ms - 1000, "valid": now_ms + 3600000, "q": lit(queue),
-               "o": owner})
+            "DROP TABLE claimed;\n" % {"n": n, "o": owner})
+
+
+def queue_insert_sql(n, tenants, prefix, tos, channels, wa_from, due_ms, valid_ms, queue):
+    """psql: one og_queue_insert_many of n fallback sends 'Hi' (SMS sender ACME), as a write batch
+    writes them: `tenants` and `tos` SQL array expressions, references prefix1..prefixn, the
+    channels' text[] literal, the Meta number (or None), due and validity in ms, `queue` each
+    message's queue JSON (as a dict)."""
+    return ("SELECT og_queue_insert_many(%(t)s, (SELECT array_agg('%(p)s' || i) FROM generate_series(1, %(n)d) i), "
+            "%(to)s, array_fill('Hi'::text, ARRAY[%(n)d]), array_fill('fallback'::text, ARRAY[%(n)d]), "
+            "array_fill(%(ch)s::text, ARRAY[%(n)d]), array_fill('[]'::jsonb, ARRAY[%(n)d]), "
+            "array_fill(NULL::text, ARRAY[%(n)d]), array_fill(NULL::integer, ARRAY[%(n)d]), "
+            "array_fill(%(wa)s::text, ARRAY[%(n)d]), array_fill('ACME'::text, ARRAY[%(n)d]), "
+            "array_fill(NULL::jsonb, ARRAY[%(n)d]), array_fill(%(due)d::bigint, ARRAY[%(n)d]), "
+            "array_fill(%(valid)d::bigint, ARRAY[%(n)d]), array_fill('normal'::text, ARRAY[%(n)d]), "
+            "array_fill(%(q)s::json, ARRAY[%(n)d]));\n"
+            % {"t": tenants, "n": n, "p": prefix, "to": tos, "ch": lit(channels), "wa": lit(wa_from), "due": due_ms,
+               "valid": valid_ms, "q": lit(json.dumps(queue))})
 
 
 def plan_work(plan_text):
@@ -499,18 +507,12 @@ def test_set_forms_are_linear_in_their_write_batch(db, pg_session):
               "SET auto_explain.log_timing = off; SET auto_explain.log_level = 'notice';\n")
     script += queue_round_sql("kf_lq", n, now_ms, "lin-owner")
     # Queued sends of n tenants in one write batch, each with its Meta number and SMS sender.
-    queue = json.dumps({"status": "scheduled", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1},
-                                                           {"c": "sms", "s": "ACME", "r": 10, "n": 1}]})
-    script += ("SELECT og_queue_insert_many((SELECT array_agg(('00000000-0000-4000-8001-' || lpad(k::text, 12, '0'))::uuid) "
-               "FROM generate_series(1, %(n)d) k), (SELECT array_agg('kf_lt' || k) FROM generate_series(1, %(n)d) k), "
-               "array_fill('+19990000001'::text, ARRAY[%(n)d]), array_fill('Hi'::text, ARRAY[%(n)d]), "
-               "array_fill('fallback'::text, ARRAY[%(n)d]), array_fill('{whatsapp_meta,sms}'::text, ARRAY[%(n)d]), "
-               "array_fill('[]'::jsonb, ARRAY[%(n)d]), array_fill(NULL::text, ARRAY[%(n)d]), "
-               "array_fill(NULL::integer, ARRAY[%(n)d]), array_fill('100200300'::text, ARRAY[%(n)d]), "
-               "array_fill('ACME'::text, ARRAY[%(n)d]), array_fill(NULL::jsonb, ARRAY[%(n)d]), "
-               "array_fill(%(due)d::bigint, ARRAY[%(n)d]), array_fill(%(valid)d::bigint, ARRAY[%(n)d]), "
-               "array_fill('normal'::text, ARRAY[%(n)d]), array_fill(%(q)s::json, ARRAY[%(n)d]));\n"
-               % {"n": n, "due": now_ms + 3600000, "valid": now_ms + 7200000, "q": lit(queue)})
+    queue = {"status": "scheduled", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1},
+                                                {"c": "sms", "s": "ACME", "r": 10, "n": 1}]}
+    script += queue_insert_sql(n, "(SELECT array_agg(('00000000-0000-4000-8001-' || lpad(k::text, 12, '0'))::uuid) "
+                                  "FROM generate_series(1, %d) k)" % n, "kf_lt",
+                               "array_fill('+19990000001'::text, ARRAY[%d])" % n, "{whatsapp_meta,sms}", "100200300",
+                               now_ms + 3600000, now_ms + 7200000, queue)
     script += execute_many("msg_insert_unless_nowa_many",
                            [insert_params("kf_ls%d" % k, "+1777200%04d" % k) for k in range(n)])
     # Half the messages with a failed attempt before the accepted one, a tenth with a delivery
