@@ -40,12 +40,13 @@ bench posted it, and how many `low` entries were still waiting. The backlog is t
 in SQL as og_queue_cancel would (entries deleted, messages `canceled`).
 
 queue_scale: (1) the claim's cost against backlogs of --scale-sizes (1,000, 100,000 and
-1,000,000) messages of one sender (rate 100,000/s, so every claim takes its 64), in a database
+1,000,000) messages of one sender (rate 100,000/s, so every claim takes its OG_QUEUE_CLAIM_MAX), in a database
 of its own in the same cluster (migrated, no gateway on it; dropped afterwards), the backlog
 generated in SQL as in queue_priority and grown from one size to the next, VACUUM ANALYZE
-after each growth (what autovacuum does after it). Per size, 12 claims timed from psql
+after each growth (what autovacuum does after it). Per size, 12 claims (fewer when the smallest
+size cannot hold 14 of OG_QUEUE_CLAIM_MAX: 5 of 128 at 1,000) timed from psql
 (`\\timing`: the gateway's very queue_claim statement prepared and executed with its
-parameters, 64 messages and 32 senders, autocommit as the gateway's write), the buffers one
+parameters, read from release.h, autocommit as the gateway's write), the buffers one
 claim touches and its join (EXPLAIN (ANALYZE, BUFFERS) EXECUTE), and EXPLAIN ANALYZE of the
 claim's inner statements (the senders due, a page of entries, the next due time, the expired
 leases); then, topped up to the size again, the same with the statement's join planned as
@@ -81,6 +82,19 @@ import subprocess
 import sys
 import threading
 import time
+
+
+def gateway_constant(name):
+    """A number the gateway's release is built with (include/product/omnigate/queue/release.h), so
+    that the claims timed here take what the gateway's take."""
+    h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "product", "omnigate",
+                     "queue", "release.h")
+    with open(h) as f:
+        return int(re.search(r"#define %s\s+(\d+)" % name, f.read()).group(1))
+
+
+CLAIM_MAX = gateway_constant("OG_QUEUE_CLAIM_MAX")
+CLAIM_SENDERS = gateway_constant("OG_QUEUE_CLAIM_SENDERS")
 
 import logscale
 import steps
@@ -700,7 +714,8 @@ def claim_plan(psql):
     parameters do not change its estimates, so this is the plan a gateway connection makes
     when it plans the statement again (after the tables' next ANALYZE)."""
     out = psql("BEGIN; PREPARE qclaim(text, integer, integer, integer, boolean) AS %s; "
-               "EXPLAIN EXECUTE qclaim('bench', 60000, 64, 32, true); DEALLOCATE qclaim; ROLLBACK" % claim_statement())
+               "EXPLAIN EXECUTE qclaim('bench', 60000, %d, %d, true); DEALLOCATE qclaim; ROLLBACK" %
+               (claim_statement(), CLAIM_MAX, CLAIM_SENDERS))
     return "hash join, Seq Scan on messages" if "Seq Scan on messages" in out else (
         "nested loop, messages_pkey" if "messages_pkey" in out else "none outside og_queue_claim")
 
@@ -710,13 +725,13 @@ INNER = [
                     "FOR NO KEY UPDATE SKIP LOCKED"),
     ("a page of entries", "SELECT q.tenant_id, q.reference, q.ch, q.due_at, q.valid_until, q.segments "
                           "FROM queue_entries q WHERE q.sender_id = %(s)d AND q.priority = 1 AND q.lease_owner IS NULL "
-                          "AND q.due_at <= now() ORDER BY q.due_at, q.id LIMIT 64 FOR UPDATE SKIP LOCKED"),
+                          "AND q.due_at <= now() ORDER BY q.due_at, q.id LIMIT " + str(CLAIM_MAX) + " FOR UPDATE SKIP LOCKED"),
     ("next due (og_queue_next_due)", "SELECT og_queue_next_due(%(s)d)"),
     ("next due, priority 1 branch", "SELECT due_at FROM queue_entries WHERE sender_id = %(s)d AND priority = 1 AND "
                                     "lease_owner IS NULL ORDER BY due_at LIMIT 1"),
     ("expired leases (og_queue_abandon)", "SELECT q.tenant_id, q.reference, q.ch FROM queue_entries q "
                                           "WHERE q.lease_owner IS NOT NULL AND q.lease_until < now() "
-                                          "ORDER BY q.lease_until LIMIT 64 FOR UPDATE SKIP LOCKED"),
+                                          "ORDER BY q.lease_until LIMIT " + str(CLAIM_MAX) + " FOR UPDATE SKIP LOCKED"),
 ]
 
 
@@ -747,18 +762,17 @@ def time_claims(url, claims, stale_join=False):
     it until the tables are analyzed again): the hash join over all of messages that the planner
     picks while messages is small (og_queue_claim's rows are estimated at 1,000, PL/pgSQL's
     default); the function's own statements are planned as usual."""
+    execute = "EXECUTE claim('bench-scale', 3600000, %d, %d, true);\n" % (CLAIM_MAX, CLAIM_SENDERS)
     script = "\\set ON_ERROR_STOP 1\n"
     if stale_join:
         script += "SET plan_cache_mode = force_generic_plan;\nSET enable_nestloop = off;\nSET enable_mergejoin = off;\n"
     script += "PREPARE claim(text, integer, integer, integer, boolean) AS %s;\n" % claim_statement()
     if stale_join:
-        script += ("EXPLAIN EXECUTE claim('bench-scale', 3600000, 64, 32, true);\n"
-                   "RESET enable_nestloop;\nRESET enable_mergejoin;\n")
-    script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32, true);\n\\o\n\\timing on\n"
+        script += "EXPLAIN " + execute + "RESET enable_nestloop;\nRESET enable_mergejoin;\n"
+    script += "\\o /dev/null\n" + execute + "\\o\n\\timing on\n"
     for _ in range(claims):
-        script += "\\o /dev/null\nEXECUTE claim('bench-scale', 3600000, 64, 32, true);\n\\o\n"
-    script += ("\\timing off\nSELECT 'EXPLAIN';\n"
-               "EXPLAIN (ANALYZE, BUFFERS) EXECUTE claim('bench-scale', 3600000, 64, 32, true);\n")
+        script += "\\o /dev/null\n" + execute + "\\o\n"
+    script += "\\timing off\nSELECT 'EXPLAIN';\nEXPLAIN (ANALYZE, BUFFERS) " + execute
     out = logscale.psql(url, script)
     times = [float(x) for x in re.findall(r"^Time: ([\d.]+) ms", out, re.M)]
     plan = out.split("\nEXPLAIN\n", 1)[-1]
@@ -823,9 +837,9 @@ def claim_cost(b, bench, sizes, claims=12):
                                join=stale["join"], claims=len(stale["times"])),
                  "inner": inner}
             rows.append(r)
-            log("queue_scale: %d waiting (%d messages in the table): claim of 64 median %.2f ms (p90 %.2f, max %.2f), "
+            log("queue_scale: %d waiting (%d messages in the table): claim of %d median %.2f ms (p90 %.2f, max %.2f), "
                 "%d buffers, %s; with the stale join %.2f ms, %d buffers, %s; inner: %s" % (
-                    size, messages, r["fresh"]["median_ms"], r["fresh"]["p90_ms"], r["fresh"]["max_ms"],
+                    size, messages, CLAIM_MAX, r["fresh"]["median_ms"], r["fresh"]["p90_ms"], r["fresh"]["max_ms"],
                     r["fresh"]["buffers"], r["fresh"]["join"], r["stale"]["median_ms"], r["stale"]["buffers"],
                     r["stale"]["join"], "; ".join("%s %s %d buffers %.3f ms" % (i["what"], i["plan"], i["buffers"],
                                                                              i["ms"]) for i in inner)))
@@ -837,7 +851,9 @@ def claim_cost(b, bench, sizes, claims=12):
 def sc_scale(b, bench):
     sizes = [int(x) for x in b.args.scale_sizes.split(",")]
     log("queue_scale: the claim's cost at %s waiting (database %s)" % (sizes, SCALE_DB))
-    claims = claim_cost(b, bench, sizes)
+    # Each phase takes its timed claims, one untimed before them and one EXPLAIN ANALYZE after, from
+    # a backlog topped up to its size: the smallest size must hold them all (12 claims of 64 did).
+    claims = claim_cost(b, bench, sizes, max(3, min(12, min(sizes) // CLAIM_MAX - 2)))
 
     # Sync p99 alone, while a backlog drains (at each rate), alone again.
     n = b.args.scale_backlog
@@ -1115,14 +1131,15 @@ def report(b):
         d = by["queue_scale_draining"]["queue_scale"]
         lines += ["", "`queue_scale`: the gateway's `queue_claim` statement (sql/queries/queue.sql: og_queue_claim "
                   "joined to messages and tenants) prepared in psql and executed with the gateway's parameters "
-                  "(64 messages, 32 senders; autocommit, so each time includes its COMMIT), 12 times after one "
-                  "untimed, against one sender's backlog (rate 100,000/s: every claim takes 64), generated in a "
+                  "(%d messages, %d senders; autocommit, so each time includes its COMMIT), %d times after one "
+                  "untimed, against one sender's backlog (rate 100,000/s: every claim takes %d), generated in a "
                   "database of its own (see the module doc of test/bench/queue.py) and grown from one size to the "
                   "next, VACUUM ANALYZE after each growth. *Fresh*: planned in that session with those statistics. "
                   "*Stale join*: the statement's join planned with nested loops off and kept as a cached generic "
                   "plan: the plan the planner makes while messages is small (og_queue_claim is estimated at 1,000 "
                   "rows, PL/pgSQL's default), which a gateway connection keeps until messages is analyzed again. "
-                  "Buffers = shared hit + read of one claim (EXPLAIN (ANALYZE, BUFFERS) EXECUTE).", "",
+                  "Buffers = shared hit + read of one claim (EXPLAIN (ANALYZE, BUFFERS) EXECUTE)." % (
+                      CLAIM_MAX, CLAIM_SENDERS, d["claims"][0]["fresh"]["claims"], CLAIM_MAX), "",
                   "| waiting | messages in the table | fresh: median / p90 / max ms | us per message | buffers | join "
                   "| stale join: median ms | buffers | join |",
                   "|---:|---:|---|---:|---:|---|---:|---:|---|"]
@@ -1130,7 +1147,7 @@ def report(b):
             f, st = c["fresh"], c["stale"]
             lines.append("| %s | %s | %.2f / %.2f / %.2f | %.1f | %d | %s | %.2f | %d | %s |" % (
                 "{:,}".format(c["size"]), "{:,}".format(c["messages"]), f["median_ms"], f["p90_ms"], f["max_ms"],
-                1000 * f["median_ms"] / 64, f["buffers"], f["join"], st["median_ms"], st["buffers"], st["join"]))
+                1000 * f["median_ms"] / CLAIM_MAX, f["buffers"], f["join"], st["median_ms"], st["buffers"], st["join"]))
         lines += ["", "The claim's inner statements (EXPLAIN (ANALYZE, BUFFERS) with the sender's id: plan; buffers; "
                   "ms) at each size:", "",
                   "| statement | " + " | ".join("{:,}".format(c["size"]) for c in d["claims"]) + " |",
@@ -1205,11 +1222,11 @@ def targets(b):
     if "queue_scale_draining" in by:
         d = by["queue_scale_draining"]["queue_scale"]
         cs = d["claims"]
-        out.append(("claim of 64, fresh plan: slowest median over the smallest backlog's (%s)" % ", ".join(
-            "%s: %.2f ms" % ("{:,}".format(c["size"]), c["fresh"]["median_ms"]) for c in cs),
+        out.append(("claim of %d, fresh plan: slowest median over the smallest backlog's (%s)" % (CLAIM_MAX, ", ".join(
+            "%s: %.2f ms" % ("{:,}".format(c["size"]), c["fresh"]["median_ms"]) for c in cs)),
             "%.3f" % d["claim_ratio"], "<= 1.5 (flat)", d["claim_ratio"] <= 1.5 and d["plans_indexed"]))
-        out.append(("claim of 64 with the join planned while messages was small (%s; reported)" % ", ".join(
-            "%s: %.2f ms" % ("{:,}".format(c["size"]), c["stale"]["median_ms"]) for c in cs),
+        out.append(("claim of %d with the join planned while messages was small (%s; reported)" % (CLAIM_MAX, ", ".join(
+            "%s: %.2f ms" % ("{:,}".format(c["size"]), c["stale"]["median_ms"]) for c in cs)),
             "%.3f" % d["stale_ratio"], "(reported)", True))
         for x in d["drains"]:
             out.append(("sync send p99 while %s queued drain at %g/s / alone (sends/s %.3f)" % (

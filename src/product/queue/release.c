@@ -5,6 +5,7 @@
  * A released message's life here:
  *   claim   queue_claim leased it to this worker (committed; the lease stands for its attempt);
  *   call    its channel's provider, with the message's senders and the tenant's settings;
+ *   hold    its outcome waits, up to OG_QUEUE_DONE_LINGER_MS, for the others of its claim (hold);
  *   record  queue_done (+ the SMS record) in one write, under the lease; the releases of one
  *           write batch share one call of its set form (queue_done_many).
  * A write that fails leaves the lease to expire: the next claim anywhere marks the attempt
@@ -86,6 +87,13 @@ struct og_queue {
     og_db_op_t claim;
     og_db_op_t sample;
     bool claiming, again, sampling, closing, timer_closed;
+    /* Outcomes waiting to be written together (OG_QUEUE_DONE_GATHER), oldest first, and the
+     * timer that writes them OG_QUEUE_DONE_LINGER_MS after the first. */
+    struct rel *held, **held_tail;
+    int nheld;
+    int recording; /* outcomes submitted and not yet recorded */
+    uv_timer_t gather;
+    bool gather_closed;
     uint64_t sampled_ms;
     uint64_t abandoned_ms;                /* the last claim that ended dead holders' leases */
     uint64_t started_ms, prev_started_ms; /* the start of the last claim, and of the one before */
@@ -111,6 +119,7 @@ struct og_queue {
 /* One released message, from its claim to its outcome's write. */
 typedef struct rel {
     og_queue_t *q;
+    struct rel *next; /* among the outcomes waiting to be written (og_queue_t.held) */
     og_db_op_t op;
     char tenant_id[37];
     char *reference, *to, *text, *template_json;
@@ -131,8 +140,8 @@ static void claim(og_queue_t *q);
 
 static void maybe_closed(og_queue_t *q)
 {
-    if (!q->closing || !q->timer_closed || q->claiming || q->sampling || q->debiting || q->completing ||
-        q->in_flight > 0)
+    if (!q->closing || !q->timer_closed || !q->gather_closed || q->claiming || q->sampling || q->debiting ||
+        q->completing || q->in_flight > 0)
         return;
     free(q->debit_text);
     for (int i = 0; i < SETTINGS_CACHE; i++) {
@@ -202,6 +211,7 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
 {
     rel_t *r = op->arg;
     og_queue_t *q = r->q;
+    q->recording--;
     if (st != OG_DB_OK)
         og_log(&q->gw->w->log, st == OG_DB_ERROR ? OG_LOG_ERROR : OG_LOG_WARN,
                "queue: recording an attempt failed; its lease will expire and it becomes unknown",
@@ -213,6 +223,46 @@ static void recorded(og_db_op_t *op, og_db_status_t st)
     rel_free(r);
     if (again)
         og_queue_wake(q);
+}
+
+/* Submits the outcomes waiting, in one turn of the loop: the pool writes them in one write batch
+ * (up to OG_DB_MAX_BATCH), one call of queue_done_many. */
+static void write_held(og_queue_t *q)
+{
+    uv_timer_stop(&q->gather);
+    rel_t *r = q->held;
+    q->held = NULL;
+    q->held_tail = &q->held;
+    q->nheld = 0;
+    while (r != NULL) {
+        rel_t *next = r->next;
+        r->next = NULL;
+        q->recording++;
+        og_db_submit(q->gw->db, &r->op);
+        r = next;
+    }
+}
+
+static void on_gather(uv_timer_t *t)
+{
+    write_held(container_of(t, og_queue_t, gather));
+}
+
+/* An outcome ready to write: with the others of the next OG_QUEUE_DONE_LINGER_MS, or at once once
+ * OG_QUEUE_DONE_GATHER wait, every message this worker has at providers has answered, or the
+ * worker is closing. Each set-form call has a fixed cost (its statements' start and end,
+ * whatever their rows) that a bigger write batch shares: the drain's outcomes otherwise go in
+ * batches as small as the pool's group commit makes them (docs/performance.md). The lease
+ * covers the wait (messaging/budget.h: seconds). */
+static void hold(og_queue_t *q, rel_t *r)
+{
+    *q->held_tail = r;
+    q->held_tail = &r->next;
+    q->nheld++;
+    if (q->nheld >= OG_QUEUE_DONE_GATHER || q->nheld >= q->in_flight - q->recording || q->closing)
+        write_held(q);
+    else if (q->nheld == 1)
+        uv_timer_start(&q->gather, on_gather, OG_QUEUE_DONE_LINGER_MS, 0);
 }
 
 static void attempted(og_attempt_t *a)
@@ -264,7 +314,7 @@ static void attempted(og_attempt_t *a)
     op->background = true; /* never in a request's transaction */
     op->done = recorded;
     op->arg = r;
-    og_db_submit(r->q->gw->db, op);
+    hold(r->q, r);
 }
 
 /* ---- the claim -------------------------------------------------------------------------------- */
@@ -621,6 +671,8 @@ og_queue_t *og_queue_start(og_gw_t *gw, bool sampler)
     snprintf(q->senders_s, sizeof(q->senders_s), "%d", OG_QUEUE_CLAIM_SENDERS);
     uv_timer_init(&gw->w->loop, &q->timer);
     uv_unref((uv_handle_t *)&q->timer);
+    q->held_tail = &q->held;
+    uv_timer_init(&gw->w->loop, &q->gather);
     schedule(q);
     return q;
 }
@@ -665,10 +717,19 @@ static void timer_closed(uv_handle_t *h)
     maybe_closed(q);
 }
 
+static void gather_closed(uv_handle_t *h)
+{
+    og_queue_t *q = container_of((uv_timer_t *)h, og_queue_t, gather);
+    q->gather_closed = true;
+    maybe_closed(q);
+}
+
 void og_queue_close(og_queue_t *q, void (*closed)(void *arg), void *arg)
 {
     q->closing = true;
     q->closed = closed;
     q->closed_arg = arg;
+    write_held(q); /* what answered is written now; what is at providers, as it answers (hold) */
     uv_close((uv_handle_t *)&q->timer, timer_closed);
+    uv_close((uv_handle_t *)&q->gather, gather_closed);
 }

@@ -20,13 +20,15 @@
 #include "omnigate/metrics.h"
 #include "omnigate/providers/provider.h"
 
-#define OG_QUEUE_TICK_MS       200  /* a worker's claims with nothing woken: every 150-250 ms */
-#define OG_QUEUE_PACED_MIN_MS  20   /* ... after a claim that took some: sooner, as its pace says */
-#define OG_QUEUE_IN_FLIGHT     256  /* released messages one worker has at providers at once, at most */
-#define OG_QUEUE_CLAIM_MAX     64   /* messages one claim takes, at most */
-#define OG_QUEUE_CLAIM_SENDERS 32   /* senders one claim serves, at most */
-#define OG_QUEUE_SAMPLE_MS     2000 /* the depth gauges: sampled this often by worker 0 */
-#define OG_QUEUE_ABANDON_MS    1000 /* a worker's claims end dead holders' leases this often */
+#define OG_QUEUE_TICK_MS        200 /* a worker's claims with nothing woken: every 150-250 ms */
+#define OG_QUEUE_PACED_MIN_MS   20  /* ... after a claim that took some: sooner, as its pace says */
+#define OG_QUEUE_IN_FLIGHT      256 /* released messages one worker holds (at providers, or outcomes to write) */
+#define OG_QUEUE_CLAIM_MAX      128  /* messages one claim takes, at most */
+#define OG_QUEUE_CLAIM_SENDERS  32   /* senders one claim serves, at most */
+#define OG_QUEUE_DONE_GATHER    128  /* outcomes a worker writes together (one write batch), at most ... */
+#define OG_QUEUE_DONE_LINGER_MS 25   /* ... waiting this long after the first for the others */
+#define OG_QUEUE_SAMPLE_MS      2000 /* the depth gauges: sampled this often by worker 0 */
+#define OG_QUEUE_ABANDON_MS     1000 /* a worker's claims end dead holders' leases this often */
 /* ... and complete this many finished batches at most (API.md §20), as a parameter */
 #define OG_BATCH_COMPLETE_MAX_S "100"
 #define OG_QUEUE_DEBITS         128 /* senders a worker gathers sync sends' calls for between ticks */
