@@ -1289,8 +1289,10 @@ def test_console_usage(make_server, fresh_db, tmp_path, browser):
         assert got["summary"].startswith("0 messages from ")
         assert d.find_element(By.CSS_SELECTOR, ".view[data-view=usage]").get_attribute("aria-pressed") == "true"
 
-        # The global card, priced by every worker (the other tenant's SMS probes it), then the sends.
+        # The global card, priced by every worker, then the sends; the other tenant sends one SMS
+        # (its usage is the tenant view's second case below).
         put_card(srv, U_CARD)
+        assert_ok(call(srv, "POST", "/api/sms/send", token=srv.token, body={"to": "+4915112345000", "text": "probe"}))
         for to, channels in U_SENDS:
             body = {"to": to, "text": "Your order has shipped"}
             if channels:
@@ -1341,7 +1343,7 @@ def test_console_usage(make_server, fresh_db, tmp_path, browser):
         assert want_one["totals"] != want_all["totals"]
         shot(d, "usage-tenant", 1280)
 
-        # The other tenant sent only the SMS that probed the card: no fallback message.
+        # The other tenant sent only its SMS: no fallback message.
         click(d, "#tenant-back")
         fill(d, "#search-name", "Other Shop").send_keys(Keys.ENTER)
         wait(d, lambda _: texts(d, "#tenant-table tbody tr") == ["Other Shop"])

@@ -282,6 +282,8 @@ static void rates_read(og_consent_t *c, const PGresult *r)
     og_rate_card_clear(&c->rates);
     c->rates = card;
     snprintf(c->rates_version, sizeof(c->rates_version), "%s", PQgetvalue(r, 0, OG_C_RATES_CURRENT_VERSION));
+    /* Once per worker and version: from here on this worker prices with it (docs/costs.md). */
+    og_log(&c->gw->w->log, OG_LOG_INFO, "rates: global card loaded", "\"version\":\"%s\"", c->rates_version);
 }
 
 static void read_done(og_db_op_t *op, og_db_status_t st)
