@@ -83,6 +83,9 @@ import sys
 import threading
 import time
 
+import logscale
+import steps
+
 
 def gateway_constant(name):
     """A number the gateway's release is built with (include/product/omnigate/queue/release.h), so
@@ -95,10 +98,6 @@ def gateway_constant(name):
 
 CLAIM_MAX = gateway_constant("OG_QUEUE_CLAIM_MAX")
 CLAIM_SENDERS = gateway_constant("OG_QUEUE_CLAIM_SENDERS")
-
-import logscale
-import steps
-
 META_NUMBER = "6281234567890"
 META_ID = "109876543210"
 TEXT = "Your order has shipped"

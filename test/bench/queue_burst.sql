@@ -16,6 +16,7 @@
 \else
 \set n 128
 \endif
+\ir queue_calls.sql
 SET og.total = :total;
 SET og.n = :n;
 INSERT INTO tenants (id, name, unified_api_enabled, settings)
@@ -46,13 +47,7 @@ BEGIN
         r := (random() * 1e15)::bigint;
         refs := (SELECT array_agg('kf_bu' || r || '_' || i) FROM generate_series(1, k) i);
         tos := (SELECT array_agg('+1999' || lpad(((r + i) % 10000000)::text, 7, '0')) FROM generate_series(1, k) i);
-        PERFORM og_queue_insert_many(array_fill(tenant, ARRAY[k]), refs, tos,
-            array_fill('Your code is 123456'::text, ARRAY[k]), array_fill('fallback'::text, ARRAY[k]),
-            array_fill('{whatsapp_meta,sms}'::text, ARRAY[k]), array_fill('[]'::jsonb, ARRAY[k]),
-            array_fill(NULL::text, ARRAY[k]), array_fill(NULL::int, ARRAY[k]),
-            array_fill('6281234567890'::text, ARRAY[k]), array_fill('ACME'::text, ARRAY[k]),
-            array_fill(NULL::jsonb, ARRAY[k]), array_fill(due_ms, ARRAY[k]), array_fill(due_ms + 3600000, ARRAY[k]),
-            array_fill('normal'::text, ARRAY[k]), array_fill(qj, ARRAY[k]));
+        PERFORM pg_temp.bench_queue_insert(tenant, refs, tos, due_ms, qj);
         COMMIT;
     END LOOP;
     PERFORM pg_sleep(2.5); -- until they are due (now() is the transaction's start)
@@ -64,14 +59,7 @@ BEGIN
         tc := tc + (clock_timestamp() - t0);
         EXIT WHEN c_r IS NULL;
         t0 := clock_timestamp();
-        PERFORM og_queue_done_many(c_t, c_r, c_ch, array_fill('bu-owner'::text, ARRAY[cardinality(c_r)]),
-            array_fill('sent'::text, ARRAY[cardinality(c_r)]), (SELECT array_agg('wamid.' || x) FROM unnest(c_r) x),
-            array_fill(NULL::text, ARRAY[cardinality(c_r)]), array_fill(NULL::text, ARRAY[cardinality(c_r)]),
-            array_fill(NULL::text, ARRAY[cardinality(c_r)]),
-            array_fill(200, ARRAY[cardinality(c_r)]), array_fill(3, ARRAY[cardinality(c_r)]),
-            array_fill(NULL::int, ARRAY[cardinality(c_r)]),
-            array_fill(5000::bigint, ARRAY[cardinality(c_r)]), array_fill('USD'::text, ARRAY[cardinality(c_r)]),
-            array_fill(7000::bigint, ARRAY[cardinality(c_r)]), false);
+        PERFORM pg_temp.bench_queue_done(c_t, c_r, c_ch, 'bu-owner');
         td := td + (clock_timestamp() - t0);
         COMMIT;
         done := done + cardinality(c_r);

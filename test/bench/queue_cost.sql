@@ -36,6 +36,7 @@
 \else
 \set n 20
 \endif
+\ir queue_calls.sql
 SET og.batches = :batches;
 SET og.n = :n;
 INSERT INTO tenants (id, name, unified_api_enabled, settings)
@@ -146,13 +147,7 @@ BEGIN
         -- queue (today's storage)
         refs := (SELECT array_agg('kf_qcq' || r || '_' || i) FROM generate_series(1, n) i);
         t0 := clock_timestamp();
-        PERFORM og_queue_insert_many(array_fill(tenant, ARRAY[n]), refs, tos,
-            array_fill('Your code is 123456'::text, ARRAY[n]), array_fill('fallback'::text, ARRAY[n]),
-            array_fill('{whatsapp_meta,sms}'::text, ARRAY[n]), array_fill('[]'::jsonb, ARRAY[n]),
-            array_fill(NULL::text, ARRAY[n]), array_fill(NULL::int, ARRAY[n]),
-            array_fill('6281234567890'::text, ARRAY[n]), array_fill('ACME'::text, ARRAY[n]),
-            array_fill(NULL::jsonb, ARRAY[n]), array_fill(due_ms, ARRAY[n]), array_fill(due_ms + 3600000, ARRAY[n]),
-            array_fill('normal'::text, ARRAY[n]), array_fill(qj, ARRAY[n]));
+        PERFORM pg_temp.bench_queue_insert(tenant, refs, tos, due_ms, qj);
         PERFORM og_usage_messages_add(array_fill(tenant, ARRAY[n]));
         q_ins := q_ins + (clock_timestamp() - t0);
         t0 := clock_timestamp();
@@ -163,12 +158,7 @@ BEGIN
             RAISE EXCEPTION 'queue: claimed % of %', coalesce(cardinality(c_r), 0), n;
         END IF;
         t0 := clock_timestamp();
-        PERFORM og_queue_done_many(c_t, c_r, c_ch, array_fill('qc-owner'::text, ARRAY[n]),
-            array_fill('sent'::text, ARRAY[n]), (SELECT array_agg('wamid.' || x) FROM unnest(c_r) x),
-            array_fill(NULL::text, ARRAY[n]), array_fill(NULL::text, ARRAY[n]), array_fill(NULL::text, ARRAY[n]),
-            array_fill(200, ARRAY[n]), array_fill(3, ARRAY[n]), array_fill(NULL::int, ARRAY[n]),
-            array_fill(5000::bigint, ARRAY[n]), array_fill('USD'::text, ARRAY[n]), array_fill(7000::bigint, ARRAY[n]),
-            false);
+        PERFORM pg_temp.bench_queue_done(c_t, c_r, c_ch, 'qc-owner');
         -- The write batch's tally, as the gateway sums it (sql/030), in sync's usage_add.
         PERFORM pg_temp.queue_cost_usage(tenant, n);
         q_done := q_done + (clock_timestamp() - t0);
