@@ -15,16 +15,21 @@ WHERE t.id = $1;
 
 -- name: qr_session_put
 -- Records what WAHA answered to a route's start, stop or logout: the session's status, and its
--- number unless `keep` (stop keeps the number linked; start and logout write what WAHA said), as
--- of when the call was sent: a session.status event that happened since (applied before this
--- answer is written, as when WAHA's next move is quick: STARTING then SCAN_QR_CODE 50 ms after a
--- logout) is newer and stays, and an event of later still replaces it (og_qr_session_event).
+-- number unless `keep` (stop keeps the number linked; start and logout write what WAHA said).
+-- The status is as of when the call was sent: a session.status event that happened since
+-- (applied before this answer is written, as when WAHA's next move is quick: STARTING then
+-- SCAN_QR_CODE 50 ms after a logout) is newer and stays, and an event of later still replaces it
+-- (og_qr_session_event). The number is as of when the answer came: the events WAHA sent while
+-- it acted carry the number it had before (a logout's STOPPED event still names the account it
+-- unlinks, and its STARTING event names none, which keeps the number known), so only an event
+-- stamped after the answer (a scan) outranks the answer's number.
 -- $1 tenant_id
 -- $2 name = the session
 -- $3 status = STOPPED, STARTING, SCAN_QR_CODE, WORKING or FAILED
 -- $4 number = the linked account (E.164) or NULL
 -- $5 keep = true: keep the number known
 -- $6 at_ms = when the call was sent (ms since the epoch)
+-- $7 answered_ms = when its answer came (ms since the epoch)
 -- Returns the session as it stands, always one row: the upsert updates the row even when an event
 -- is newer (writing back what it holds: each column's CASE keeps the row's value then; a NULL
 -- event_at, no event yet, is never newer), so that RETURNING gives the row as committed last. A
@@ -35,7 +40,7 @@ INSERT INTO qr_sessions AS q (tenant_id, name, status, number, event_at)
 VALUES ($1, $2, $3, $4, to_timestamp($6::bigint / 1000.0))
 ON CONFLICT (tenant_id, name) DO UPDATE
 SET status = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.status ELSE EXCLUDED.status END,
-    number = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.number
+    number = CASE WHEN q.event_at > to_timestamp($7::bigint / 1000.0) THEN q.number
                   WHEN $5::boolean THEN coalesce(EXCLUDED.number, q.number)
                   ELSE EXCLUDED.number END,
     updated_at = CASE WHEN q.event_at > EXCLUDED.event_at THEN q.updated_at ELSE now() END,

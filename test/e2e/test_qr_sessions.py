@@ -205,10 +205,10 @@ def test_an_answer_never_hides_a_newer_event(gw):
     tid, t0 = gw.tenant["id"], 1764300000000
     assert query_url(gw.db_url, "SELECT og_qr_session_event('%s', 'SCAN_QR_CODE', NULL, to_timestamp(%d / 1000.0), NULL) "
                                 "IS NOT NULL" % (SESSION, t0 + 50)) == [("t",)]
-    put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d');\n"
-    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0))
+    put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d', '%d');\n"
+    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0, t0 + 5))
     assert json.loads(out[-1][0])["status"] == "SCAN_QR_CODE"  # the answer is older: the session as it stands
-    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0 + 100))
+    out = query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0 + 100, t0 + 105))
     assert json.loads(out[-1][0])["status"] == "STARTING"  # a call sent after the event: its answer
     assert query_url(gw.db_url, "SELECT og_qr_session_event('%s', 'WORKING', NULL, to_timestamp(%d / 1000.0), NULL) "
                                 "IS NOT NULL" % (SESSION, t0 + 150)) == [("t",)]
@@ -239,8 +239,9 @@ def test_an_answer_racing_the_first_event_returns_the_session(gw):
         event.stdin.flush()
         assert event.stdout.readline().strip() == "t"
         box = []
-        put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d');\n"
-        th = threading.Thread(target=lambda: box.append(query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0))))
+        put = "PREPARE p AS %s;\nEXECUTE p('%s', '%s', 'STARTING', NULL, 'false', '%d', '%d');\n"
+        th = threading.Thread(target=lambda: box.append(query_url(gw.db_url, put % (qr_put_sql(), tid, SESSION, t0,
+                                                                                     t0 + 5))))
         th.start()
         assert wait_for(lambda: query_url(gw.db_url, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
                                                      "'Lock' AND (query LIKE 'EXECUTE p(%' OR query LIKE 'PREPARE p AS%')")
@@ -255,6 +256,35 @@ def test_an_answer_racing_the_first_event_returns_the_session(gw):
     assert len(box) == 1 and len(box[0]) == 1, box  # one row: the session
     assert json.loads(box[0][0][0])["status"] == "SCAN_QR_CODE"  # the event is newer than the call: it stays
     assert query_url(gw.db_url, "SELECT status FROM qr_sessions WHERE name = '%s'" % SESSION) == [("SCAN_QR_CODE",)]
+
+
+def test_a_logout_answer_names_no_number_whatever_its_events_said(gw):
+    """WAHA's events of a logout reach the gateway before its answer: STOPPED still naming the
+    account it unlinks, then STARTING naming none (which keeps the number known). Applied first,
+    they are newer than the call, and the answer's number was dropped with its status: CI saw a
+    logout answered with the old number. The number is as of the answer, so the logout answers
+    none; the stop keeps it (still linked); the scan that follows the QR code is newer than both.
+    The simulator's WAHA answers 300 ms after its events; STARTING lasts 2 s."""
+    assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    sim_call(gw, "POST", "/__sim/waha/sessions/%s/scan" % SESSION, {"number": LINKED})
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+    assert sim_call(gw, "PUT", "/__sim/waha/settings", {"actionAnswerMs": 300, "startingMs": 2000})["data"][
+        "actionAnswerMs"] == 300
+
+    d = assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/stop" % SESSION, token=gw.token))["data"]
+    assert d["status"] == "STOPPED" and d["number"] == LINKED, d
+    d = assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/start" % SESSION, token=gw.token))["data"]
+    assert d["status"] == "STARTING" and d["number"] == LINKED, d
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+
+    d = assert_ok(call(gw, "POST", "/api/whatsapp/sessions/%s/logout" % SESSION, token=gw.token))["data"]
+    assert d["status"] == "STARTING" and d["number"] is None, d
+    assert wait_for(lambda: status_is(gw, "SCAN_QR_CODE"), 10)
+    assert json.loads(session(gw).body)["data"]["number"] is None
+    sim_call(gw, "POST", "/__sim/waha/sessions/%s/scan" % SESSION, {"number": "+6281234567002"})
+    assert wait_for(lambda: status_is(gw, "WORKING"), 10)
+    assert json.loads(session(gw).body)["data"]["number"] == "+6281234567002"
 
 
 @pytest.mark.parametrize("missing", ["OMNIGATE_PUBLIC_URL", "OMNIGATE_QR_WEBHOOK_SECRET"])

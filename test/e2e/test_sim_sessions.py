@@ -59,7 +59,8 @@ def clean(sim, rx):
     recorded or received."""
     sim.control("DELETE", "/__sim/waha/sessions")  # first: a forgotten session makes no more events
     assert wait_for(lambda: sim.stats()["callbacks"]["pending"] == 0, WAIT), sim.stats()
-    assert sim.control("PUT", "/__sim/waha/settings", {"startingMs": 50, "qrRefreshMs": 20000})[0] == 200
+    assert sim.control("PUT", "/__sim/waha/settings",
+                       {"startingMs": 50, "qrRefreshMs": 20000, "actionAnswerMs": 0})[0] == 200
     for path in ("/__sim/callbacks", "/__sim/requests", "/__sim/stats", "/__sim/rules"):
         sim.control("DELETE", path)
     rx.reset()
@@ -734,8 +735,9 @@ def test_inbound_goes_to_the_sessions_webhook(sim, rx):
 
 def test_settings_are_checked(sim, rx):
     """The timings have their defaults, and a value out of range or an unknown field is 422."""
-    assert sim.control("GET", "/__sim/waha/settings")[1]["data"] == {"startingMs": 50, "qrRefreshMs": 20000}
-    for body in ({"qrRefreshMs": 10}, {"startingMs": -1}, {"other": 1}):
+    assert sim.control("GET", "/__sim/waha/settings")[1]["data"] == {"startingMs": 50, "qrRefreshMs": 20000,
+                                                                     "actionAnswerMs": 0}
+    for body in ({"qrRefreshMs": 10}, {"startingMs": -1}, {"actionAnswerMs": 600001}, {"other": 1}):
         assert sim.control("PUT", "/__sim/waha/settings", body)[0] == 422, body
 
 

@@ -52,6 +52,9 @@
 #define STARTING_MS_MAX       600000
 #define QR_REFRESH_MS_MIN     100
 #define QR_REFRESH_MS_MAX     3600000
+/* How long start, stop, logout and restart answer after the session moved (default none): a WAHA
+ * whose answer reaches the caller after the events of the move. */
+#define ACTION_ANSWER_MS_MAX 600000
 /* A QR code's value: "2@" and four comma-separated base64 pieces, as WhatsApp Web's. */
 #define QR_VALUE_MAX      256
 #define PUSH_NAME_MAX     64
@@ -117,7 +120,7 @@ struct sim_waha {
     session_t *sessions[SESSIONS_MAX]; /* [0, n) in creation order */
     size_t n;
     waiter_t *waiters;
-    uint64_t starting_ms, qr_refresh_ms;
+    uint64_t starting_ms, qr_refresh_ms, action_answer_ms;
     bool draining;
 };
 
@@ -938,7 +941,14 @@ void sim_waha_session_action(og_http_req_t *req, const og_route_match_t *m, void
         if (running || strcmp(action, "restart") == 0)
             session_move(s, x, ST_STARTING);
     }
-    send_json(req, 201, session_json(x, true));
+    /* The session as it moved, answered after actionAnswerMs (its events go out at once). */
+    json_t *v = session_json(x, true);
+    char *body = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    sim_answer_t ans = {0};
+    sim_answer_set(&ans, 201, body != NULL ? CTYPE_UTF8 : NULL, body, body != NULL ? strlen(body) : 0);
+    sim_plan_t plan = {.behaviour = SIM_OK, .latency_ms = s->waha->action_answer_ms};
+    sim_finish(s, SIM_CH__COUNT, req, &plan, SIM_OK, &ans);
 }
 
 static void base64(const unsigned char *in, size_t len, char **out)
@@ -1052,8 +1062,8 @@ static json_t *ctl_json(const session_t *x)
 
 static json_t *settings_json(const sim_waha_t *w)
 {
-    return json_pack("{s:I, s:I}", "startingMs", (json_int_t)w->starting_ms, "qrRefreshMs",
-                     (json_int_t)w->qr_refresh_ms);
+    return json_pack("{s:I, s:I, s:I}", "startingMs", (json_int_t)w->starting_ms, "qrRefreshMs",
+                     (json_int_t)w->qr_refresh_ms, "actionAnswerMs", (json_int_t)w->action_answer_ms);
 }
 
 /* GET /__sim/waha/sessions */
@@ -1190,18 +1200,20 @@ void sim_waha_ctl_settings_get(og_http_req_t *req, const og_route_match_t *m, vo
     og_api_reply(req, 200, "settings", settings_json(sim_of(ctx)->waha), NULL, 0);
 }
 
-/* PUT /__sim/waha/settings {"startingMs"?, "qrRefreshMs"?}: from the next move on; sessions showing
- * a QR code count their next one from now. */
+/* PUT /__sim/waha/settings {"startingMs"?, "qrRefreshMs"?, "actionAnswerMs"?}: from the next move
+ * on; sessions showing a QR code count their next one from now. */
 void sim_waha_ctl_settings_put(og_http_req_t *req, const og_route_match_t *m, void *ctx)
 {
-    static const char *const allowed[] = {"startingMs", "qrRefreshMs", NULL};
+    static const char *const allowed[] = {"startingMs", "qrRefreshMs", "actionAnswerMs", NULL};
     sim_t *s = sim_of(ctx);
     sim_waha_t *w = s->waha;
     og_err_t err = {0};
-    long long starting = (long long)w->starting_ms, refresh = (long long)w->qr_refresh_ms;
+    long long starting = (long long)w->starting_ms, refresh = (long long)w->qr_refresh_ms,
+              action = (long long)w->action_answer_ms;
     json_t *body = og_json_decode_body(req, allowed, &err);
     if (body == NULL || !og_json_get_int(body, "startingMs", false, 0, STARTING_MS_MAX, &starting, &err) ||
-        !og_json_get_int(body, "qrRefreshMs", false, QR_REFRESH_MS_MIN, QR_REFRESH_MS_MAX, &refresh, &err)) {
+        !og_json_get_int(body, "qrRefreshMs", false, QR_REFRESH_MS_MIN, QR_REFRESH_MS_MAX, &refresh, &err) ||
+        !og_json_get_int(body, "actionAnswerMs", false, 0, ACTION_ANSWER_MS_MAX, &action, &err)) {
         json_decref(body);
         og_api_send_error(req, &err, NULL, NULL, NULL, 0);
         return;
@@ -1209,6 +1221,7 @@ void sim_waha_ctl_settings_put(og_http_req_t *req, const og_route_match_t *m, vo
     json_decref(body);
     w->starting_ms = (uint64_t)starting;
     w->qr_refresh_ms = (uint64_t)refresh;
+    w->action_answer_ms = (uint64_t)action;
     for (size_t i = 0; i < w->n; i++)
         if (w->sessions[i]->status == ST_SCAN_QR_CODE)
             session_arm(s, w->sessions[i]);

@@ -102,6 +102,7 @@ typedef struct qs {
     char status[16];            /* what WAHA said, to write */
     char number[24];            /* the account linked ("+digits"), or "" */
     char call_ms[24];           /* when the call WAHA answered was sent (ms since the epoch) */
+    char answer_ms[24];         /* when its answer came */
 } qs_t;
 
 static void qs_free(qs_t *q)
@@ -249,7 +250,8 @@ static void put(qs_t *q, bool keep_number)
                                                                 .status = q->status,
                                                                 .number = q->number[0] ? q->number : NULL,
                                                                 .keep = keep_number ? "true" : "false",
-                                                                .at_ms = q->call_ms});
+                                                                .at_ms = q->call_ms,
+                                                                .answered_ms = q->answer_ms});
     op->nstmts = 1;
     op->write = true;
     op->done = put_done;
@@ -285,6 +287,7 @@ static void waha_done(og_hc_req_t *r)
 {
     qs_t *q = r->arg;
     long http = r->result == OG_HC_OK ? r->http_status : 0;
+    snprintf(q->answer_ms, sizeof(q->answer_ms), "%llu", (unsigned long long)og_ids_now_ms());
     bool ok = http >= 200 && http < 300;
     switch (q->call) {
     case CALL_CREATE:
