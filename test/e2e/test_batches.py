@@ -406,6 +406,35 @@ def test_counts_follow_every_final_status(gw):
     assert gw.sim.requests("sms", to=tos["expired"]) == []
 
 
+def test_counts_match_the_messages_whichever_statement_moved_them(gw):
+    """A scheduled batch whose messages move every way the queue moves them: the claim writes
+    them 'queued' as they come due and the outcome writes what the provider said, both counting
+    their plain fallback messages themselves (sql/033), while `all` sends, a delivery-based
+    fallback and delivery statuses are counted by the trigger, row by row. Once complete, the
+    counts are what the messages' statuses say, each message once."""
+    msgs = [{"to": "+6281234515001"},                                   # sent on whatsapp_meta
+            {"to": "+19990100000"},                                     # Meta refuses: sent on sms
+            {"to": "+19990600000", "validitySeconds": 10},              # Meta throttles: retried, then sms
+            {"to": "+6281234515004", "deliveryMode": "all"},            # sent on both
+            {"to": "+19990009000", "fallbackOn": "delivered"},          # delivered on whatsapp_meta
+            {"to": "+19990001000", "channels": ["sms"]},                # read
+            {"to": "+19990110000"}]                                     # refused by both: failed
+    d = assert_ok(post_batch(gw, {"defaults": {"text": "every path", "channels": ["whatsapp_meta", "sms"],
+                                               "sendAt": iso(time.time() + 2)}, "messages": msgs}), 202)["data"]
+    assert d["accepted"] == len(msgs), d
+    until_batch(gw, d["batchId"], completed, 40, what="completion")
+    want = counts(sent=4, delivered=1, read=1, failed=1)
+    b = until_batch(gw, d["batchId"], lambda b: b["counts"] == want, 10, what=repr(want))
+    assert [message(gw, ref)["status"] for ref in d["references"]] == \
+        ["sent", "sent", "sent", "sent", "delivered", "read", "failed"]
+    rows = db(gw, "SELECT og_batch_status(status), count(*) FROM messages WHERE batch_id = '%s' GROUP BY 1"
+              % d["batchId"])
+    assert {k: int(n) for k, n in rows} == {k: v for k, v in b["counts"].items() if v}, (rows, b)
+    # The throttled one was retried on whatsapp_meta before it moved on.
+    assert len(gw.sim.requests("whatsapp_meta", to="+19990600000")) >= 2
+    assert len(gw.sim.requests("sms", to="+19990600000")) == 1
+
+
 def test_cancel_partially_sent_batch(gw):
     """A batch with some messages due now and some scheduled minutes ahead (a per-message
     sendAt): once the due ones are sent, cancel cancels only the scheduled ones, and the batch
