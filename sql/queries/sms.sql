@@ -39,7 +39,10 @@ WHERE s.tenant_id = $1 AND s.reference = $2 AND coalesce(s.status, '') IN ('pend
 
 -- name: sms_record
 -- Records an SMS a unified send or an OTP send has sent (or failed to send), with the
--- delivery statuses the provider reported before this commit.
+-- delivery statuses the provider reported before this commit. A queued message's retry on SMS
+-- after a throttle (API.md §19) writes its record again: the throttled try's, never one that
+-- was sent (its outcome was unique until queued sends could retry a channel: the retry's insert
+-- failed on the key, and its message ended `unknown`).
 -- $1 tenant_id
 -- $2 reference
 -- $3 source = 'omni' or 'otp'
@@ -60,4 +63,9 @@ INSERT INTO sms_records (tenant_id, reference, source, source_reference, to_numb
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb,
     CASE WHEN $10 = 'sent' THEN coalesce(d.status, 'sent') END, d.delivered_at,
     CASE WHEN $10 = 'sent' THEN $13::bigint END, CASE WHEN $10 = 'sent' THEN $14 END
-FROM og_delivery_of('sms', $11) AS d;
+FROM og_delivery_of('sms', $11) AS d
+ON CONFLICT (tenant_id, reference) DO UPDATE
+SET status = EXCLUDED.status, provider_message_id = EXCLUDED.provider_message_id, error = EXCLUDED.error,
+    delivery_status = EXCLUDED.delivery_status, delivered_at = EXCLUDED.delivered_at,
+    cost_micros = EXCLUDED.cost_micros, cost_currency = EXCLUDED.cost_currency
+WHERE sms_records.status IS DISTINCT FROM 'sent';

@@ -232,6 +232,23 @@ def test_throttled_retried_on_the_same_channel(gw):
     assert wait_for(lambda: metric("omnigate_queue_depth") == 0, 5)
 
 
+def test_throttled_sms_retried_writes_its_record_again(gw):
+    """Twilio throttles the SMS sender (the simulator lets 1 a second through from ACME): each
+    queued SMS is retried on sms until it is sent, and the retry writes the SMS record its
+    throttled try made again: one record per message, sent. (The retry's record was an insert
+    that failed on its key: the message's outcome was never written and it ended `unknown`.)"""
+    gw.sim.limit("sms", 1, sender="ACME", burst=1)
+    refs = [send(gw, {"to": TO, "text": "s%d" % i, "channels": ["sms"], "queue": True})
+            .json()["data"]["reference"] for i in range(4)]
+    items = [until_status(gw, ref, ("sent", "delivered", "read"), 30) for ref in refs]
+    assert all(len(m["attempts"]) == 1 for m in items), items
+    assert sum(m["attempts"][0]["throttles"] for m in items) >= 1, items
+    rows = query_url(gw.db_url, "SELECT reference, status FROM sms_records WHERE reference IN (%s)"
+                     % ", ".join("'%s'" % r for r in refs))
+    assert sorted(rows) == sorted((r, "sent") for r in refs), rows
+    assert "recording an attempt failed" not in gw.stderr()
+
+
 def test_throttled_past_validity_falls_back_then_expires(gw):
     """A sender Meta keeps throttling: with validitySeconds 10 the message moves on to SMS when
     the next retry would fall after validUntil; with no channel left it ends expired."""
