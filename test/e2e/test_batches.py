@@ -435,6 +435,25 @@ def test_counts_match_the_messages_whichever_statement_moved_them(gw):
     assert len(gw.sim.requests("sms", to="+19990600000")) == 1
 
 
+def test_cancel_counts_a_queued_message_waiting_for_its_retry(gw):
+    """A batch's cancel counts what it cancels once, at its end, from each message's status as
+    its cancel replaced it (sql/033): here a message due now that the provider throttled, waiting
+    `queued` for its retry, is counted queued -> canceled, next to one sent."""
+    slow = "+19990060000"  # SMS throttles it every time
+    d = assert_ok(post_batch(gw, {"defaults": {"text": "retry", "channels": ["sms"], "validitySeconds": 600},
+                                  "messages": [{"to": slow}, {"to": "+6281234515101"}]}), 202)["data"]
+    bid, refs = d["batchId"], d["references"]
+    assert wait_for(lambda: len(gw.sim.requests("sms", to=slow)) >= 2, 15)
+    until_batch(gw, bid, lambda b: b["counts"] == counts(queued=1, sent=1), 15, what="one queued, one sent")
+    # Canceled between two tries (a try in flight is not cancelable: then again).
+    assert wait_for(lambda: assert_ok(cancel_batch(gw, bid))["data"]["canceled"] == 1, 15)
+    b = until_batch(gw, bid, completed, 5, what="completion after the cancel")
+    assert b["counts"] == counts(sent=1, canceled=1), b
+    assert [message(gw, ref)["status"] for ref in refs] == ["canceled", "sent"]
+    rows = db(gw, "SELECT og_batch_status(status), count(*) FROM messages WHERE batch_id = '%s' GROUP BY 1" % bid)
+    assert {k: int(n) for k, n in rows} == {"canceled": 1, "sent": 1}, rows
+
+
 def test_cancel_partially_sent_batch(gw):
     """A batch with some messages due now and some scheduled minutes ahead (a per-message
     sendAt): once the due ones are sent, cancel cancels only the scheduled ones, and the batch
