@@ -13,15 +13,16 @@
 -- (og_batch_counts_add), and the trigger skips the rows they count: it reads the setting
 -- omnigate.batch_counts, 'by_writer' only while one of them runs (set_config, local to the
 -- transaction, cleared after the statement; og_batch_counted_now). Which rows:
--- og_batch_counted_by_writer, one rule for the trigger and the writers. A writer counts from the status it read with the row, so only
--- rows no other transaction can move meanwhile are counted so: a fallback message without a
--- delivery-based fallback (fallback_on NULL), whose status, while its queue entry is leased by
--- the writer, nothing else writes (a cancel and an expiry need the entry; a delivery status
--- needs an accepted attempt, which ends such a message; the abandon of a dead holder needs the
--- lease). `all` sends and delivery-based fallbacks, and every other writer (a message's cancel,
--- expiry, delivery statuses, the abandon), stay counted by the trigger, row by row. A batch's
--- cancel counts what it cancels at its end, whatever the messages (each cancel reads the status
--- it replaces under its row's lock): its row-by-row counts were quadratic in the batch's size.
+-- og_batch_counted_by_writer, one rule for the trigger and the writers. A writer counts from the
+-- status it read with the row, so only rows no other transaction can move meanwhile are counted so:
+-- a fallback message without a delivery-based fallback (fallback_on NULL), whose status, while its
+-- queue entry is leased by the writer, nothing else writes (a cancel and an expiry need the entry;
+-- a delivery status needs an accepted attempt, which ends such a message; the abandon of a dead
+-- holder needs the lease). `all` sends and delivery-based fallbacks, and every other writer (a
+-- message's cancel, expiry, delivery statuses, the abandon), stay counted by the trigger, row by
+-- row. A batch's cancel counts what it cancels at its end, whatever the messages (each cancel reads
+-- the status it replaces under its row's lock): its row-by-row counts were quadratic in the batch's
+-- size.
 --
 -- Signatures and results are unchanged. A rolling upgrade: functions are the database's, so every
 -- instance uses these at once.
