@@ -240,11 +240,12 @@ def test_slow_log_queries_do_not_delay_sends(make_server, pg_private, sim):
               ratio99, len(without)))
     # The proof is structural (above): no send waited for a held query. What remains is noise on
     # sends of about a millisecond (2 shared cores, ASan, a Python client): the median within
-    # 10 % or 0.5 ms, the p99 (the second-worst of 160) within 10 % or 5 ms. A send queued behind
-    # a held query would have taken until its release, seconds.
+    # 10 % or 0.5 ms, the p99 (the second-worst of 160) within 10 % or 20 ms (5 ms failed one CI
+    # run: 10.8 against 4.8, the first send while the four readers' requests were being started).
+    # A send queued behind a held query would have taken until its release, seconds.
     assert statistics.median(with_held) <= max(1.10 * statistics.median(without),
                                                statistics.median(without) + 0.5), (without, with_held)
-    assert p99(with_held) <= max(1.10 * p99(without), p99(without) + 5), (without, with_held)
+    assert p99(with_held) <= max(1.10 * p99(without), p99(without) + 20), (without, with_held)
 
 
 def test_statement_timeout_answers_503_query_timeout_and_cancels_on_the_server(make_server, pg_private, sim):
