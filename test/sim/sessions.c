@@ -942,11 +942,8 @@ void sim_waha_session_action(og_http_req_t *req, const og_route_match_t *m, void
             session_move(s, x, ST_STARTING);
     }
     /* The session as it moved, answered after actionAnswerMs (its events go out at once). */
-    json_t *v = session_json(x, true);
-    char *body = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
-    json_decref(v);
     sim_answer_t ans = {0};
-    sim_answer_set(&ans, 201, body != NULL ? CTYPE_UTF8 : NULL, body, body != NULL ? strlen(body) : 0);
+    answer_json(&ans, 201, session_json(x, true));
     sim_plan_t plan = {.behaviour = SIM_OK, .latency_ms = s->waha->action_answer_ms};
     sim_finish(s, SIM_CH__COUNT, req, &plan, SIM_OK, &ans);
 }
