@@ -55,7 +55,7 @@ SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.reference = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.to_number = $6)
-    AND ($7::text IS NULL OR v.status = $7)
+    AND ($7::text IS NULL OR v.status_now = $7)
     AND ($8::text IS NULL OR $8 IN (SELECT a.channel FROM attempts a
         WHERE a.tenant_id = v.tenant_id AND a.reference = v.reference))
 ORDER BY v.reference DESC
@@ -75,7 +75,7 @@ LIMIT $4;
 SELECT v.reference AS cursor, v.item::text AS item
 FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.to_number = $5 AND v.reference >= $2 AND v.reference < $3
-    AND ($6::text IS NULL OR v.status = $6)
+    AND ($6::text IS NULL OR v.status_now = $6)
     -- Correlated, so a probe of the message's attempts by their primary key per row, never a
     -- hash of all the tenant's attempts on the channel.
     AND ($7::text IS NULL OR $7 IN (SELECT a.channel FROM attempts a
@@ -84,25 +84,42 @@ ORDER BY v.reference DESC
 LIMIT $4;
 
 -- name: logs_omni_status
--- One page of unified sends in one status (messages_tenant_status).
+-- One page of unified sends in one status (messages_tenant_status), as shown: a message whose row
+-- says 'scheduled' is 'queued' from its due time on (og_message_status_now, sql/034). So 'queued'
+-- is two ranges of the index, the rows that say 'queued' and those that say 'scheduled' and are
+-- due, each read newest first and merged (a Merge Append: the page still stops after one page of
+-- each); 'scheduled' is its range less the due ones.
 -- $1 tenant_id
 -- $2 lo = lowest reference
 -- $3 hi = references below this one
 -- $4 limit
 -- $5 status
 -- columns: page row
-SELECT v.reference AS cursor, v.item::text AS item
-FROM og_log_omni v
-WHERE v.tenant_id = $1 AND v.status = $5 AND v.reference > 'kf_'
-    AND v.reference >= $2 AND v.reference < $3
-ORDER BY v.reference DESC
+SELECT p.reference AS cursor, p.item::text AS item
+FROM ((SELECT v.reference, v.item
+       FROM og_log_omni v
+       WHERE v.tenant_id = $1 AND v.status = $5 AND v.status_now = $5 AND v.reference > 'kf_'
+           AND v.reference >= $2 AND v.reference < $3
+       ORDER BY v.reference DESC
+       LIMIT $4)
+      UNION ALL
+      (SELECT v.reference, v.item
+       FROM og_log_omni v
+       WHERE $5 = 'queued' AND v.tenant_id = $1 AND v.status = 'scheduled' AND v.status_now = 'queued'
+           AND v.reference > 'kf_' AND v.reference >= $2 AND v.reference < $3
+       ORDER BY v.reference DESC
+       LIMIT $4)) p
+ORDER BY p.reference DESC
 LIMIT $4;
 
 -- name: logs_omni_status_channel
 -- One page of unified sends in one status with an attempt on one channel: the messages of the
 -- status (messages_tenant_status) and the attempts on the channel (attempts_tenant_channel),
 -- both read in reference order and merged. When either has nothing in the range, the page is
--- answered at once; at worst both are read to the end of the range (docs/logs.md).
+-- answered at once; at worst both are read to the end of the range (docs/logs.md). The status
+-- shown is the row's here (sql/034): a row that says 'scheduled' has no attempt (its first is
+-- written with its outcome, or its abandon, in the statement or transaction that writes its
+-- status), so it is never on this page, due or not.
 -- $1 tenant_id
 -- $2 lo = lowest reference
 -- $3 hi = references below this one
@@ -158,7 +175,7 @@ FROM og_log_omni v
 WHERE v.tenant_id = $1 AND v.batch_id = $5 AND v.reference >= $2 AND v.reference < $3
     AND ($6::text IS NULL OR v.reference = $6)
     AND ($7::text IS NULL OR v.to_number = $7)
-    AND ($8::text IS NULL OR v.status = $8)
+    AND ($8::text IS NULL OR v.status_now = $8)
     AND ($9::text IS NULL OR $9 IN (SELECT a.channel FROM attempts a
         WHERE a.tenant_id = v.tenant_id AND a.reference = v.reference))
 ORDER BY v.reference DESC

@@ -100,6 +100,7 @@ def cases(srv):
         ("omni", {"reference": ref(srv, 12345)}, True), ("omni", {"to": "+62811001234"}, True),
         ("omni", {"status": "failed"}, True), ("omni", {"status": "undelivered"}, True),
         ("omni", {"status": "read"}, True), ("omni", {"status": "pending"}, False), ("omni", {"status": "unknown"}, False),
+        ("omni", {"status": "queued"}, False), ("omni", {"status": "scheduled"}, False),
         ("omni", {"channel": "sms"}, True), ("omni", {"channel": "whatsapp_qr"}, True),
         ("omni", {"channel": "whatsapp_meta"}, False), ("omni", dict({"status": "failed"}, **cursor), True),
         ("omni", dict({"channel": "sms"}, **window), True),

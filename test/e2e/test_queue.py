@@ -107,6 +107,51 @@ def test_scheduled_then_due(gw):
     until_status(gw, d["reference"], ("sent", "delivered", "read"))
 
 
+def log_refs(gw, query):
+    """The references GET /api/omni/logs?<query> lists (one page of up to 100)."""
+    return [x["reference"] for x in
+            assert_ok(call(gw, "GET", "/api/omni/logs?limit=100&" + query, token=gw.token))["data"]["items"]]
+
+
+def test_a_scheduled_message_is_queued_once_due(gw):
+    """From its sendAt on a scheduled message is `queued` (API.md §19: due, not yet handed over),
+    whether its sender holds it back or its provider call is in flight, though its row says
+    `scheduled` until its outcome (the claim writes no status: sql/034): the message resource, the
+    log's status filters (by status alone, with a number, with a channel) and a refused cancel
+    say `queued`; a due message its sender held back still cancels."""
+    gw.sim.rule("sms", "ok", to=TO, latency_ms=1500)  # under the attempt timeout (2 s)
+    held_to = "+6281234500003"
+    at = time.time() + 1.5
+    slow = send(gw, {"to": TO, "text": "slow", "channels": ["sms"], "sendAt": iso(at)}).json()["data"]["reference"]
+    held = send(gw, {"to": held_to, "text": "held", "channels": ["whatsapp_meta"],
+                     "sendAt": iso(at)}).json()["data"]["reference"]
+    db(gw, "UPDATE queue_senders SET held_until = now() + interval '1 hour' WHERE channel = 'whatsapp_meta'")
+    assert [message(gw, x)["status"] for x in (slow, held)] == ["scheduled", "scheduled"]
+    assert sorted(log_refs(gw, "status=scheduled")) == sorted([slow, held])
+    assert log_refs(gw, "status=queued") == []
+    # Due: one at its provider (its attempt pending), the other waiting for its sender.
+    assert wait_for(lambda: [x["status"] for x in message(gw, slow)["attempts"]] == ["pending"], 5)
+    assert wait_for(lambda: time.time() > at + 0.1, 2)
+    assert [message(gw, x)["status"] for x in (slow, held)] == ["queued", "queued"]
+    assert message(gw, held)["attempts"] == []
+    assert db(gw, "SELECT status FROM messages WHERE reference IN ('%s', '%s')" % (slow, held)) == [
+        ("scheduled",), ("scheduled",)]
+    assert sorted(log_refs(gw, "status=queued")) == sorted([slow, held])
+    assert log_refs(gw, "status=scheduled") == []
+    assert log_refs(gw, "status=queued&to=" + urllib.parse.quote(held_to)) == [held]
+    assert log_refs(gw, "status=scheduled&to=" + urllib.parse.quote(held_to)) == []
+    assert log_refs(gw, "reference=%s&status=queued" % slow) == [slow]
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % slow, token=gw.token)
+    assert_error(r, 409, "not_cancelable")
+    assert r.json()["data"]["status"] == "queued", r.body
+    r = call(gw, "POST", "/api/omni/messages/%s/cancel" % held, token=gw.token)
+    assert r.status == 200 and r.json()["data"]["status"] == "canceled", r.body
+    until_status(gw, slow, ("sent", "delivered", "read"))
+    assert log_refs(gw, "status=queued") == []
+    assert log_refs(gw, "status=queued&channel=sms") == []
+    assert gw.sim.requests("whatsapp_meta", to=held_to) == []
+
+
 def test_scheduled_sends_go_at_their_send_at(gw):
     """The worker that accepted a scheduled message claims it at its sendAt, not at its next
     tick (150-250 ms per worker): of eight sends scheduled 0.25 s apart, at least seven reach the
