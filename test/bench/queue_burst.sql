@@ -7,7 +7,8 @@
 --   psql "$OMNIGATE_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -v total=10240 -v n=128 -f test/bench/queue_burst.sql
 --
 -- Run it on a database of its own (one made by `omnigate migrate`): it deletes its tenant's rows at
--- the end. Defaults: -v total=10240 -v n=128 (the gateway's OG_QUEUE_CLAIM_MAX).
+-- the end. Defaults: -v total=10240 -v n=128 (the gateway's OG_QUEUE_CLAIM_MAX); -v batch=1 puts
+-- the burst in one batch (its counts kept by the claim and the outcome: docs/batches.md).
 \if :{?total}
 \else
 \set total 10240
@@ -16,9 +17,14 @@
 \else
 \set n 128
 \endif
+\if :{?batch}
+\else
+\set batch 0
+\endif
 \ir queue_calls.sql
 SET og.total = :total;
 SET og.n = :n;
+SET og.batch = :batch;
 INSERT INTO tenants (id, name, unified_api_enabled, settings)
 VALUES ('00000000-0000-4000-8000-00000000c059', 'burst', true, '{"channels": {"sms": {"sender": "ACME"}}}')
 ON CONFLICT (id) DO NOTHING;
@@ -48,6 +54,11 @@ BEGIN
         refs := (SELECT array_agg('kf_bu' || r || '_' || i) FROM generate_series(1, k) i);
         tos := (SELECT array_agg('+1999' || lpad(((r + i) % 10000000)::text, 7, '0')) FROM generate_series(1, k) i);
         PERFORM pg_temp.bench_queue_insert(tenant, refs, tos, due_ms, qj);
+        IF current_setting('og.batch') = '1' THEN
+            INSERT INTO batches (tenant_id, id, total, last_due_at)
+            VALUES (tenant, 'kb_burst', 0, now()) ON CONFLICT DO NOTHING;
+            UPDATE messages SET batch_id = 'kb_burst' WHERE tenant_id = tenant AND reference = ANY (refs);
+        END IF;
         COMMIT;
     END LOOP;
     PERFORM pg_sleep(2.5); -- until they are due (now() is the transaction's start)
@@ -73,6 +84,8 @@ BEGIN
     RAISE NOTICE 'burst of %, claims of %:%', total, n, line;
 END
 $$;
+DELETE FROM batch_counts WHERE batch_id = 'kb_burst';
+DELETE FROM batches WHERE tenant_id = '00000000-0000-4000-8000-00000000c059';
 DELETE FROM attempts WHERE tenant_id = '00000000-0000-4000-8000-00000000c059';
 DELETE FROM messages WHERE tenant_id = '00000000-0000-4000-8000-00000000c059';
 DELETE FROM queue_entries WHERE tenant_id = '00000000-0000-4000-8000-00000000c059';

@@ -435,6 +435,39 @@ def test_counts_match_the_messages_whichever_statement_moved_them(gw):
     assert len(gw.sim.requests("sms", to="+19990600000")) == 1
 
 
+def test_a_claimed_message_counts_queued_and_its_abandon_failed(make_server, fresh_db, tmp_path):
+    """A scheduled batch message at its provider is counted `queued` (its claim counted it so) and
+    shown `queued`, though its row still says `scheduled` (the claim writes no status: sql/034);
+    kill -9 of its holder: the other instance's takeover writes its attempt `unknown` and the batch
+    counts it `failed` from `queued`, next to one sent: counts equal to its messages' statuses."""
+    env = {"OMNIGATE_ATTEMPT_TIMEOUT_MS": "1000", "OMNIGATE_DB_TIMEOUT_MS": "500"}
+    a = add_tenant(linked_gateway(make_server, fresh_db, tmp_path, workers=1, env=env))
+    b = linked_gateway(make_server, fresh_db, tmp_path, sim=a.sim, workers=1, env=env)
+    b.token = a.token
+    try:
+        b.stop()
+        stuck = "+6281234515201"
+        a.sim.rule("sms", "hang", to=stuck)
+        d = assert_ok(post_batch(a, {"defaults": {"text": "held", "channels": ["sms"], "sendAt": iso(time.time() + 1)},
+                                     "messages": [{"to": stuck}, {"to": "+6281234515202"}]}), 202)["data"]
+        bid, refs = d["batchId"], d["references"]
+        assert wait_for(lambda: len(a.sim.requests("sms", to=stuck)) == 1, 10)
+        until_batch(a, bid, lambda x: x["counts"] == counts(queued=1, sent=1), 10, what="one at its provider")
+        m = message(a, refs[0])
+        assert m["status"] == "queued" and [x["status"] for x in m["attempts"]] == ["pending"], m
+        assert db(a, "SELECT status FROM messages WHERE reference = '%s'" % refs[0]) == [("scheduled",)]
+        a.kill()
+        b.start()
+        x = until_batch(b, bid, completed, 30, what="the takeover")
+        assert x["counts"] == counts(failed=1, sent=1), x
+        assert [message(b, ref)["status"] for ref in refs] == ["unknown", "sent"]
+        rows = db(b, "SELECT og_batch_status(status), count(*) FROM messages WHERE batch_id = '%s' GROUP BY 1" % bid)
+        assert {k: int(n) for k, n in rows} == {"failed": 1, "sent": 1}, rows
+        assert len(a.sim.requests("sms", to=stuck)) == 1
+    finally:
+        a.sim.stop()
+
+
 def test_cancel_counts_a_queued_message_waiting_for_its_retry(gw):
     """A batch's cancel counts what it cancels once, at its end, from each message's status as
     its cancel replaced it (sql/033): here a message due now that the provider throttled, waiting
