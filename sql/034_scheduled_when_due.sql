@@ -12,11 +12,11 @@
 -- 'queued' from the due time on, and the row keeps 'scheduled' until the message's outcome (or
 -- its cancel, its expiry, its abandon) writes it. Everything that shows or filters a message's
 -- status reads it so: the log item (og_message_item), the log filters (og_log_omni.status_now,
--- sql/queries/logs.sql) and a refused cancel (og_queue_cancel_from). A batch counts its message
--- 'queued' from its claim, as before: the claim counts the ones it counts itself (sql/033) without
--- writing them, and their outcome and abandon count a row that still says 'scheduled' from
--- 'queued'; the others (`all` sends, delivery-based fallbacks, counted by the trigger) are still
--- written 'queued' by the claim.
+-- sql/queries/logs.sql), a refused cancel (og_queue_cancel_from) and a batch's counts once all its
+-- messages are due (og_batch_item). A batch counts its message 'queued' from its claim, as
+-- before: the claim counts the ones it counts itself (sql/033) without writing them, and their
+-- outcome and abandon count a row that still says 'scheduled' from 'queued'; the others (`all`
+-- sends, delivery-based fallbacks, counted by the trigger) are still written 'queued' by the claim.
 --
 -- A rolling upgrade: the functions are the database's, so every instance claims, shows and
 -- cancels by these at once; an instance of the version before filters the logs by the status in
@@ -113,6 +113,29 @@ SELECT m.tenant_id, m.reference, m.to_number, m.status, i AS item, m.batch_id,
     og_message_status_now(m.status, m.due_at) AS status_now
 FROM messages m
 CROSS JOIN LATERAL og_message_item(m) AS i;
+
+-- og_batch_item (sql/020), its counts as shown once every message of the batch is due (its
+-- last_due_at passed: the latest sendAt of its messages, or its cancel): a message counted
+-- 'scheduled' is shown 'queued' then, as the message itself is, though no claim has taken it yet.
+-- Before that a due one still counts 'scheduled' (a batch whose messages have sendAts of their own):
+-- the counts are kept as rows change, never computed from due times on a read.
+CREATE OR REPLACE FUNCTION og_batch_item(b batches) RETURNS json
+LANGUAGE sql STABLE AS $$
+    SELECT json_build_object(
+        'batchId', b.id,
+        'createdAt', to_char(b.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+        'total', b.total,
+        'counts', (SELECT json_build_object(
+                       'queued', coalesce(sum(c.queued), 0)
+                           + CASE WHEN b.last_due_at <= now() THEN coalesce(sum(c.scheduled), 0) ELSE 0 END,
+                       'scheduled', CASE WHEN b.last_due_at <= now() THEN 0 ELSE coalesce(sum(c.scheduled), 0) END,
+                       'sent', coalesce(sum(c.sent), 0), 'delivered', coalesce(sum(c.delivered), 0),
+                       'read', coalesce(sum(c.read), 0), 'failed', coalesce(sum(c.failed), 0),
+                       'undelivered', coalesce(sum(c.undelivered), 0), 'expired', coalesce(sum(c.expired), 0),
+                       'canceled', coalesce(sum(c.canceled), 0))
+                   FROM batch_counts c WHERE c.batch_id = b.id),
+        'completedAt', to_char(b.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+$$;
 
 -- og_queue_cancel_from (sql/033): a message it may not cancel is answered with its status as
 -- shown; `was` stays the row's (what a batch's cancel counts from).

@@ -435,6 +435,26 @@ def test_counts_match_the_messages_whichever_statement_moved_them(gw):
     assert len(gw.sim.requests("sms", to="+19990600000")) == 1
 
 
+def test_counts_say_queued_once_every_message_is_due(gw):
+    """A scheduled batch whose sender is held back: counted `scheduled` until its sendAt, then
+    `queued` (due, not yet handed over: API.md §19), as each of its messages is shown, though no
+    claim has taken them and their rows still say `scheduled` (og_batch_item, sql/034)."""
+    at = time.time() + 1.5
+    d = assert_ok(post_batch(gw, {"defaults": {"text": "held", "channels": ["sms"], "sendAt": iso(at)},
+                                  "messages": [{"to": "+6281234515301"}, {"to": "+6281234515302"}]}), 202)["data"]
+    db(gw, "UPDATE queue_senders SET held_until = now() + interval '1 hour' WHERE channel = 'sms'")
+    assert batch(gw, d["batchId"])["counts"] == counts(scheduled=2)
+    assert wait_for(lambda: time.time() > at + 0.1, 3)
+    b = batch(gw, d["batchId"])
+    assert b["counts"] == counts(queued=2) and b["completedAt"] is None, b
+    assert [message(gw, ref)["status"] for ref in d["references"]] == ["queued", "queued"]
+    assert db(gw, "SELECT DISTINCT status FROM messages WHERE batch_id = '%s'" % d["batchId"]) == [("scheduled",)]
+    assert gw.sim.requests("sms") == []
+    assert assert_ok(cancel_batch(gw, d["batchId"]))["data"] == {"canceled": 2}
+    b = until_batch(gw, d["batchId"], completed, 5, what="completion after the cancel")
+    assert b["counts"] == counts(canceled=2), b
+
+
 def test_a_claimed_message_counts_queued_and_its_abandon_failed(make_server, fresh_db, tmp_path):
     """A scheduled batch message at its provider is counted `queued` (its claim counted it so) and
     shown `queued`, though its row still says `scheduled` (the claim writes no status: sql/034);
