@@ -127,14 +127,16 @@ LANGUAGE sql STABLE AS $$
         'total', b.total,
         'counts', (SELECT json_build_object(
                        'queued', coalesce(sum(c.queued), 0)
-                           + CASE WHEN b.last_due_at <= now() THEN coalesce(sum(c.scheduled), 0) ELSE 0 END,
-                       'scheduled', CASE WHEN b.last_due_at <= now() THEN 0 ELSE coalesce(sum(c.scheduled), 0) END,
+                           + CASE WHEN d.due THEN coalesce(sum(c.scheduled), 0) ELSE 0 END,
+                       'scheduled', CASE WHEN d.due THEN 0 ELSE coalesce(sum(c.scheduled), 0) END,
                        'sent', coalesce(sum(c.sent), 0), 'delivered', coalesce(sum(c.delivered), 0),
                        'read', coalesce(sum(c.read), 0), 'failed', coalesce(sum(c.failed), 0),
                        'undelivered', coalesce(sum(c.undelivered), 0), 'expired', coalesce(sum(c.expired), 0),
                        'canceled', coalesce(sum(c.canceled), 0))
                    FROM batch_counts c WHERE c.batch_id = b.id),
         'completedAt', to_char(b.completed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+    -- Whether its last message is due: its status as shown, the one rule of when 'scheduled' is 'queued'.
+    FROM (SELECT og_message_status_now('scheduled', b.last_due_at) = 'queued' AS due) d
 $$;
 
 -- og_queue_cancel_from (sql/033): a message it may not cancel is answered with its status as
