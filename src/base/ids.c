@@ -60,14 +60,37 @@ static char *reference_time(char *out, uint64_t t)
     return out + 10;
 }
 
+/* OpenSSL's generator (seeded from the kernel, reseeded after a fork) rather than a getrandom
+ * call per reference: a reference must be unique, not secret, and the system call was one in
+ * ten of a send's (issue 20). */
+_Static_assert(sizeof(((og_ids_pool_t *)0)->buf) % 9 == 0, "a pool holds whole references' bytes");
+
+static void draw(unsigned char *buf, size_t n)
+{
+    if (RAND_bytes(buf, (int)n) != 1)
+        og_ids_random(buf, n);
+}
+
 void og_ids_reference(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us)
 {
-    /* OpenSSL's generator (seeded from the kernel, reseeded after a fork) rather than a
-     * getrandom call per reference: a reference must be unique, not secret, and the system
-     * call was one in ten of a send's (issue 20). */
+    og_ids_reference_in(out, now_us, NULL);
+}
+
+void og_ids_reference_in(char out[OG_IDS_REFERENCE_SIZE], uint64_t now_us, og_ids_pool_t *pool)
+{
     unsigned char rnd[9];
-    if (RAND_bytes(rnd, sizeof(rnd)) != 1)
-        og_ids_random(rnd, sizeof(rnd));
+    if (pool == NULL) {
+        draw(rnd, sizeof(rnd));
+    } else {
+        if (pool->left < sizeof(rnd)) {
+            draw(pool->buf, sizeof(pool->buf));
+            pool->left = sizeof(pool->buf);
+        }
+        /* Taken from the end and wiped: a byte is used once. */
+        pool->left -= sizeof(rnd);
+        memcpy(rnd, pool->buf + pool->left, sizeof(rnd));
+        memset(pool->buf + pool->left, 0, sizeof(rnd));
+    }
 
     /* 10 characters of the millisecond time (2 zero bits and 48 bits), then 16 of the rest:
      * the microsecond within the millisecond (10 bits, 2 characters) and 70 random bits (14

@@ -4,6 +4,7 @@
 #include "omnigate/jw.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,9 +231,9 @@ void og_jw_string(og_jw_t *w, const char *s)
     og_jw_stringn(w, s, strlen(s));
 }
 
-void og_jw_int(og_jw_t *w, long long v)
+size_t og_int_str(char out[OG_INT_STR_SIZE], long long v)
 {
-    char b[24];
+    char b[OG_INT_STR_SIZE];
     char *p = b + sizeof(b);
     /* Digits from the end; through unsigned so that LLONG_MIN negates without overflow. */
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
@@ -241,8 +242,30 @@ void og_jw_int(og_jw_t *w, long long v)
     while ((u /= 10) > 0);
     if (v < 0)
         *--p = '-';
+    size_t n = (size_t)(b + sizeof(b) - p);
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return n;
+}
+
+void og_jw_int(og_jw_t *w, long long v)
+{
+    char b[OG_INT_STR_SIZE];
+    size_t n = og_int_str(b, v);
     value(w);
-    put(w, p, (size_t)(b + sizeof(b) - p));
+    put(w, b, n);
+}
+
+void og_jw_number6(og_jw_t *w, double v)
+{
+    char b[32];
+    int n;
+    if (v > -1e6 && v < 1e6 && v == (double)(long long)v)
+        n = (int)og_int_str(b, (long long)v);
+    else
+        n = snprintf(b, sizeof(b), "%.6g", v);
+    value(w);
+    put(w, b, (size_t)n);
 }
 
 void og_jw_bool(og_jw_t *w, bool v)

@@ -17,6 +17,8 @@ as a 100,000-message one would). The reference again at the end; it is the mean 
 
 import http.client
 import json
+import os
+import shutil
 import threading
 import time
 
@@ -80,9 +82,12 @@ def sc_accept(b, bench):
                                        for i in range(size)]}) for k in range(count)]
     queue_bench.log("batch_accept: %d batches of %d (sendAt in %.1f s) from 4 threads" % (count, size, margin))
     sim0 = b.sim_stats()["channels"]["whatsapp_meta"]["requests"]
+    roles = bench.RoleCpu(b.pg_pid)
+    r0 = roles.snapshot()
     g0, p0 = bench.cpu_ticks(b.og.pid), queue_bench.pg_ticks(b, bench)
     answers = post_batches(b.og_port, token, bodies, 4)
     g1, p1 = bench.cpu_ticks(b.og.pid), queue_bench.pg_ticks(b, bench)
+    r1 = roles.snapshot()
     ok = [a for a in answers if a[0] == 202]
     accepted = len(ok) * size
     times_ms = [a[1] * 1000 for a in ok]
@@ -111,6 +116,7 @@ def sc_accept(b, bench):
 
     while time.time() < due:
         time.sleep(0.005)
+    r_due = roles.snapshot()
     rd = threading.Thread(target=reader)
     if watch:
         rd.start()
@@ -130,6 +136,8 @@ def sc_accept(b, bench):
             queue_bench.log("batch_accept: nothing released for 30 s; giving up")
             break
     p2 = queue_bench.pg_ticks(b, bench)
+    r2 = roles.snapshot()
+    roles.close()
     stop.set()
     if watch:
         rd.join()
@@ -144,7 +152,11 @@ def sc_accept(b, bench):
          "answer_p99_ms": pct(times_ms, 99), "pg_us_accept": pg_accept, "gw_us_accept": gw_accept, "pg_us_drain": pg_drain, "pg_us": pg,
          "ff_pg_us": ff_pg, "pg_ratio": pg / max(ff_pg, 1e-9), "drain_s": drain_s, "complete": complete,
          "counts_reads": len(reads_ms), "counts_read_p50_ms": pct(reads_ms, 50),
-         "counts_read_p99_ms": pct(reads_ms, 99), "watched_counts": counts}
+         "counts_read_p99_ms": pct(reads_ms, 99), "watched_counts": counts,
+         # PostgreSQL's CPU per batched message by process role (bench.RoleCpu): the accept, the
+         # wait for the sendAt (counted in the drain above), the drain from the sendAt.
+         "pg_roles": {"accept": bench.role_us(r0, r1, accepted), "wait": bench.role_us(r1, r_due, accepted),
+                      "drain": bench.role_us(r_due, r2, accepted)}}
     queue_bench.log("batch_accept: %d messages drained in %.2f s (%s); PostgreSQL %.1f us per batched message "
                     "(accept %.1f + drain %.1f) vs %.1f per sync send = %.3f (target <= 0.7); answers p99 %.1f ms "
                     "(target < 100); %d counts reads while draining: p50 %.2f ms, p99 %.2f ms (target < 10); "
@@ -152,12 +164,60 @@ def sc_accept(b, bench):
                         accepted, drain_s, "complete" if complete else "NOT COMPLETE", pg, pg_accept, pg_drain, ff_pg,
                         d["pg_ratio"], d["answer_p99_ms"], len(reads_ms), d["counts_read_p50_ms"],
                         d["counts_read_p99_ms"], json.dumps(counts)))
+    queue_bench.log("batch_accept: PostgreSQL us per batched message by process role: %s" % json.dumps(d["pg_roles"]))
     b.results.append({"scenario": "batch_accept", "note": "%d batches of %d from 4 threads (req = one batch)" % (
                       count, size), "conns": 4, "duration_s": drain_s, "rps": len(ok) / max(drain_s, 1e-9),
                       "requests": len(answers), "errors": len(answers) - len(ok), "non2xx": len(answers) - len(ok),
                       "expect_errors": False, "p50_ms": d["answer_p50_ms"], "p90_ms": pct(times_ms, 90),
                       "p99_ms": d["answer_p99_ms"], "cpu_us_per_req": gw_accept * size, "pg_cpu_us_per_req": pg,
                       "rss_kib": bench.rss_kib(b.og.pid), "batch_accept": d})
+
+
+def sc_callgrind(b, bench, count=8, size=1000):
+    """Instructions per batched message in the gateway's worker (valgrind's callgrind, counting
+    inside uv_run, as bench.sc_callgrind does for sends): `count` batches of `size` messages like
+    batch_accept's, posted one at a time, all scheduled an hour ahead (no drain runs meanwhile),
+    then canceled. Repeatable where CPU time is not: the accept's gateway side, measured apart
+    from PostgreSQL's."""
+    if shutil.which("valgrind") is None:
+        queue_bench.log("callgrind_batch: valgrind not found: skipped")
+        return
+    tid, token = queue_bench.make_tenant(b, bench, "bench-batches-cg",
+                                         queue_bench.rate_settings(b, meta_mps=100000, sms_mps=100000))
+    due = queue_bench.iso_ms(time.time() + 3600)
+    bodies = [json.dumps({"defaults": {"channels": ["whatsapp_meta", "sms"], "text": TEXT, "sendAt": due},
+                          "messages": [{"to": "+6287%03d%06d" % (k, i), "variables": {"name": "N%d" % i}}
+                                       for i in range(size)]}) for k in range(count)]
+    out = os.path.join(b.tmp, "callgrind-batch.out")
+    b.stop_gateway()
+    b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=uv_run",
+                            "--callgrind-out-file=%s.%%p" % out), timeout=120)
+    try:
+        worker = bench.children(b.og.pid)[0]
+        answers = post_batches(b.og_port, token, bodies, 1)
+    finally:
+        b.stop_gateway()
+        b.start_gateway()
+    ok = [a for a in answers if a[0] == 202]
+    for a in ok:
+        bench.http_json("POST", b.og_url("/api/omni/batches/%s/cancel" % a[2]), token=token)
+    total, path = 0, "%s.%d" % (out, worker)
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith("summary:") or line.startswith("totals:"):
+                    total = max(total, int(line.split()[1]))
+        os.makedirs(b.args.out, exist_ok=True)
+        shutil.copy(path, os.path.join(b.args.out, "callgrind-batch.out"))
+    n = max(len(ok) * size, 1)
+    queue_bench.log("callgrind_batch: %d of %d batches of %d answered 202; %.0f instructions per batched message in "
+                    "the worker (%s)" % (len(ok), count, size, total / n, path))
+    b.results.append({"scenario": "callgrind_batch", "note": "%d batches of %d under callgrind, one at a time: "
+                      "instructions per batched message in the worker's loop" % (count, size), "conns": 1, "rps": 0,
+                      "requests": len(answers), "errors": len(answers) - len(ok), "non2xx": len(answers) - len(ok),
+                      "expect_errors": False, "p50_ms": float("nan"), "p90_ms": float("nan"),
+                      "p99_ms": float("nan"), "cpu_us_per_req": float("nan"), "pg_cpu_us_per_req": float("nan"),
+                      "rss_kib": 0, "instr_per_msg": total / n, "callgrind_file": path})
 
 
 def sc_counts(b, bench):

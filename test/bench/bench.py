@@ -206,6 +206,80 @@ def cpu_ticks(root_pid):
     return total
 
 
+def pg_role(pid):
+    """What a PostgreSQL process is, from its title: backend, autovacuum, walwriter,
+    checkpointer, bgwriter or other (the postmaster, launchers)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            title = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    for key, role in (("autovacuum worker", "autovacuum"), ("walwriter", "walwriter"),
+                      ("checkpointer", "checkpointer"), ("background writer", "bgwriter"),
+                      ("launcher", "other"), ("logger", "other")):
+        if key in title:
+            return role
+    return "backend" if title.startswith("postgres: ") else "other"
+
+
+class RoleCpu:
+    """CPU ticks of a PostgreSQL tree by the role of each process (pg_role), sampled every
+    period s by a thread: a process seen first after the start counts whole, one already
+    running from where it was; one that exits keeps what it had at its last sample (the rest of
+    it, under a period, is in `unseen`: the tree's total less the roles'). Tells the queries'
+    cost (backends) from autovacuum's and the WAL writer's."""
+
+    def __init__(self, root_pid, period=0.05):
+        self.root, self.period = root_pid, period
+        self.pids = {}  # pid -> [role, ticks at first sight (0 if born since), last ticks]
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.total0 = cpu_ticks(root_pid)
+        self.sample(first=True)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def sample(self, first=False):
+        for p in tree(self.root):
+            try:
+                st = proc_stat(p)
+            except OSError:
+                continue
+            t = st["utime"] + st["stime"]
+            with self.lock:
+                if p in self.pids:
+                    self.pids[p][2] = t
+                    continue
+            role = "postmaster" if p == self.root else pg_role(p)
+            if role is None:
+                continue
+            with self.lock:
+                self.pids[p] = [role, t if first else 0, t]
+
+    def run(self):
+        while not self.stop.wait(self.period):
+            self.sample()
+
+    def snapshot(self):
+        """Ticks per role since the start, and `unseen`."""
+        self.sample()
+        out = {}
+        with self.lock:
+            for role, base, last in self.pids.values():
+                out[role] = out.get(role, 0) + last - base
+        out["unseen"] = cpu_ticks(self.root) - self.total0 - sum(out.values())
+        return out
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+
+
+def role_us(a, b, n):
+    """us per item of each role between two snapshots."""
+    return dict((k, round((b.get(k, 0) - a.get(k, 0)) * 1e6 / CLK_TCK / max(n, 1), 1)) for k in sorted(set(a) | set(b)))
+
+
 def cpu_ns(root_pid):
     """CPU time of a process tree in nanoseconds, for small amounts (idle): the scheduler's
     exact run time of every live thread (/proc/PID/task/TID/schedstat) rather than utime and
@@ -1330,6 +1404,10 @@ def sc_batch_accept(b):
     batches_bench.sc_accept(b, sys.modules[__name__])
 
 
+def sc_callgrind_batch(b):
+    batches_bench.sc_callgrind(b, sys.modules[__name__])
+
+
 def sc_batch_counts(b):
     batches_bench.sc_counts(b, sys.modules[__name__])
 
@@ -1366,6 +1444,7 @@ SCENARIOS = {
     # Batches (issue 32, test/bench/batches.py).
     "batch_accept": sc_batch_accept,
     "batch_counts": sc_batch_counts,
+    "callgrind_batch": sc_callgrind_batch,
     # Consent copies (issue 33, test/bench/consent.py): loads a million suppressions and windows.
     "consent": sc_consent,
     # Usage totals (issue 34, test/bench/usage.py): a year of 10 million messages, then GET /api/usage.
@@ -1381,7 +1460,7 @@ SCENARIOS = {
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes; queue_pacing
 # takes --pacing-messages / --pacing-rate seconds (100), queue_scale loads a million messages.
-OPT_IN = ("logs_scale", "callgrind", "queue_pacing", "queue_scale", "queue_statements", "consent", "usage")
+OPT_IN = ("logs_scale", "callgrind", "callgrind_batch", "queue_pacing", "queue_scale", "queue_statements", "consent", "usage")
 # Names --scenarios takes for several scenarios at once.
 GROUPS = {"queue": ["queue_drain", "queue_pacing", "queue_priority", "queue_scale", "queue_statements"]}
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",

@@ -139,6 +139,32 @@ static void test_reference_unique(void **state)
     free(refs);
 }
 
+/* References from a pool (og_ids_reference_in): valid, all distinct over many refills of it
+ * (100 000 references, 56 per refill), each byte of the pool used once (wiped as it is taken),
+ * and still in time order. */
+static void test_reference_pool(void **state)
+{
+    enum { N = 100000 };
+    og_ids_pool_t pool = {0};
+    char(*refs)[OG_IDS_REFERENCE_SIZE] = malloc(N * sizeof(*refs));
+    assert_non_null(refs);
+    for (int i = 0; i < N; i++) {
+        og_ids_reference_in(refs[i], US(UINT64_C(1764000000123)), &pool);
+        assert_true(og_ids_reference_valid(refs[i]));
+        assert_true(pool.left % 9 == 0 && pool.left < sizeof(pool.buf));
+        for (size_t k = pool.left; k < sizeof(pool.buf); k++)
+            assert_int_equal(pool.buf[k], 0);
+    }
+    qsort(refs, N, sizeof(*refs), cmp_ref);
+    for (int i = 1; i < N; i++)
+        assert_true(strcmp(refs[i - 1], refs[i]) < 0);
+    char a[OG_IDS_REFERENCE_SIZE], z[OG_IDS_REFERENCE_SIZE];
+    og_ids_reference_in(a, US(UINT64_C(1764000000123)), &pool);
+    og_ids_reference_in(z, US(UINT64_C(1764000000123)) + 1, &pool);
+    assert_true(strcmp(a, z) < 0);
+    free(refs);
+}
+
 /* The random part uses exactly the 32 Crockford characters: all of them appear over many
  * draws, and I, L, O, U and lower case never do. */
 static void test_reference_crockford_alphabet(void **state)
@@ -271,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_reference_orders_by_time),
         cmocka_unit_test(test_reference_orders_by_microsecond),
         cmocka_unit_test(test_reference_unique),
+        cmocka_unit_test(test_reference_pool),
         cmocka_unit_test(test_reference_crockford_alphabet),
         cmocka_unit_test(test_reference_valid_rejects),
         cmocka_unit_test(test_reference_floor),

@@ -7,7 +7,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <malloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +194,31 @@ static void test_finish_fit(void **state)
     assert_null(og_jw_finish_fit(&c, &lb));
 }
 
+/* og_int_str writes what "%lld" writes, the extremes included; og_jw_number6 what "%.6g" writes,
+ * through its whole-number path (under a million) and printf's (fractions, a million and up). */
+static void test_numbers_match_printf(void **state)
+{
+    const long long ints[] = {0, 7, -7, 10, 999999, 1000000, 1764000000123LL, LLONG_MAX, LLONG_MIN};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+        char ours[OG_INT_STR_SIZE], theirs[32];
+        snprintf(theirs, sizeof(theirs), "%lld", ints[i]);
+        assert_int_equal(og_int_str(ours, ints[i]), strlen(theirs));
+        assert_string_equal(ours, theirs);
+    }
+    const double nums[] = {0,    1,       80,   100000, 999999, 1000000, 1234567,
+                           0.25, 1.0 / 6, 80.5, 1e-7,   -3,     -999999};
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        og_jw_t w;
+        og_jw_init(&w, 0);
+        og_jw_number6(&w, nums[i]);
+        char *ours = og_jw_finish(&w, NULL), theirs[32];
+        snprintf(theirs, sizeof(theirs), "%.6g", nums[i]);
+        assert_non_null(ours);
+        assert_string_equal(ours, theirs);
+        free(ours);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +227,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_replaced),
         cmocka_unit_test(test_empty_and_reuse),
         cmocka_unit_test(test_finish_fit),
+        cmocka_unit_test(test_numbers_match_printf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -338,7 +338,7 @@ static void otp_begun(og_db_op_t *op, og_db_status_t st)
 
 static void otp_claimed(og_smsreq_t *c)
 {
-    og_ids_reference(c->reference, og_ids_now_us());
+    og_ids_reference_in(c->reference, og_ids_now_us(), &c->gw->ids);
     og_err_t err = {0};
     if (!og_otp_generate(c->code, c->length) ||
         !og_otp_hash(c->gw->w->cfg->secret, c->auth.tenant->id, c->reference, c->code, c->code_hash)) {

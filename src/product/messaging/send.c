@@ -191,7 +191,7 @@ static bool read_fallback(send_ctx_t *c, const char *on, long long after, og_err
                            "fallbackAfterSeconds needs fallbackOn delivered or read");
     c->fallback_on = on_delivery ? (strcmp(on, "read") == 0 ? "read" : "delivered") : NULL;
     c->fallback_after = after >= 0 ? after : 60;
-    snprintf(c->fallback_after_s, sizeof(c->fallback_after_s), "%lld", c->fallback_after);
+    og_int_str(c->fallback_after_s, c->fallback_after);
     return true;
 }
 
@@ -239,8 +239,8 @@ static bool read_queue(send_ctx_t *c, json_t *body, og_err_t *err)
     if (validity < 0)
         validity = c->gw->w->cfg->queue_validity_s;
     c->valid_until_ms = c->due_ms + validity * 1000;
-    snprintf(c->due_s, sizeof(c->due_s), "%lld", (long long)c->due_ms);
-    snprintf(c->valid_until_s, sizeof(c->valid_until_s), "%lld", (long long)c->valid_until_ms);
+    og_int_str(c->due_s, c->due_ms);
+    og_int_str(c->valid_until_s, c->valid_until_ms);
     return true;
 }
 
@@ -981,15 +981,13 @@ static bool queue_json(send_ctx_t *c)
     og_jw_key(&w, "senders");
     og_jw_array(&w);
     for (int k = 0; k < c->nch; k++) {
-        char rate[32];
-        int n = snprintf(rate, sizeof(rate), "%.6g",
-                         og_pacing_rate(c->gw->w->cfg, c->auth.tenant->settings, c->ch[k],
-                                        c->ch[k] == OG_CH_SMS ? c->sender : c->wa_from));
+        double rate = og_pacing_rate(c->gw->w->cfg, c->auth.tenant->settings, c->ch[k],
+                                     c->ch[k] == OG_CH_SMS ? c->sender : c->wa_from);
         og_jw_object(&w);
         og_jw_kstring(&w, "c", og_channel_name(c->ch[k]));
         og_jw_kstring(&w, "s", pacing_sender(c, k));
         og_jw_key(&w, "r");
-        og_jw_raw(&w, rate, (size_t)n);
+        og_jw_number6(&w, rate);
         og_jw_kint(&w, "n", og_pacing_cost(c->ch[k], c->sms.segments));
         og_jw_object_end(&w);
     }
@@ -1043,7 +1041,7 @@ static void enqueue(send_ctx_t *c)
 /* The message row's reference, channels and skipped channels. False when out of memory. */
 static bool row_texts(send_ctx_t *c)
 {
-    og_ids_reference(c->reference, og_ids_now_us());
+    og_ids_reference_in(c->reference, og_ids_now_us(), &c->gw->ids);
     char *p = c->channels_lit;
     *p++ = '{';
     for (int k = 0; k < c->nch; k++)

@@ -60,7 +60,7 @@ static void sms_pending_done(og_db_op_t *op, og_db_status_t st)
 
 static void sms_claimed(og_smsreq_t *c)
 {
-    og_ids_reference(c->reference, og_ids_now_us());
+    og_ids_reference_in(c->reference, og_ids_now_us(), &c->gw->ids);
     og_q_sms_pending(&c->op->stmts[0],
                      &(og_q_sms_pending_t){.tenant_id = c->auth.tenant->id,
                                            .reference = c->reference,

@@ -204,7 +204,10 @@ static json_t *message_body(const json_t *defaults, const json_t *msg, og_err_t 
         og_err_fail(err, OG_E_VALIDATION_FAILED, NULL, "each message must be an object");
         return NULL;
     }
-    json_t *body = defaults != NULL ? json_deep_copy(defaults) : json_object();
+    /* The defaults' values shared, not copied (a deep copy per message was a tenth of a batch's
+     * gateway CPU): filling replaces the body's own members, never a shared value, except inside
+     * a template, which is copied before it is filled (a message's own template is its own). */
+    json_t *body = defaults != NULL ? json_copy((json_t *)defaults) : json_object();
     json_t *vars = NULL;
     if (body == NULL) {
         og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
@@ -219,6 +222,12 @@ static json_t *message_body(const json_t *defaults, const json_t *msg, og_err_t 
     {
         if (strcmp(k, "variables") != 0)
             json_object_set(body, k, v);
+    }
+    json_t *tpl = json_object_get(body, "template");
+    if (tpl != NULL && tpl == json_object_get(defaults, "template") &&
+        json_object_set_new(body, "template", json_deep_copy(tpl)) != 0) {
+        og_err_fail(err, OG_E_UNAVAILABLE, NULL, "out of memory");
+        goto fail;
     }
     if ((vars = variables_of(defaults, msg, err)) == NULL || !fill_message(body, vars, err))
         goto fail;

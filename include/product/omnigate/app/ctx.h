@@ -9,6 +9,7 @@
 #define OMNIGATE_APP_CTX_H
 
 #include "omnigate/db.h"
+#include "omnigate/ids.h"
 #include "omnigate/jobs.h"
 #include "omnigate/providers/provider.h"
 #include "omnigate/tenants/auth.h"
@@ -39,6 +40,7 @@ typedef struct og_gw {
     og_providers_t prov;  /* what attempts need: hc, the configuration, the circuit breakers */
     struct og_nowa *nowa; /* numbers not on WhatsApp (messaging/nowa.h); NULL without a database */
     og_rl_t rl;           /* per-tenant rate limit buckets of this worker */
+    og_ids_pool_t ids;    /* random bytes of this worker's references (ids.h) */
     /* WhatsApp template catalogue entries (templates/catalogue.h); NULL without a database. */
     struct og_tpl_cache *tpl;
     /* The release of queued messages (queue/release.h); NULL without a database. */
