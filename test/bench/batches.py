@@ -173,34 +173,48 @@ def sc_accept(b, bench):
                       "rss_kib": bench.rss_kib(b.og.pid), "batch_accept": d})
 
 
-def sc_callgrind(b, bench, count=8, size=1000):
+def sc_callgrind(b, bench, drain=False, count=8, size=1000):
     """Instructions per batched message in the gateway's worker (valgrind's callgrind, counting
     inside uv_run, as bench.sc_callgrind does for sends): `count` batches of `size` messages like
-    batch_accept's, posted one at a time, all scheduled an hour ahead (no drain runs meanwhile),
-    then canceled. Repeatable where CPU time is not: the accept's gateway side, measured apart
-    from PostgreSQL's."""
+    batch_accept's, posted one at a time. callgrind_batch: all scheduled an hour ahead (no drain
+    runs meanwhile), then canceled: the accept alone. callgrind_drain (`drain`): due now, and
+    counted until none of them waits: the accept, the claims, the provider calls and the
+    outcomes, i.e. what a queued message costs the worker against a sync send's callgrind figure.
+    Repeatable where CPU time is not: the gateway's side, apart from PostgreSQL's."""
+    name = "callgrind_drain" if drain else "callgrind_batch"
     if shutil.which("valgrind") is None:
-        queue_bench.log("callgrind_batch: valgrind not found: skipped")
+        queue_bench.log("%s: valgrind not found: skipped" % name)
         return
-    tid, token = queue_bench.make_tenant(b, bench, "bench-batches-cg",
+    tid, token = queue_bench.make_tenant(b, bench, "bench-" + name.replace("_", "-"),
                                          queue_bench.rate_settings(b, meta_mps=100000, sms_mps=100000))
-    due = queue_bench.iso_ms(time.time() + 3600)
-    bodies = [json.dumps({"defaults": {"channels": ["whatsapp_meta", "sms"], "text": TEXT, "sendAt": due},
+    defaults = {"channels": ["whatsapp_meta", "sms"], "text": TEXT}
+    if not drain:
+        defaults["sendAt"] = queue_bench.iso_ms(time.time() + 3600)
+    bodies = [json.dumps({"defaults": defaults,
                           "messages": [{"to": "+6287%03d%06d" % (k, i), "variables": {"name": "N%d" % i}}
                                        for i in range(size)]}) for k in range(count)]
-    out = os.path.join(b.tmp, "callgrind-batch.out")
+    out = os.path.join(b.tmp, name + ".out")
     b.stop_gateway()
     b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=uv_run",
                             "--callgrind-out-file=%s.%%p" % out), timeout=120)
+    left = None
     try:
         worker = bench.children(b.og.pid)[0]
         answers = post_batches(b.og_port, token, bodies, 1)
+        end = time.monotonic() + 600
+        while drain and time.monotonic() < end:
+            left = int(b.psql("SELECT count(*) FROM messages WHERE tenant_id = '%s' AND status IN %s" % (
+                tid, queue_bench.WAITING)))
+            if left == 0:
+                break
+            time.sleep(0.5)
     finally:
         b.stop_gateway()
         b.start_gateway()
     ok = [a for a in answers if a[0] == 202]
-    for a in ok:
-        bench.http_json("POST", b.og_url("/api/omni/batches/%s/cancel" % a[2]), token=token)
+    if not drain:
+        for a in ok:
+            bench.http_json("POST", b.og_url("/api/omni/batches/%s/cancel" % a[2]), token=token)
     total, path = 0, "%s.%d" % (out, worker)
     if os.path.exists(path):
         with open(path) as fh:
@@ -208,16 +222,18 @@ def sc_callgrind(b, bench, count=8, size=1000):
                 if line.startswith("summary:") or line.startswith("totals:"):
                     total = max(total, int(line.split()[1]))
         os.makedirs(b.args.out, exist_ok=True)
-        shutil.copy(path, os.path.join(b.args.out, "callgrind-batch.out"))
+        shutil.copy(path, os.path.join(b.args.out, name + ".out"))
     n = max(len(ok) * size, 1)
-    queue_bench.log("callgrind_batch: %d of %d batches of %d answered 202; %.0f instructions per batched message in "
-                    "the worker (%s)" % (len(ok), count, size, total / n, path))
-    b.results.append({"scenario": "callgrind_batch", "note": "%d batches of %d under callgrind, one at a time: "
-                      "instructions per batched message in the worker's loop" % (count, size), "conns": 1, "rps": 0,
-                      "requests": len(answers), "errors": len(answers) - len(ok), "non2xx": len(answers) - len(ok),
-                      "expect_errors": False, "p50_ms": float("nan"), "p90_ms": float("nan"),
-                      "p99_ms": float("nan"), "cpu_us_per_req": float("nan"), "pg_cpu_us_per_req": float("nan"),
-                      "rss_kib": 0, "instr_per_msg": total / n, "callgrind_file": path})
+    queue_bench.log("%s: %d of %d batches of %d answered 202%s; %.0f instructions per batched message in the worker "
+                    "(%s)" % (name, len(ok), count, size,
+                              "" if not drain else ", %s waiting at the end" % left, total / n, path))
+    b.results.append({"scenario": name, "note": "%d batches of %d under callgrind, one at a time%s: instructions "
+                      "per batched message in the worker's loop" % (count, size, ", drained" if drain else ""),
+                      "conns": 1, "rps": 0, "requests": len(answers), "errors": len(answers) - len(ok),
+                      "non2xx": len(answers) - len(ok), "expect_errors": False, "p50_ms": float("nan"),
+                      "p90_ms": float("nan"), "p99_ms": float("nan"), "cpu_us_per_req": float("nan"),
+                      "pg_cpu_us_per_req": float("nan"), "rss_kib": 0, "instr_per_msg": total / n,
+                      "callgrind_file": path, "left": left})
 
 
 def sc_counts(b, bench):

@@ -1408,6 +1408,10 @@ def sc_callgrind_batch(b):
     batches_bench.sc_callgrind(b, sys.modules[__name__])
 
 
+def sc_callgrind_drain(b):
+    batches_bench.sc_callgrind(b, sys.modules[__name__], drain=True)
+
+
 def sc_batch_counts(b):
     batches_bench.sc_counts(b, sys.modules[__name__])
 
@@ -1445,6 +1449,7 @@ SCENARIOS = {
     "batch_accept": sc_batch_accept,
     "batch_counts": sc_batch_counts,
     "callgrind_batch": sc_callgrind_batch,
+    "callgrind_drain": sc_callgrind_drain,
     # Consent copies (issue 33, test/bench/consent.py): loads a million suppressions and windows.
     "consent": sc_consent,
     # Usage totals (issue 34, test/bench/usage.py): a year of 10 million messages, then GET /api/usage.
@@ -1460,7 +1465,7 @@ SCENARIOS = {
 }
 # Not run unless asked for (--scenarios): loading 10 million sends takes minutes; queue_pacing
 # takes --pacing-messages / --pacing-rate seconds (100), queue_scale loads a million messages.
-OPT_IN = ("logs_scale", "callgrind", "callgrind_batch", "queue_pacing", "queue_scale", "queue_statements", "consent", "usage")
+OPT_IN = ("logs_scale", "callgrind", "callgrind_batch", "callgrind_drain", "queue_pacing", "queue_scale", "queue_statements", "consent", "usage")
 # Names --scenarios takes for several scenarios at once.
 GROUPS = {"queue": ["queue_drain", "queue_pacing", "queue_priority", "queue_scale", "queue_statements"]}
 SENDS = ("fallback_first", "fallback_with_statuses", "fallback_third", "all3", "slow2000", "fallback_steps",

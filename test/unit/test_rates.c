@@ -142,6 +142,8 @@ static void test_find(void **state)
         card("{\"currency\":\"USD\",\"rates\":[{\"channel\":\"whatsapp_qr\",\"prefix\":\"\","
              "\"price\":\"0\"},{\"channel\":\"sms\",\"prefix\":\"+49\",\"price\":\"0.0700\"}]}");
     const og_rate_card_t *from;
+    /* No lookup tries a prefix longer than the card's longest ("+6281"). */
+    assert_int_equal(g.prefix_max, 5);
     /* The longest prefix. */
     const og_rate_t *r = og_rates_find(NULL, &g, OG_CH_SMS, "+6281234", OG_CAT_NONE, &from);
     assert_non_null(r);

@@ -53,6 +53,7 @@ typedef struct og_rate_card {
     char currency[4];
     og_rate_t *rates; /* malloc'd */
     size_t n;
+    size_t prefix_max; /* the longest prefix listed: a lookup tries none longer */
 } og_rate_card_t;
 
 /* A decimal string of up to 6 places, at least 0 and below OG_RATES_PRICE_MAX ("0.045",
