@@ -255,9 +255,12 @@ def sc_drain(b, bench):
     log("queue_drain: %d queued sends (sendAt in %.1f s) over %d connections" % (n, margin, b.args.conns))
     mine = "tenant_id IN (%s) AND status = 'scheduled'" % in_list(ids)
     lsn, m0 = bench.wal_lsn(b), b.metrics()
+    roles = bench.RoleCpu(b.pg_pid)
+    r0 = roles.snapshot()
     g0, p0 = bench.cpu_ticks(b.og.pid), pg_ticks(b, bench)
     acc = wrk_count(b, bench, "qd_accept", body, tokens, n, b.args.conns)
     g1, p1 = bench.cpu_ticks(b.og.pid), pg_ticks(b, bench)
+    r1 = roles.snapshot()
     m1 = b.metrics()
     wal_accept = bench.wal_since(b, lsn)
     accepted_at = time.time()
@@ -277,6 +280,7 @@ def sc_drain(b, bench):
         time.sleep(0.01)
     lsn2, m2 = bench.wal_lsn(b), b.metrics()
     g2, p2 = bench.cpu_ticks(b.og.pid), pg_ticks(b, bench)
+    r2 = roles.snapshot()
     while time.time() < due:
         time.sleep(0.001)
     t0 = time.monotonic()
@@ -298,6 +302,8 @@ def sc_drain(b, bench):
             log("queue_drain: nothing released for 30 s; giving up")
             break
     g3, p3 = bench.cpu_ticks(b.og.pid), pg_ticks(b, bench)
+    r3 = roles.snapshot()
+    roles.close()
     m3 = b.metrics()
     wal_drain = bench.wal_since(b, lsn2)
     # The drain's end is the last completion the database recorded (completed_at, the same
@@ -347,6 +353,8 @@ def sc_drain(b, bench):
          "wal_accept": wal_accept / max(accepted, 1), "wal_drain": wal_drain / max(accepted, 1),
          "batches_accept": (bd[0] - ba[0]) / max(accepted, 1), "ops_accept": (bd[1] - ba[1]) / max(accepted, 1),
          "batches_drain": (bd1[0] - bd0[0]) / max(accepted, 1), "ops_drain": (bd1[1] - bd0[1]) / max(accepted, 1),
+         # PostgreSQL's CPU per message by process role (bench.RoleCpu): the accepts, the drain.
+         "pg_roles": {"accept": bench.role_us(r0, r1, accepted), "drain": bench.role_us(r2, r3, accepted)},
          "claim_lag": lag, "ff_rps": ff_rps, "meta_rps": meta_rps, "ff_pg_us": ff_pg, "meta_pg_us": meta_pg,
          "ff_gw_us": ff_gw, "meta_gw_us": meta_gw,
          "ff_wal": ff_wal, "claim_join": claim_join,
@@ -359,6 +367,7 @@ def sc_drain(b, bench):
     d["pg_ratio_now_ff"] = now_d["pg_us"] / max(ff_pg, 1e-9)
     d["ok"] = (d["complete"] and entries_left == 0 and one_attempt == accepted
                and set(states) <= {"sent", "delivered", "read"} and now_d["complete"])
+    log("queue_drain: PostgreSQL us per scheduled message by process role: %s" % json.dumps(d["pg_roles"]))
     log("queue_drain: due now: %d queued sends accepted and drained together in %.2f s (%.0f/s); PostgreSQL %.1f us "
         "per queued message vs %.1f per sync send = %.3f" % (now_d["accepted"], now_d["wall_s"], now_d["per_s"],
                                                               now_d["pg_us"], ff_pg, d["pg_ratio_now_ff"]))
