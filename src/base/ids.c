@@ -60,11 +60,11 @@ static char *reference_time(char *out, uint64_t t)
     return out + 10;
 }
 
+_Static_assert(sizeof(((og_ids_pool_t *)0)->buf) % 9 == 0, "a pool holds whole references' bytes");
+
 /* OpenSSL's generator (seeded from the kernel, reseeded after a fork) rather than a getrandom
  * call per reference: a reference must be unique, not secret, and the system call was one in
  * ten of a send's (issue 20). */
-_Static_assert(sizeof(((og_ids_pool_t *)0)->buf) % 9 == 0, "a pool holds whole references' bytes");
-
 static void draw(unsigned char *buf, size_t n)
 {
     if (RAND_bytes(buf, (int)n) != 1)

@@ -17,7 +17,6 @@ as a 100,000-message one would). The reference again at the end; it is the mean 
 
 import http.client
 import json
-import os
 import shutil
 import threading
 import time
@@ -175,7 +174,7 @@ def sc_accept(b, bench):
 
 def sc_callgrind(b, bench, drain=False, count=8, size=1000):
     """Instructions per batched message in the gateway's worker (valgrind's callgrind, counting
-    inside uv_run, as bench.sc_callgrind does for sends): `count` batches of `size` messages like
+    inside uv_run: bench.under_callgrind, as for sends): `count` batches of `size` messages like
     batch_accept's, posted one at a time. callgrind_batch: all scheduled an hour ahead (no drain
     runs meanwhile), then canceled: the accept alone. callgrind_drain (`drain`): due now, and
     counted until none of them waits: the accept, the claims, the provider calls and the
@@ -193,36 +192,23 @@ def sc_callgrind(b, bench, drain=False, count=8, size=1000):
     bodies = [json.dumps({"defaults": defaults,
                           "messages": [{"to": "+6287%03d%06d" % (k, i), "variables": {"name": "N%d" % i}}
                                        for i in range(size)]}) for k in range(count)]
-    out = os.path.join(b.tmp, name + ".out")
-    b.stop_gateway()
-    b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=uv_run",
-                            "--callgrind-out-file=%s.%%p" % out), timeout=120)
-    left = None
-    try:
-        worker = bench.children(b.og.pid)[0]
+
+    def load():
         answers = post_batches(b.og_port, token, bodies, 1)
-        end = time.monotonic() + 600
+        left, end = None, time.monotonic() + 600
         while drain and time.monotonic() < end:
             left = int(b.psql("SELECT count(*) FROM messages WHERE tenant_id = '%s' AND status IN %s" % (
                 tid, queue_bench.WAITING)))
             if left == 0:
                 break
             time.sleep(0.5)
-    finally:
-        b.stop_gateway()
-        b.start_gateway()
+        return answers, left
+
+    total, path, (answers, left) = bench.under_callgrind(b, name, load)
     ok = [a for a in answers if a[0] == 202]
     if not drain:
         for a in ok:
             bench.http_json("POST", b.og_url("/api/omni/batches/%s/cancel" % a[2]), token=token)
-    total, path = 0, "%s.%d" % (out, worker)
-    if os.path.exists(path):
-        with open(path) as fh:
-            for line in fh:
-                if line.startswith("summary:") or line.startswith("totals:"):
-                    total = max(total, int(line.split()[1]))
-        os.makedirs(b.args.out, exist_ok=True)
-        shutil.copy(path, os.path.join(b.args.out, name + ".out"))
     n = max(len(ok) * size, 1)
     queue_bench.log("%s: %d of %d batches of %d answered 202%s; %.0f instructions per batched message in the worker "
                     "(%s)" % (name, len(ok), count, size,

@@ -1060,38 +1060,44 @@ def readers_report(b):
                 r["rps"] / max(base["rps"], 1e-9), r["p99_ms"], base["p99_ms"], r["p99_ms"] / max(base["p99_ms"], 1e-9))]
 
 
-def sc_callgrind(b):
-    """Instructions per fallback send in the worker, counted by valgrind's callgrind: a
-    repeatable complement of the CPU time per send, which the other processes on this machine
-    make noisy. The gateway is restarted under callgrind (one worker) counting only inside
-    uv_run (the loop: not the process's start, whose cost is fixed), fallback_first's script runs
-    for --duration seconds at 16 connections, the gateway stops (the worker writes its counts as
-    it exits), and the worker's total is divided by the sends wrk counted. The gateway is then
-    restarted as before."""
-    if shutil.which("valgrind") is None:
-        log("callgrind: valgrind not found: skipped")
-        return
-    out = os.path.join(b.tmp, "callgrind.out")
+def under_callgrind(b, name, load):
+    """Runs `load()` against the gateway restarted under valgrind's callgrind (one worker),
+    counting only inside uv_run (the loop: not the process's start, whose cost is fixed); the
+    gateway then stops (the worker writes its counts as it exits) and is restarted as before.
+    Returns (the worker's instruction total, its callgrind file, what load returned); the file
+    is kept beside the report as DIR/<name>.out for callgrind_annotate."""
+    out = os.path.join(b.tmp, name + ".out")
     b.stop_gateway()
     b.start_gateway(prefix=("valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=uv_run",
                             "--callgrind-out-file=%s.%%p" % out), timeout=120)
     try:
         worker = children(b.og.pid)[0]
-        w = b.wrk(b.og_url("/api/omni/send"), 16, b.args.duration, send_script(b, "cg", "+6284{n}"))
+        got = load()
     finally:
         b.stop_gateway()
         b.start_gateway()
-    total = 0
-    path = "%s.%d" % (out, worker)
+    total, path = 0, "%s.%d" % (out, worker)
     if os.path.exists(path):
         with open(path) as fh:
             for line in fh:
                 if line.startswith("summary:") or line.startswith("totals:"):
                     total = max(total, int(line.split()[1]))
-    if os.path.exists(path):
-        # Kept beside the report for callgrind_annotate (functions, calls to malloc).
         os.makedirs(b.args.out, exist_ok=True)
-        shutil.copy(path, os.path.join(b.args.out, "callgrind.out"))
+        shutil.copy(path, os.path.join(b.args.out, name + ".out"))
+    return total, path, got
+
+
+def sc_callgrind(b):
+    """Instructions per fallback send in the worker, counted by valgrind's callgrind: a
+    repeatable complement of the CPU time per send, which the other processes on this machine
+    make noisy. fallback_first's script runs for --duration seconds at 16 connections against
+    the gateway under callgrind (under_callgrind), and the worker's total is divided by the
+    sends wrk counted."""
+    if shutil.which("valgrind") is None:
+        log("callgrind: valgrind not found: skipped")
+        return
+    total, path, w = under_callgrind(b, "callgrind", lambda: b.wrk(b.og_url("/api/omni/send"), 16, b.args.duration,
+                                                                   send_script(b, "cg", "+6284{n}")))
     n = max(w["requests"] - w["non2xx"], 1)
     r = {"scenario": "callgrind", "note": "fallback_first under callgrind, 16 connections: instructions per "
          "send in the worker's loop", "conns": 16, "rps": 0, "requests": w["requests"], "errors": w["errors"],

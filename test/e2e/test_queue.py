@@ -581,9 +581,10 @@ def test_outcomes_answered_apart_are_written_together(make_server, fresh_db, tmp
     not one batch per moment of answers: 60 queued SMS claimed together, half answered at once and
     half 10 ms later (within the 25 ms linger), make a write batch of more than 32 operations;
     without the gather each half went alone in about half the runs (the pool's group commit joins
-    them when the first half's commit is still out). Their sender is made held back before the first is accepted and let go once all
-    60 wait, so one claim takes them whatever the accepts' pace (a sendAt a fixed time ahead
-    could pass while a loaded machine still accepted them: claims of a few, batches of a few)."""
+    them when the first half's commit is still out). Their sender is made held back before the
+    first is accepted and let go once all 60 wait, so one claim takes them whatever the accepts'
+    pace (a sendAt a fixed time ahead could pass while a loaded machine still accepted them:
+    claims of a few, batches of a few)."""
     gw = add_tenant(linked_gateway(make_server, fresh_db, tmp_path, workers=1))
     try:
         tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 100000}}}})

@@ -37,6 +37,10 @@ void og_jw_key(og_jw_t *w, const char *key);
 void og_jw_stringn(og_jw_t *w, const char *s, size_t n);
 void og_jw_string(og_jw_t *w, const char *s);
 void og_jw_int(og_jw_t *w, long long v);
+/* `v` in decimal into `out` (NUL-terminated), as "%lld" writes it, without printf (og_jw_int's
+ * digits, for a parameter or a header); its length. */
+#define OG_INT_STR_SIZE 21
+size_t og_int_str(char out[OG_INT_STR_SIZE], long long v);
 /* A number with at most 6 significant digits, as printf's "%.6g" writes it ("80", "0.25",
  * "1e+06"); a whole number under a million is written without printf (its cost, thousands of
  * instructions, was paid per queued message for each sender's rate). */
@@ -62,9 +66,5 @@ char *og_jw_finish_fit(og_jw_t *w, size_t *len);
 
 /* Frees what `w` holds (after a failure, or instead of og_jw_finish). */
 void og_jw_free(og_jw_t *w);
-
-/* `v` in decimal into `out` (NUL-terminated), as "%lld" writes it, without printf; its length. */
-#define OG_INT_STR_SIZE 21
-size_t og_int_str(char out[OG_INT_STR_SIZE], long long v);
 
 #endif

@@ -137,7 +137,7 @@ static int rate_cmp(const void *a, const void *b)
 
 bool og_rate_card_parse(const json_t *card, const char *path, og_rate_card_t *out, og_err_t *err)
 {
-    *out = (og_rate_card_t){{0}, NULL, 0, 0};
+    *out = (og_rate_card_t){0};
     if (!json_is_object(card))
         return og_err_fail(err, OG_E_VALIDATION_FAILED, path[0] ? path : NULL,
                            "%s must be an object {currency, rates}", path[0] ? path : "the body");
@@ -176,9 +176,11 @@ bool og_rate_card_parse(const json_t *card, const char *path, og_rate_card_t *ou
         }
     }
     out->n = n;
-    for (size_t i = 0; i < n; i++)
-        if (strlen(out->rates[i].prefix) > out->prefix_max)
-            out->prefix_max = strlen(out->rates[i].prefix);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(out->rates[i].prefix);
+        if (len > out->prefix_max)
+            out->prefix_max = len;
+    }
     /* Sorted by (channel, category, prefix): a repeat is next to what it repeats. */
     if (n > 1)
         qsort(out->rates, n, sizeof(og_rate_t), rate_cmp);
@@ -280,7 +282,7 @@ const char *og_cost_param_micros(const og_cost_t *c, bool sent, char buf[OG_COST
 {
     if (!sent || !c->currency[0])
         return NULL;
-    snprintf(buf, OG_COST_PARAM, "%lld", (long long)c->micros);
+    og_int_str(buf, c->micros);
     return buf;
 }
 

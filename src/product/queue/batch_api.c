@@ -344,7 +344,7 @@ static void claimed(og_idem_t *i)
     og_db_op_t *op = b->op;
     snprintf(b->queued_s, sizeof(b->queued_s), "%zu", b->accepted - b->scheduled);
     snprintf(b->scheduled_s, sizeof(b->scheduled_s), "%zu", b->scheduled);
-    snprintf(b->last_due_s, sizeof(b->last_due_s), "%lld", (long long)b->last_due_ms);
+    og_int_str(b->last_due_s, b->last_due_ms);
     og_q_batch_insert(&op->stmts[0], &(og_q_batch_insert_t){.tenant_id = b->auth.tenant->id,
                                                             .batch_id = b->id,
                                                             .rows = b->rows_text,
