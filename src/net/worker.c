@@ -153,6 +153,9 @@ static void stop_loop_handles(og_worker_t *w)
     if (w->log_poll_ready)
         uv_close((uv_handle_t *)&w->log_poll, NULL);
     w->log_waiting = false;
+    /* Nothing flushes by time any more: what the drain logged is out now, not at exit (the
+     * app's close may wait on the database for up to OMNIGATE_DB_TIMEOUT_MS). */
+    og_log_flush(&w->log);
 }
 
 /* The transport released a connection: a draining worker stops when the last one is gone. */

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 import oacheck
-from conftest import assert_ok, base_env, omnigate_bin, wait_for
+from conftest import assert_ok, base_env, omnigate_bin, stop_servers, wait_for
 
 SECRET = "e2e-secret-0123456789abcdef"
 ADMIN_TOKEN = "e2e-admin-token-0123456789"
@@ -35,16 +35,24 @@ def migrate(url):
 @pytest.fixture
 def make_gateway(make_server, fresh_db):
     """Factory: make_gateway(workers=1, env=None, url=None) migrates the database (the test's
-    fresh one unless `url` is given) and starts a gateway on it; .db_url is set on the server."""
+    fresh one unless `url` is given) and starts a gateway on it; .db_url is set on the server.
+    Its gateways are stopped and checked before the test's database is dropped: a gateway whose
+    database went away first may rightly spend OMNIGATE_DB_TIMEOUT_MS of its drain on a last
+    write (a token's last use, a held outcome) waiting for it to come back."""
+    made = []
 
     def factory(workers=1, env=None, url=None, args=()):
         db = url or fresh_db
         migrate(db)
         srv = make_server(args=args, env=gateway_env(db, env), workers=workers)
         srv.db_url = db
+        made.append(srv)
         return srv
 
-    return factory
+    yield factory
+    errors = stop_servers(made)
+    if errors:
+        pytest.fail("\n\n".join(errors))
 
 
 def call(srv, method, path, token=None, body=None, headers=None, timeout=10):
