@@ -267,3 +267,59 @@ def test_frozen_database_answers_503_within_the_deadline_then_recovers(make_gate
     rows = query_url(url, "SELECT reference, status FROM messages WHERE reference IN (%s)" % refs)
     assert sorted(r for r, _ in rows) == sorted(acked), rows
     assert {s for _, s in rows} == {"sent"}, rows
+
+
+def connecting_to(port):
+    """Established TCP connections to 127.0.0.1:`port` from this machine's clients (what the
+    kernel accepted for a postmaster that does not run: attempts waiting for its answer)."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if int(fields[2].split(":")[1], 16) == port and fields[3] == "01":
+                n += 1
+    return n
+
+
+def test_sigterm_with_the_database_unreachable_exits_without_waiting_for_it(make_gateway, pg_private, sim):
+    """The gateway's connections are gone and new ones hang (the postmaster stopped, its backends
+    terminated, the pool's next attempts accepted by the kernel and never answered): a request
+    authenticated from the cache (422, answered without the database) leaves its token's last
+    use to write. SIGTERM: the worker exits at once, logging that the last use is not written,
+    instead of waiting OMNIGATE_DB_TIMEOUT_MS (30 s here) for a connection (it did: a CI run's
+    harness gave up on such a drain after 15 s)."""
+    sim.clear()
+    srv = make_gateway(workers=1, url=pg_private.tcp_url,
+                       env=provider_env(sim, {"OMNIGATE_DB_TIMEOUT_MS": "30000", "OMNIGATE_DB_POOL": "4"}))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    token = new_token(srv, tenant["id"])["token"]
+    assert_ok(call(srv, "GET", "/api/omni/queue", token=token))  # the token is cached
+    # A session over the socket, opened before the postmaster stops: it ends the gateway's
+    # backends afterwards.
+    psql = subprocess.Popen(["psql", pg_private.url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    psql.stdin.write("SELECT 1;\n")
+    psql.stdin.flush()
+    assert psql.stdout.readline().strip() == "1"
+    port = urllib.parse.urlparse(pg_private.tcp_url).port
+    os.kill(pg_private.pid, signal.SIGSTOP)
+    try:
+        psql.stdin.write("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                         "WHERE application_name LIKE 'omnigate%';\n")
+        psql.stdin.flush()
+        assert int(psql.stdout.readline()) >= 5  # the pool's 4, the listener, the read pool's
+        # Every connection lost, and the pool's 4 among the attempts that hang.
+        assert wait_for(lambda: connecting_to(port) >= 5 and srv.request("GET", "/readyz").status == 503, 10)
+        assert_error(call(srv, "POST", "/api/omni/send", token=token, body={"text": "no recipient"}), 422,
+                     "validation_failed")
+        srv.signal(signal.SIGTERM)
+        rc, took = timed(lambda: srv.wait(40))
+    finally:
+        os.kill(pg_private.pid, signal.SIGCONT)
+        psql.stdin.close()
+        psql.wait(30)
+    print("\nSIGTERM with the database unreachable: exited %r after %.2f s" % (rc, took))
+    assert rc == 0 and took < 10, (rc, took, srv.stderr()[-3000:])
+    assert any(r.get("msg") == "tokens' last use not written: database unreachable" and r.get("tokens") == 1
+               for r in srv.log_records()), srv.stderr()[-3000:]

@@ -318,9 +318,12 @@ static void touch_done(og_db_op_t *op, og_db_status_t st)
         uv_close((uv_handle_t *)&auth->touch_timer, on_timer_closed);
 }
 
+/* Writes the last-use times gathered, unless none, one is in flight, or no connection is up: then
+ * they wait for a later second (a write queued meanwhile would wait OMNIGATE_DB_TIMEOUT_MS for a
+ * connection, and a worker's exit with it). */
 static void touch_flush(og_auth_t *auth)
 {
-    if (auth->ntouch == 0 || auth->touch_inflight || auth->db == NULL)
+    if (auth->ntouch == 0 || auth->touch_inflight || auth->db == NULL || !og_db_ready(auth->db))
         return;
     char *p = auth->touch_param;
     *p++ = '{';
@@ -413,8 +416,13 @@ void og_auth_close(og_auth_t *auth, void (*closed)(void *arg), void *arg)
     auth->closing = true;
     auth->closed = closed;
     auth->closed_arg = arg;
-    /* The last batch of last_used_at goes out first; the caller closes the pool after us. */
+    /* The last batch of last_used_at goes out first; the caller closes the pool after us. With
+     * no connection up it is dropped: a token's last use is not worth a drain that waits for the
+     * database to come back. */
     touch_flush(auth);
+    if (!auth->touch_inflight && auth->ntouch > 0 && auth->db != NULL)
+        og_log(auth->log, OG_LOG_WARN, "tokens' last use not written: database unreachable", "\"tokens\":%d",
+               auth->ntouch);
     if (!auth->touch_inflight)
         uv_close((uv_handle_t *)&auth->touch_timer, on_timer_closed);
 }
