@@ -78,6 +78,8 @@ DECLARE
     tenant   uuid := '00000000-0000-4000-8000-00000000c058';
     n        int := current_setting('og.n')::int;
     batches  int := current_setting('og.batches')::int;
+    claim_ids bigint[];
+    cid      bigint;
     t0       timestamptz;
     s_ins    interval := '0';
     s_fin    interval := '0';
@@ -164,7 +166,10 @@ BEGIN
         q_done := q_done + (clock_timestamp() - t0);
 
         ELSE
-        -- rows (the model)
+        -- rows (the model), planned as the queue's functions are (their SET clauses: a nested
+        -- loop by key, never a scan of messages, whatever the statistics say)
+        PERFORM set_config('enable_hashjoin', 'off', false), set_config('enable_mergejoin', 'off', false),
+            set_config('enable_seqscan', 'off', false);
         refs := (SELECT array_agg('kf_qcm' || r || '_' || i) FROM generate_series(1, n) i);
         t0 := clock_timestamp();
         -- The write batch's senders, each once (the gateway would pass them so: no JSON per
@@ -187,6 +192,7 @@ BEGIN
         c_t := '{}';
         c_r := '{}';
         c_ch := '{}';
+        claim_ids := '{}';
         FOR s IN SELECT * FROM queue_senders qs
                  WHERE qs.wake_at <= now() ORDER BY qs.wake_at LIMIT 32 FOR NO KEY UPDATE SKIP LOCKED LOOP
             eff := og_queue_rate(s);
@@ -205,7 +211,8 @@ BEGIN
                 count(*)
             INTO c_t, c_r, c_ch, got FROM l;
             INSERT INTO queue_cost_claims (owner, lease_until, tenants, refs)
-            VALUES ('qc-owner', now() + interval '60 seconds', c_t, c_r);
+            VALUES ('qc-owner', now() + interval '60 seconds', c_t, c_r) RETURNING id INTO cid;
+            claim_ids := claim_ids || cid;
             nxt := (SELECT min(d) FROM (
                 (SELECT due_at AS d FROM messages WHERE q_sender = s.id AND q_pri = 0 AND q_sender IS NOT NULL
                      AND lease_owner IS NULL ORDER BY due_at LIMIT 1)
@@ -223,19 +230,25 @@ BEGIN
             RAISE EXCEPTION 'rows: claimed % of %', cardinality(c_r), n;
         END IF;
         t0 := clock_timestamp();
+        -- Each release read once (y), as og_queue_done_many does since sql/032: the update does
+        -- not find its attempt by joining the attempts inserted (n x n rows compared).
         WITH x AS (
             SELECT * FROM unnest(c_t, c_r, c_ch) AS x(t, r, c)),
+        y AS (
+            SELECT x.t, x.r, x.c, m.channels[x.c + 1] AS channel, m.leased_at, d.status AS d_status,
+                d.delivered_at, d.read_at, d.delivery_error, d.provider_code AS d_code, d.error_message AS d_message
+            FROM x
+            JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r AND m.lease_owner = 'qc-owner'
+            LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], 'wamid.' || x.r) AS d ON true),
         att AS (
             INSERT INTO attempts AS a (tenant_id, reference, seq, channel, status, latency_ms, attempted_at,
                                        throttles, provider_message_id, http_status, delivery_status, delivered_at,
                                        read_at, delivery_error, delivery_provider_code, delivery_message,
                                        cost_micros, cost_currency, sms_equiv_micros)
-            SELECT x.t, x.r, x.c, m.channels[x.c + 1], 'sent', 3, m.leased_at, 0, 'wamid.' || x.r, 200,
-                coalesce(d.status, 'sent'), d.delivered_at, d.read_at, d.delivery_error, d.provider_code,
-                d.error_message, 5000, 'USD', 7000
-            FROM x
-            JOIN messages m ON m.tenant_id = x.t AND m.reference = x.r AND m.lease_owner = 'qc-owner'
-            LEFT JOIN LATERAL og_delivery_of(m.channels[x.c + 1], 'wamid.' || x.r) AS d ON true
+            SELECT y.t, y.r, y.c, y.channel, 'sent', 3, y.leased_at, 0, 'wamid.' || y.r, 200,
+                coalesce(y.d_status, 'sent'), y.delivered_at, y.read_at, y.delivery_error, y.d_code, y.d_message,
+                5000, 'USD', 7000
+            FROM y
             ON CONFLICT (tenant_id, reference, seq) DO UPDATE
             SET status = EXCLUDED.status, latency_ms = EXCLUDED.latency_ms, attempted_at = EXCLUDED.attempted_at,
                 throttles = EXCLUDED.throttles, provider_message_id = EXCLUDED.provider_message_id
@@ -243,10 +256,10 @@ BEGIN
                 a.xmax = 0 AS inserted),
         u AS (
             UPDATE messages m
-            SET winning_channel = m.channels[x.c + 1], status = og_message_delivery(ARRAY[att.delivery_status]),
+            SET winning_channel = y.channel, status = og_message_delivery(ARRAY[coalesce(y.d_status, 'sent')]),
                 completed_at = now(), q_sender = NULL, lease_owner = NULL, lease_until = NULL
-            FROM x JOIN att ON att.tenant_id = x.t AND att.reference = x.r AND att.seq = x.c
-            WHERE m.tenant_id = x.t AND m.reference = x.r AND m.lease_owner = 'qc-owner'
+            FROM y
+            WHERE m.tenant_id = y.t AND m.reference = y.r
             RETURNING m.tenant_id)
         SELECT (SELECT array_agg(att.tenant_id) FROM att), (SELECT array_agg(att.reference) FROM att),
             (SELECT array_agg(att.channel) FROM att), (SELECT array_agg(att.status) FROM att),
@@ -256,9 +269,14 @@ BEGIN
         IF got <> n THEN
             RAISE EXCEPTION 'rows: completed % of %', got, n;
         END IF;
+        -- The claim's row ends with its last outcome (here every outcome of it is in this batch),
+        -- by the id its holder keeps.
+        DELETE FROM queue_cost_claims c WHERE c.id = ANY (claim_ids);
         -- Usage by the write batch's tally, as queue_done_many's (sql/030).
         PERFORM pg_temp.queue_cost_usage(tenant, n);
         m_done := m_done + (clock_timestamp() - t0);
+        PERFORM set_config('enable_hashjoin', 'on', false), set_config('enable_mergejoin', 'on', false),
+            set_config('enable_seqscan', 'on', false);
         END IF;
         END LOOP;
         COMMIT;
