@@ -24,7 +24,8 @@
 --
 --   psql "$OMNIGATE_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f test/bench/queue_cost.sql
 --
--- Optional: -v batches=N (default 300), -v n=M (messages per write batch, default 20; a gateway
+-- Optional: -v fillfactor=F (messages' fillfactor for the run, default 100: room for the
+-- model's lease to be a HOT update), -v batches=N (default 300), -v n=M (messages per write batch, default 20; a gateway
 -- not under load writes batches of a few: -v n=2 shows each call's fixed cost, and a statement
 -- planned again at every call, sql/031). The result is a NOTICE: us per message by phase, and
 -- each way's total as a ratio to sync's.
@@ -35,6 +36,10 @@
 \if :{?n}
 \else
 \set n 20
+\endif
+\if :{?fillfactor}
+\else
+\set fillfactor 100
 \endif
 \ir queue_calls.sql
 SET og.batches = :batches;
@@ -53,6 +58,9 @@ ALTER TABLE messages
     ADD COLUMN lease_until timestamptz,
     ADD COLUMN leased_at   timestamptz;
 CREATE INDEX messages_waiting ON messages (q_sender, q_pri, due_at) WHERE q_sender IS NOT NULL;
+-- Room on each page for a HOT lease (-v fillfactor=N, pages filled from here on; the sync and
+-- queue ways' rows are written with it too).
+ALTER TABLE messages SET (fillfactor = :fillfactor);
 CREATE TABLE queue_cost_claims (
     id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     owner text NOT NULL, lease_until timestamptz NOT NULL, tenants uuid[] NOT NULL, refs text[] NOT NULL);
@@ -311,5 +319,6 @@ DELETE FROM queue_senders WHERE tenant_id = '00000000-0000-4000-8000-00000000c05
 DELETE FROM tenants WHERE id = '00000000-0000-4000-8000-00000000c058';
 DROP TABLE queue_cost_claims;
 DROP INDEX messages_waiting;
+ALTER TABLE messages RESET (fillfactor);
 ALTER TABLE messages DROP COLUMN q_sender, DROP COLUMN q_ch, DROP COLUMN q_pri, DROP COLUMN q_senders,
     DROP COLUMN q_segments, DROP COLUMN lease_owner, DROP COLUMN lease_until, DROP COLUMN leased_at;
