@@ -874,12 +874,17 @@ def sc_scale(b, bench):
     b.wrk(url, b.args.conns, b.args.duration, script)
     bench.settle(b)
 
+    def checkpoints():
+        return int(b.psql_super("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"))
+
     def run(name, note):
         """A wrk run with what its write batches did (/metrics): operations per batch, ms from
-        a batch's send to its COMMIT's answer, and the batch count."""
-        t0 = b.metrics()
+        a batch's send to its COMMIT's answer, and the batch count; and the cluster's WAL bytes
+        and checkpoints begun meanwhile (the drain's WAL shares the sends' flushes)."""
+        t0, lsn, c0 = b.metrics(), bench.wal_lsn(b), checkpoints()
         r = b.measure(name, url, script=script, note=note)
         t1 = b.metrics()
+        r["wal_mb"], r["checkpoints"] = bench.wal_since(b, lsn) / 1e6, checkpoints() - c0
         m0, m1 = bench.batch_sums(t0), bench.batch_sums(t1)
         k = max(m1[0] - m0[0], 1)
         h = steps.histogram_delta(steps.histogram(t0, "omnigate_db_commit_duration_seconds"),
@@ -910,7 +915,8 @@ def sc_scale(b, bench):
 
     def row(name, r):
         return {"name": name, "rps": r["rps"], "p50_ms": r["p50_ms"], "p99_ms": r["p99_ms"],
-                "pg_us": r["pg_cpu_us_per_req"], "gw_us": r["cpu_us_per_req"], "batches": r["batches"]}
+                "pg_us": r["pg_cpu_us_per_req"], "gw_us": r["cpu_us_per_req"], "batches": r["batches"],
+                "wal_mb": r["wal_mb"], "checkpoints": r["checkpoints"]}
     d = {"claims": claims, "backlog": n, "p99_alone": [alone1["p99_ms"], alone2["p99_ms"]], "base_p99": base_p99,
          "base_rps": base_rps,
          "drains": [{k: v for k, v in x.items() if k != "run"} for x in drains],
@@ -1174,13 +1180,13 @@ def report(b):
                   "COMMIT's answer); while a backlog drains they carry the sync sends' writes and the release's "
                   "claims and completions alike." % (b.args.conns, b.args.duration, "{:,}".format(d["backlog"])), "",
                   "| run | sends/s | p50 ms | p99 ms | PostgreSQL us/send | gateway us/send | write batches "
-                  "| ops per batch | ms per batch: mean, p50, p99 (bucket bounds) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| ops per batch | ms per batch: mean, p50, p99 (bucket bounds) | WAL MB | checkpoints |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in d["runs"]:
             bt = r["batches"]
-            lines.append("| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %d | %.1f | %.2f, <= %g, <= %g |" % (
+            lines.append("| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %d | %.1f | %.2f, <= %g, <= %g | %.1f | %s |" % (
                 r["name"], r["rps"], r["p50_ms"], r["p99_ms"], r["pg_us"], r["gw_us"], bt["count"], bt["ops"],
-                bt["ms"], bt["p50_le_ms"], bt["p99_le_ms"]))
+                bt["ms"], bt["p50_le_ms"], bt["p99_le_ms"], r.get("wal_mb", float("nan")), r.get("checkpoints", "-")))
     if "queue_statements" in by:
         v = by["queue_statements"]["queue_statements"]
         lines += ["", "`queue_statements` (diagnostic): the cluster restarted with pg_stat_statements "
