@@ -1365,10 +1365,15 @@
   // The session the name typed names (a tenant's settings are not shown to it, so the page does not
   // list them: "default" to start with). While it starts or waits for a scan, the session and its
   // QR code are read again every QR_EVERY_MS, until it is WORKING (or stopped, failed, or the tab
-  // left). The PNG is fetched with the token in its header like every other request and drawn on
-  // a canvas (createImageBitmap), so no image URL is made and the CSP's img-src stays 'self'.
+  // left), and after an action until it settles (QR_SETTLE_READS). The PNG is fetched with the
+  // token in its header like every other request and drawn on a canvas (createImageBitmap), so no
+  // image URL is made and the CSP's img-src stays 'self'.
 
   var QR_EVERY_MS = 3000;
+  // After a start, stop or logout, the session is read this many more times whatever it says:
+  // WAHA's events of the move reach the gateway after its answer, so a read right after a logout
+  // can say STOPPED (the event before the STARTING answered) until STARTING and SCAN_QR_CODE come.
+  var QR_SETTLE_READS = 2;
   var QR_BADGE = { WORKING: "good", STARTING: "info", SCAN_QR_CODE: "warn", STOPPED: "neutral", FAILED: "bad" };
   var QR_WAITING = { STARTING: 1, SCAN_QR_CODE: 1 };
 
@@ -1404,7 +1409,7 @@
 
   function qrPath(name) { return tenantPath("sessions") + "/" + encodeURIComponent(name); }
 
-  function readQr(name, seq, focus) {
+  function readQr(name, seq, focus, settle) {
     api("GET", qrPath(name)).then(function (res) {
       if (seq !== state.qr.seq) return;
       if (res.status === 404) {
@@ -1419,10 +1424,10 @@
       var st = res.status === 200 ? res.body.data.status : null;
       if (st === "SCAN_QR_CODE") drawQr(name, seq);
       else clearQrCode();
-      if (QR_WAITING[st]) {
+      if (QR_WAITING[st] || settle > 0) {
         state.qr.timer = window.setTimeout(function () {
           state.qr.timer = 0;
-          if (seq === state.qr.seq) readQr(name, seq, false);
+          if (seq === state.qr.seq) readQr(name, seq, false, QR_WAITING[st] ? 0 : settle - 1);
         }, QR_EVERY_MS);
       }
     });
@@ -1511,7 +1516,7 @@
       status({ start: "Session " + name + " started.", stop: "Session " + name + " stopped.",
         logout: "Session " + name + " logged out." }[action]);
       showSession(name, res.body.data);
-      readQr(name, seq, false);
+      readQr(name, seq, false, QR_SETTLE_READS);
     });
   }
 
