@@ -1184,9 +1184,9 @@ def report(b):
                   "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for r in d["runs"]:
             bt = r["batches"]
-            lines.append("| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %d | %.1f | %.2f, <= %g, <= %g | %.1f | %s |" % (
+            lines.append("| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %d | %.1f | %.2f, <= %g, <= %g | %.1f | %d |" % (
                 r["name"], r["rps"], r["p50_ms"], r["p99_ms"], r["pg_us"], r["gw_us"], bt["count"], bt["ops"],
-                bt["ms"], bt["p50_le_ms"], bt["p99_le_ms"], r.get("wal_mb", float("nan")), r.get("checkpoints", "-")))
+                bt["ms"], bt["p50_le_ms"], bt["p99_le_ms"], r["wal_mb"], r["checkpoints"]))
     if "queue_statements" in by:
         v = by["queue_statements"]["queue_statements"]
         lines += ["", "`queue_statements` (diagnostic): the cluster restarted with pg_stat_statements "

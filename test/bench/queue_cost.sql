@@ -25,9 +25,9 @@
 --   psql "$OMNIGATE_DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -f test/bench/queue_cost.sql
 --
 -- Optional: -v fillfactor=F (messages' fillfactor for the run, default 100: room for the
--- model's lease to be a HOT update), -v batches=N (default 300), -v n=M (messages per write batch, default 20; a gateway
--- not under load writes batches of a few: -v n=2 shows each call's fixed cost, and a statement
--- planned again at every call, sql/031). The result is a NOTICE: us per message by phase, and
+-- model's lease to be a HOT update), -v batches=N (default 300), -v n=M (messages per write
+-- batch, default 20; a gateway not under load writes batches of a few: -v n=2 shows each call's
+-- fixed cost, and a statement planned again at every call, sql/031). The result is a NOTICE: us per message by phase, and
 -- each way's total as a ratio to sync's.
 \if :{?batches}
 \else
@@ -88,6 +88,9 @@ DECLARE
     batches  int := current_setting('og.batches')::int;
     claim_ids bigint[];
     cid      bigint;
+    -- The session's planner settings, given back after each of the model's rounds.
+    planner  text[] := ARRAY[current_setting('enable_hashjoin'), current_setting('enable_mergejoin'),
+                             current_setting('enable_seqscan')];
     t0       timestamptz;
     s_ins    interval := '0';
     s_fin    interval := '0';
@@ -283,8 +286,8 @@ BEGIN
         -- Usage by the write batch's tally, as queue_done_many's (sql/030).
         PERFORM pg_temp.queue_cost_usage(tenant, n);
         m_done := m_done + (clock_timestamp() - t0);
-        PERFORM set_config('enable_hashjoin', 'on', false), set_config('enable_mergejoin', 'on', false),
-            set_config('enable_seqscan', 'on', false);
+        PERFORM set_config('enable_hashjoin', planner[1], false), set_config('enable_mergejoin', planner[2], false),
+            set_config('enable_seqscan', planner[3], false);
         END IF;
         END LOOP;
         COMMIT;

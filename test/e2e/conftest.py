@@ -542,14 +542,13 @@ def make_server(tmp_path):
         return srv
 
     yield factory
-    errors = stop_servers(servers)
-    if errors:
-        pytest.fail("\n\n".join(errors))
+    stop_servers(servers)
 
 
 def stop_servers(servers):
     """Stops what is still running of `servers` (SIGTERM) and checks each once: exit code 0 and
-    no sanitizer report, or only the latter for one its test stopped. Returns what failed."""
+    no sanitizer report, or only the latter for one its test stopped; fails the test with what
+    did not pass."""
     errors = []
     for srv in servers:
         if srv.proc is None or getattr(srv, "checked", False):
@@ -570,7 +569,8 @@ def stop_servers(servers):
         elif rc != 0:
             errors.append("server on port %d exited with %r at teardown; stderr tail:\n%s"
                           % (srv.port, rc, srv.stderr()[-4000:]))
-    return errors
+    if errors:
+        pytest.fail("\n\n".join(errors))
 
 
 @pytest.fixture(scope="module")
