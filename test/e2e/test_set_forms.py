@@ -453,7 +453,8 @@ def queue_insert_sql(n, tenants, prefix, tos, channels, wa_from, due_ms, valid_m
     """psql: one og_queue_insert_many of n fallback sends 'Hi' (SMS sender ACME), as a write batch
     writes them: `tenants` and `tos` SQL array expressions, references prefix1..prefixn, the
     channels' text[] literal, the Meta number (or None), due and validity in ms, `queue` each
-    message's queue JSON (as a dict)."""
+    message's queue JSON (a dict: the same for all) or an SQL json[] expression (one each)."""
+    q = queue if isinstance(queue, str) else "array_fill(%s::json, ARRAY[%d])" % (lit(json.dumps(queue)), n)
     return ("SELECT og_queue_insert_many(%(t)s, (SELECT array_agg('%(p)s' || i) FROM generate_series(1, %(n)d) i), "
             "%(to)s, array_fill('Hi'::text, ARRAY[%(n)d]), array_fill('fallback'::text, ARRAY[%(n)d]), "
             "array_fill(%(ch)s::text, ARRAY[%(n)d]), array_fill('[]'::jsonb, ARRAY[%(n)d]), "
@@ -461,9 +462,58 @@ def queue_insert_sql(n, tenants, prefix, tos, channels, wa_from, due_ms, valid_m
             "array_fill(%(wa)s::text, ARRAY[%(n)d]), array_fill('ACME'::text, ARRAY[%(n)d]), "
             "array_fill(NULL::jsonb, ARRAY[%(n)d]), array_fill(%(due)d::bigint, ARRAY[%(n)d]), "
             "array_fill(%(valid)d::bigint, ARRAY[%(n)d]), array_fill('normal'::text, ARRAY[%(n)d]), "
-            "array_fill(%(q)s::json, ARRAY[%(n)d]));\n"
+            "%(q)s);\n"
             % {"t": tenants, "n": n, "p": prefix, "to": tos, "ch": lit(channels), "wa": lit(wa_from), "due": due_ms,
-               "valid": valid_ms, "q": lit(json.dumps(queue))})
+               "valid": valid_ms, "q": q})
+
+
+def test_queue_accept_gives_each_message_its_own_document(db):
+    """og_queue_insert_many gives every message of its write batch the senders, segments and status
+    of its own queue document: a write batch of two tenants whose messages take turns among three
+    documents (Meta then SMS at 80 and 10/s, SMS alone in 3 segments, Meta alone and scheduled)
+    and an `all` send."""
+    other = "00000000-0000-4000-8000-0000000000ab"
+    query_url(db, "INSERT INTO tenants (id, name) VALUES ('%s', 'sets-b')" % other)
+    now_ms = int(query_url(db, "SELECT (extract(epoch FROM now()) * 1000)::bigint")[0][0])
+    a = {"status": "queued", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1},
+                                         {"c": "sms", "s": "ACME", "r": 10, "n": 1}]}
+    b = {"status": "queued", "senders": [{"c": "sms", "s": "ACME", "r": 10, "n": 3}]}
+    c = {"status": "scheduled", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1}]}
+    docs = [a, b, a, c, b, a, c]
+    tenants = [TENANT, TENANT, other, TENANT, other, TENANT, other]
+    modes = ["fallback", "fallback", "all", "fallback", "fallback", "fallback", "fallback"]
+    chans = {id(a): "{whatsapp_meta,sms}", id(b): "{sms}", id(c): "{whatsapp_meta}"}
+    n = len(docs)
+    run_sql(db, "SELECT og_queue_insert_many(%s::uuid[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "%s::json[]);" % (
+                    arr(tenants), arr(["kf_md%d" % i for i in range(n)]), arr(["+1888100000%d" % i for i in range(n)]),
+                    arr(["Hi"] * n), arr(modes), arr([chans[id(d)] for d in docs]) + "::text[]",
+                    arr(["[]"] * n) + "::jsonb[]", "array_fill(NULL::text, ARRAY[%d])" % n,
+                    "array_fill(NULL::integer, ARRAY[%d])" % n, arr(["6281234567890"] * n),
+                    arr(["ACME"] * n), "array_fill(NULL::jsonb, ARRAY[%d])" % n,
+                    arr([now_ms + 3600000] * n) + "::bigint[]", arr([now_ms + 7200000] * n) + "::bigint[]",
+                    arr(["normal"] * n), arr([json.dumps(d) for d in docs])))
+    rows = query_url(db, "SELECT e.reference, e.ch, m.status, e.tenant_id = m.tenant_id AND s.tenant_id = m.tenant_id, "
+                         "s.channel, s.sender, s.rate, e.segments, cardinality(e.senders), e.all_mode "
+                         "FROM queue_entries e JOIN messages m ON m.tenant_id = e.tenant_id AND m.reference = e.reference "
+                         "JOIN queue_senders s ON s.id = e.sender_id ORDER BY 1, 2")
+    assert rows == [
+        ("kf_md0", "0", "queued", "t", "whatsapp_meta", "100200300", "80", "1", "2", "f"),
+        ("kf_md1", "0", "queued", "t", "sms", "ACME", "10", "3", "1", "f"),
+        ("kf_md2", "0", "queued", "t", "whatsapp_meta", "100200300", "80", "1", "2", "t"),
+        ("kf_md2", "1", "queued", "t", "sms", "ACME", "10", "1", "2", "t"),
+        ("kf_md3", "0", "scheduled", "t", "whatsapp_meta", "100200300", "80", "1", "1", "f"),
+        ("kf_md4", "0", "queued", "t", "sms", "ACME", "10", "3", "1", "f"),
+        ("kf_md5", "0", "queued", "t", "whatsapp_meta", "100200300", "80", "1", "2", "f"),
+        ("kf_md6", "0", "scheduled", "t", "whatsapp_meta", "100200300", "80", "1", "1", "f")], rows
+    # Each message's senders are its own tenant's, in its channels' order.
+    assert query_url(db, "SELECT e.reference, string_agg(s.channel, ',' ORDER BY k.o) FROM queue_entries e "
+                         "CROSS JOIN LATERAL unnest(e.senders) WITH ORDINALITY AS k(id, o) "
+                         "JOIN queue_senders s ON s.id = k.id AND s.tenant_id = e.tenant_id "
+                         "WHERE e.ch = 0 GROUP BY 1 ORDER BY 1") == [
+        ("kf_md0", "whatsapp_meta,sms"), ("kf_md1", "sms"), ("kf_md2", "whatsapp_meta,sms"),
+        ("kf_md3", "whatsapp_meta"), ("kf_md4", "sms"), ("kf_md5", "whatsapp_meta,sms"), ("kf_md6", "whatsapp_meta")]
+    assert query_url(db, "SELECT count(*) FROM queue_senders") == [("4",)]
 
 
 def plan_work(plan_text):
@@ -506,9 +556,12 @@ def test_set_forms_are_linear_in_their_write_batch(db, pg_session):
               "SET auto_explain.log_nested_statements = on; SET auto_explain.log_analyze = on; "
               "SET auto_explain.log_timing = off; SET auto_explain.log_level = 'notice';\n")
     script += queue_round_sql("kf_lq", n, now_ms, "lin-owner")
-    # Queued sends of n tenants in one write batch, each with its Meta number and SMS sender.
-    queue = {"status": "scheduled", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1},
-                                                {"c": "sms", "s": "ACME", "r": 10, "n": 1}]}
+    # Queued sends of n tenants in one write batch, each with its own Meta number (n queue
+    # documents, as n tenants' would be) and the SMS sender.
+    queue = ("(SELECT array_agg(json_build_object('status', 'scheduled', 'senders', json_build_array("
+             "json_build_object('c', 'whatsapp_meta', 's', '1002' || lpad(k::text, 5, '0'), 'r', 80, 'n', 1), "
+             "json_build_object('c', 'sms', 's', 'ACME', 'r', 10, 'n', 1))) ORDER BY k) "
+             "FROM generate_series(1, %d) k)" % n)
     script += queue_insert_sql(n, "(SELECT array_agg(('00000000-0000-4000-8001-' || lpad(k::text, 12, '0'))::uuid) "
                                   "FROM generate_series(1, %d) k)" % n, "kf_lt",
                                "array_fill('+19990000001'::text, ARRAY[%d])" % n, "{whatsapp_meta,sms}", "100200300",
@@ -538,5 +591,6 @@ def test_set_forms_are_linear_in_their_write_batch(db, pg_session):
                          "GROUP BY 1 ORDER BY 1") == [("failed", str(n // 2)), ("sent", str(2 * n))]
     # Each queued send of the n tenants waits behind its own tenant's Meta number.
     assert query_url(db, "SELECT count(*), count(*) FILTER (WHERE s.tenant_id = q.tenant_id AND s.channel = "
-                         "'whatsapp_meta' AND s.sender = '100200300' AND q.senders[2] <> q.sender_id) "
+                         "'whatsapp_meta' AND s.sender = '1002' || lpad(substr(q.reference, 6), 5, '0') "
+                         "AND q.senders[2] <> q.sender_id) "
                          "FROM queue_entries q JOIN queue_senders s ON s.id = q.sender_id") == [(str(n), str(n))]
