@@ -323,3 +323,47 @@ def test_sigterm_with_the_database_unreachable_exits_without_waiting_for_it(make
     assert rc == 0 and took < 10, (rc, took, srv.stderr()[-3000:])
     assert any(r.get("msg") == "tokens' last use not written: database unreachable" and r.get("tokens") == 1
                for r in srv.log_records()), srv.stderr()[-3000:]
+
+
+def test_due_time_passing_with_the_database_unreachable_keeps_the_loop_turning(make_gateway, pg_private, sim):
+    """A worker keeps the due times of the scheduled messages it committed, to claim them on
+    time. When one passes while the database is unreachable, its claim cannot run: it must
+    wait, not start its timer again at 0 ms. libuv (1.44, Debian 12's) runs a timer re-armed at
+    0 ms inside its own callback again in the same pass, so the worker spun in that pass forever:
+    no request answered, SIGTERM never seen, a core at 100% (found as a benchmark's gateway left
+    running for 50 minutes after its database had gone). Here: /healthz keeps answering after
+    the due time passes, and SIGTERM ends the worker."""
+    sim.clear()
+    srv = make_gateway(workers=1, url=pg_private.tcp_url,
+                       env=provider_env(sim, {"OMNIGATE_DB_TIMEOUT_MS": "1000", "OMNIGATE_DB_POOL": "4"}))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    token = new_token(srv, tenant["id"])["token"]
+    due = time.time() + 3
+    send_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + ".%03dZ" % int(due % 1 * 1000)
+    r = call(srv, "POST", "/api/omni/send", token=token,
+             body={"to": OK_TO, "text": "later", "channels": ["sms"], "sendAt": send_at})
+    assert r.status == 202, r.body
+    psql = subprocess.Popen(["psql", pg_private.url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    psql.stdin.write("SELECT 1;\n")
+    psql.stdin.flush()
+    assert psql.stdout.readline().strip() == "1"
+    os.kill(pg_private.pid, signal.SIGSTOP)
+    try:
+        psql.stdin.write("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                         "WHERE application_name LIKE 'omnigate%';\n")
+        psql.stdin.flush()
+        assert int(psql.stdout.readline()) >= 5
+        assert wait_for(lambda: srv.request("GET", "/readyz").status == 503, 10)
+        # The due time passes with no connection up.
+        assert wait_for(lambda: time.time() > due + 1, 10)
+        for _ in range(10):
+            assert srv.request("GET", "/healthz", timeout=2).status == 200
+        srv.signal(signal.SIGTERM)
+        rc, took = timed(lambda: srv.wait(20))
+    finally:
+        os.kill(pg_private.pid, signal.SIGCONT)
+        psql.stdin.close()
+        psql.wait(30)
+    assert rc == 0 and took < 10, (rc, took, srv.stderr()[-3000:])

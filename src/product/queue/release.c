@@ -432,7 +432,10 @@ static uint64_t until_due(const og_queue_t *q, int64_t now, uint64_t ms)
 }
 
 /* The next claim in about `ms` (jittered by +-25%, so that workers spread out), or at the first
- * due time this worker knows of when that comes first. */
+ * due time this worker knows of when that comes first; never in 0 ms: libuv (1.44) runs a timer
+ * started at 0 ms from its own callback again in the same pass, without polling in between, so a
+ * claim that cannot run and schedules itself at once would spin there, deaf to requests and
+ * signals (test_db_deadline.py's test_due_time_passing_with_the_database_unreachable_...). */
 static void schedule_in(og_queue_t *q, uint64_t ms)
 {
     if (q->closing)
@@ -440,7 +443,8 @@ static void schedule_in(og_queue_t *q, uint64_t ms)
     uint32_t jitter;
     og_ids_random(&jitter, sizeof(jitter));
     ms = ms * 3 / 4 + jitter % (ms / 2 + 1);
-    uv_timer_start(&q->timer, on_tick, until_due(q, (int64_t)og_ids_now_ms(), ms), 0);
+    uint64_t in = until_due(q, (int64_t)og_ids_now_ms(), ms);
+    uv_timer_start(&q->timer, on_tick, in > 0 ? in : 1, 0);
 }
 
 static void schedule(og_queue_t *q)
@@ -526,13 +530,16 @@ static void claim(og_queue_t *q)
      * messages; rel_free claims again once a full claim's room is free. */
     /* Nor before this worker's copy of the opt-outs is loaded (consent/consent.h): a message
      * released then could go to a number that opted out while it waited. */
+    uint64_t now = og_ids_now_ms();
+    /* The due times passed are served by whichever claim runs next (it takes all that is due);
+     * dropped here too, so that a claim that cannot run now waits a tick for the database, the
+     * opt-outs or room (rel_free claims as soon as there is) instead of coming back at once. */
+    drop_due(q, (int64_t)now);
     if (OG_QUEUE_IN_FLIGHT - q->in_flight < OG_QUEUE_CLAIM_MAX || !og_db_ready(q->gw->db) ||
         !og_consent_ready(q->gw->consent)) {
         schedule(q);
         return;
     }
-    uint64_t now = og_ids_now_ms();
-    drop_due(q, (int64_t)now);
     q->prev_started_ms = q->started_ms;
     q->started_ms = now;
     q->claiming = true;
