@@ -328,6 +328,28 @@ def test_restart_with_messages_queued(make_server, fresh_db, tmp_path):
         a.sim.stop()
 
 
+def test_worker_at_its_in_flight_cap_keeps_answering(gw):
+    """A worker with 256 messages at the provider (its in-flight cap) claims nothing more until
+    room frees, and the due times of the messages it commits meanwhile pass: its claim must wait
+    for that room, not come back in 0 ms (libuv 1.44 ran such a timer again in the same pass:
+    the worker spun there, its providers' answers never read, so the room never freed and the
+    worker answered nothing again; found under queue_drain's due-now burst). Here 300 queued
+    sends at a provider that answers in 1.5 s: /healthz answers throughout and all are sent."""
+    tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 100000}}}})
+    gw.sim.rule("sms", "ok", to=TO, latency_ms=1500)  # under the attempt timeout (2 s)
+    refs = []
+    for i in range(300):
+        r = send(gw, {"to": TO, "text": "cap%d" % i, "channels": ["sms"], "queue": True})
+        assert r.status == 202, r.body
+        refs.append(r.json()["data"]["reference"])
+    assert wait_for(lambda: len(gw.sim.requests("sms", to=TO)) >= 256, 10)
+    t_end = time.monotonic() + 3
+    while time.monotonic() < t_end:
+        assert gw.request("GET", "/healthz", timeout=2).status == 200
+    assert wait_for(lambda: db(gw, "SELECT count(*) FROM messages WHERE status = 'sent'") == [("300",)], 20)
+    assert len(gw.sim.requests("sms", to=TO)) == 300
+
+
 def test_cancel_against_a_claim_in_flight(gw):
     """Cancel while the provider call is in flight: 409 not_cancelable (its attempt pending), and the
     message ends sent. Many cancels racing the release: each message ends canceled (never sent)

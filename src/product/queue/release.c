@@ -434,8 +434,9 @@ static uint64_t until_due(const og_queue_t *q, int64_t now, uint64_t ms)
 /* The next claim in about `ms` (jittered by +-25%, so that workers spread out), or at the first
  * due time this worker knows of when that comes first; never in 0 ms: libuv (1.44) runs a timer
  * started at 0 ms from its own callback again in the same pass, without polling in between, so a
- * claim that cannot run and schedules itself at once would spin there, deaf to requests and
- * signals (test_db_deadline.py's test_due_time_passing_with_the_database_unreachable_...). */
+ * claim that cannot run and schedules itself at once would spin there, deaf to requests,
+ * signals and its providers' answers (test_queue.py's test_worker_at_its_in_flight_cap_keeps_...,
+ * test_db_deadline.py's test_due_time_passing_with_the_database_unreachable_...). */
 static void schedule_in(og_queue_t *q, uint64_t ms)
 {
     if (q->closing)
