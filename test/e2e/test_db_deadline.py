@@ -12,6 +12,7 @@
 Measured numbers (p99 of /healthz, answer times) are printed: run pytest with -s to see them.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -281,6 +282,40 @@ def connecting_to(port):
     return n
 
 
+@contextlib.contextmanager
+def unreachable(pg):
+    """The gateway's connections to `pg` gone and new ones hanging: the postmaster stopped
+    (SIGSTOP), then the gateway's backends ended from a session opened before (the pool's 4, the
+    listener, the read pool's: at least 5); the postmaster resumed on leaving."""
+    psql = subprocess.Popen(["psql", pg.url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    psql.stdin.write("SELECT 1;\n")
+    psql.stdin.flush()
+    assert psql.stdout.readline().strip() == "1"
+    os.kill(pg.pid, signal.SIGSTOP)
+    try:
+        psql.stdin.write("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                         "WHERE application_name LIKE 'omnigate%';\n")
+        psql.stdin.flush()
+        assert int(psql.stdout.readline()) >= 5
+        yield
+    finally:
+        os.kill(pg.pid, signal.SIGCONT)
+        psql.stdin.close()
+        psql.wait(30)
+
+
+def gateway_on(make_gateway, pg, sim, db_timeout_ms):
+    """A ready gateway (one worker, a pool of 4) on `pg` with the given database deadline, and a
+    token of a tenant with every channel."""
+    sim.clear()
+    srv = make_gateway(workers=1, url=pg.tcp_url,
+                       env=provider_env(sim, {"OMNIGATE_DB_TIMEOUT_MS": str(db_timeout_ms), "OMNIGATE_DB_POOL": "4"}))
+    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
+    tenant = new_tenant(srv, settings=SETTINGS_ALL)
+    return srv, new_token(srv, tenant["id"])["token"]
+
+
 def test_sigterm_with_the_database_unreachable_exits_without_waiting_for_it(make_gateway, pg_private, sim):
     """The gateway's connections are gone and new ones hang (the postmaster stopped, its backends
     terminated, the pool's next attempts accepted by the kernel and never answered): a request
@@ -288,37 +323,16 @@ def test_sigterm_with_the_database_unreachable_exits_without_waiting_for_it(make
     use to write. SIGTERM: the worker exits at once, logging that the last use is not written,
     instead of waiting OMNIGATE_DB_TIMEOUT_MS (30 s here) for a connection (it did: a CI run's
     harness gave up on such a drain after 15 s)."""
-    sim.clear()
-    srv = make_gateway(workers=1, url=pg_private.tcp_url,
-                       env=provider_env(sim, {"OMNIGATE_DB_TIMEOUT_MS": "30000", "OMNIGATE_DB_POOL": "4"}))
-    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
-    tenant = new_tenant(srv, settings=SETTINGS_ALL)
-    token = new_token(srv, tenant["id"])["token"]
+    srv, token = gateway_on(make_gateway, pg_private, sim, 30000)
     assert_ok(call(srv, "GET", "/api/omni/queue", token=token))  # the token is cached
-    # A session over the socket, opened before the postmaster stops: it ends the gateway's
-    # backends afterwards.
-    psql = subprocess.Popen(["psql", pg_private.url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    psql.stdin.write("SELECT 1;\n")
-    psql.stdin.flush()
-    assert psql.stdout.readline().strip() == "1"
     port = urllib.parse.urlparse(pg_private.tcp_url).port
-    os.kill(pg_private.pid, signal.SIGSTOP)
-    try:
-        psql.stdin.write("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                         "WHERE application_name LIKE 'omnigate%';\n")
-        psql.stdin.flush()
-        assert int(psql.stdout.readline()) >= 5  # the pool's 4, the listener, the read pool's
+    with unreachable(pg_private):
         # Every connection lost, and the pool's 4 among the attempts that hang.
         assert wait_for(lambda: connecting_to(port) >= 5 and srv.request("GET", "/readyz").status == 503, 10)
         assert_error(call(srv, "POST", "/api/omni/send", token=token, body={"text": "no recipient"}), 422,
                      "validation_failed")
         srv.signal(signal.SIGTERM)
         rc, took = timed(lambda: srv.wait(40))
-    finally:
-        os.kill(pg_private.pid, signal.SIGCONT)
-        psql.stdin.close()
-        psql.wait(30)
     print("\nSIGTERM with the database unreachable: exited %r after %.2f s" % (rc, took))
     assert rc == 0 and took < 10, (rc, took, srv.stderr()[-3000:])
     assert any(r.get("msg") == "tokens' last use not written: database unreachable" and r.get("tokens") == 1
@@ -333,28 +347,13 @@ def test_due_time_passing_with_the_database_unreachable_keeps_the_loop_turning(m
     no request answered, SIGTERM never seen, a core at 100% (found as a benchmark's gateway left
     running for 50 minutes after its database had gone). Here: /healthz keeps answering after
     the due time passes, and SIGTERM ends the worker."""
-    sim.clear()
-    srv = make_gateway(workers=1, url=pg_private.tcp_url,
-                       env=provider_env(sim, {"OMNIGATE_DB_TIMEOUT_MS": "1000", "OMNIGATE_DB_POOL": "4"}))
-    assert wait_for(lambda: srv.request("GET", "/readyz").status == 200, 10)
-    tenant = new_tenant(srv, settings=SETTINGS_ALL)
-    token = new_token(srv, tenant["id"])["token"]
+    srv, token = gateway_on(make_gateway, pg_private, sim, 1000)
     due = time.time() + 3
     send_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + ".%03dZ" % int(due % 1 * 1000)
     r = call(srv, "POST", "/api/omni/send", token=token,
              body={"to": OK_TO, "text": "later", "channels": ["sms"], "sendAt": send_at})
     assert r.status == 202, r.body
-    psql = subprocess.Popen(["psql", pg_private.url, "-XAtq", "-v", "ON_ERROR_STOP=1"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
-    psql.stdin.write("SELECT 1;\n")
-    psql.stdin.flush()
-    assert psql.stdout.readline().strip() == "1"
-    os.kill(pg_private.pid, signal.SIGSTOP)
-    try:
-        psql.stdin.write("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                         "WHERE application_name LIKE 'omnigate%';\n")
-        psql.stdin.flush()
-        assert int(psql.stdout.readline()) >= 5
+    with unreachable(pg_private):
         assert wait_for(lambda: srv.request("GET", "/readyz").status == 503, 10)
         # The due time passes with no connection up.
         assert wait_for(lambda: time.time() > due + 1, 10)
@@ -362,8 +361,4 @@ def test_due_time_passing_with_the_database_unreachable_keeps_the_loop_turning(m
             assert srv.request("GET", "/healthz", timeout=2).status == 200
         srv.signal(signal.SIGTERM)
         rc, took = timed(lambda: srv.wait(20))
-    finally:
-        os.kill(pg_private.pid, signal.SIGCONT)
-        psql.stdin.close()
-        psql.wait(30)
     assert rc == 0 and took < 10, (rc, took, srv.stderr()[-3000:])
