@@ -87,7 +87,6 @@ DECLARE
     c_t      uuid[];
     c_r      text[];
     c_ch     smallint[];
-    got      int;
     total    double precision;
     way      int;
     counted  int;

@@ -1,6 +1,7 @@
 """Helpers for end-to-end tests of the gateway with a real PostgreSQL: a gateway factory on a
 fresh database, JSON API calls, and admin shortcuts. Standard library only."""
 
+import datetime
 import json
 import subprocess
 
@@ -63,6 +64,11 @@ def call(srv, method, path, token=None, body=None, headers=None, timeout=10):
     if body is not None and not any(k.lower() == "content-type" for k, _ in hdrs):
         hdrs.append(("Content-Type", "application/json"))
     return srv.request(method, path, headers=hdrs, body=body, timeout=timeout)
+
+
+def iso(t):
+    """A Unix time as API.md's timestamps write it (UTC, milliseconds, Z): a `sendAt`."""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def admin(srv, method, path, body=None, headers=None):

@@ -14,7 +14,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, request_bytes, wait_for
-from gwlib import (SETTINGS_ALL, add_tenant, admin, call, linked_gateway, new_tenant, new_token,
+from gwlib import (SETTINGS_ALL, add_tenant, admin, call, iso, linked_gateway, new_tenant, new_token,
                    query_url)
 from test_templates_send import NAMED, ORDER, PNID, WABA
 from test_templates_send import SETTINGS as TEMPLATE_SETTINGS
@@ -65,10 +65,6 @@ def message(gw, reference, token=None):
 
 def db(gw, sql):
     return query_url(gw.db_url, sql)
-
-
-def iso(t):
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def ts(s):

@@ -24,7 +24,7 @@ import pytest
 
 import pgcluster
 from conftest import Closed, Conn, assert_error, assert_ok, free_port, omnigate_bin, request_bytes, wait_for
-from gwlib import (admin, call, gateway_env, migrate, new_tenant, new_token, provider_env, query_url,  # noqa: F401
+from gwlib import (admin, call, gateway_env, iso, migrate, new_tenant, new_token, provider_env, query_url,  # noqa: F401
                    sim, SETTINGS_ALL)
 
 # The cluster that pgcluster.py gives (postmaster pid, tcp_url), private to the test: it gets frozen.
@@ -349,9 +349,8 @@ def test_due_time_passing_with_the_database_unreachable_keeps_the_loop_turning(m
     the due time passes, and SIGTERM ends the worker."""
     srv, token = gateway_on(make_gateway, pg_private, sim, 1000)
     due = time.time() + 3
-    send_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(due)) + ".%03dZ" % int(due % 1 * 1000)
     r = call(srv, "POST", "/api/omni/send", token=token,
-             body={"to": OK_TO, "text": "later", "channels": ["sms"], "sendAt": send_at})
+             body={"to": OK_TO, "text": "later", "channels": ["sms"], "sendAt": iso(due)})
     assert r.status == 202, r.body
     with unreachable(pg_private):
         assert wait_for(lambda: srv.request("GET", "/readyz").status == 503, 10)

@@ -9,7 +9,7 @@ import urllib.parse
 import pytest
 
 from conftest import assert_error, assert_ok, wait_for
-from gwlib import add_tenant, call, linked_gateway, query_url
+from gwlib import add_tenant, call, iso, linked_gateway, query_url
 
 TO = "+6281234500001"
 META_ID = "109876543210"
@@ -32,10 +32,6 @@ def message(gw, reference):
 
 def db(gw, sql):
     return query_url(gw.db_url, sql)
-
-
-def iso(t):
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def until_status(gw, reference, statuses, timeout=10):
@@ -337,11 +333,9 @@ def test_worker_at_its_in_flight_cap_keeps_answering(gw):
     sends at a provider that answers in 1.5 s: /healthz answers throughout and all are sent."""
     tenant_with(gw, {"channels": {"sms": {"messagesPerSecond": {"ACME": 100000}}}})
     gw.sim.rule("sms", "ok", to=TO, latency_ms=1500)  # under the attempt timeout (2 s)
-    refs = []
     for i in range(300):
         r = send(gw, {"to": TO, "text": "cap%d" % i, "channels": ["sms"], "queue": True})
         assert r.status == 202, r.body
-        refs.append(r.json()["data"]["reference"])
     assert wait_for(lambda: len(gw.sim.requests("sms", to=TO)) >= 256, 10)
     t_end = time.monotonic() + 3
     while time.monotonic() < t_end:

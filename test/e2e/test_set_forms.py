@@ -21,10 +21,13 @@ TENANT = "00000000-0000-4000-8000-0000000000aa"
 
 
 def statement(name):
-    """The SQL of statement `name` from sql/queries/messages.sql, as the gateway sends it."""
-    with open(os.path.join(ROOT, "sql", "queries", "messages.sql"), encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^-- name: %s\n(.*?)(?=^-- name: |\Z)" % name, text, re.S | re.M)
+    """The SQL of statement `name` from sql/queries/ (messages.sql, queue.sql, ...), as the gateway
+    sends it."""
+    queries = os.path.join(ROOT, "sql", "queries")
+    m = None
+    for path in sorted(os.listdir(queries)):
+        with open(os.path.join(queries, path), encoding="utf-8") as f:
+            m = m or re.search(r"^-- name: %s\n(.*?)(?=^-- name: |\Z)" % name, f.read(), re.S | re.M)
     assert m, name
     return "\n".join(l for l in m.group(1).splitlines() if not l.lstrip().startswith("--")).strip().rstrip(";")
 
@@ -479,20 +482,16 @@ def test_queue_accept_gives_each_message_its_own_document(db):
                                          {"c": "sms", "s": "ACME", "r": 10, "n": 1}]}
     b = {"status": "queued", "senders": [{"c": "sms", "s": "ACME", "r": 10, "n": 3}]}
     c = {"status": "scheduled", "senders": [{"c": "whatsapp_meta", "s": "100200300", "r": 80, "n": 1}]}
-    docs = [a, b, a, c, b, a, c]
-    tenants = [TENANT, TENANT, other, TENANT, other, TENANT, other]
-    modes = ["fallback", "fallback", "all", "fallback", "fallback", "fallback", "fallback"]
-    chans = {id(a): "{whatsapp_meta,sms}", id(b): "{sms}", id(c): "{whatsapp_meta}"}
-    n = len(docs)
-    run_sql(db, "SELECT og_queue_insert_many(%s::uuid[], %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                "%s::json[]);" % (
-                    arr(tenants), arr(["kf_md%d" % i for i in range(n)]), arr(["+1888100000%d" % i for i in range(n)]),
-                    arr(["Hi"] * n), arr(modes), arr([chans[id(d)] for d in docs]) + "::text[]",
-                    arr(["[]"] * n) + "::jsonb[]", "array_fill(NULL::text, ARRAY[%d])" % n,
-                    "array_fill(NULL::integer, ARRAY[%d])" % n, arr(["6281234567890"] * n),
-                    arr(["ACME"] * n), "array_fill(NULL::jsonb, ARRAY[%d])" % n,
-                    arr([now_ms + 3600000] * n) + "::bigint[]", arr([now_ms + 7200000] * n) + "::bigint[]",
-                    arr(["normal"] * n), arr([json.dumps(d) for d in docs])))
+    # (document, its channels, tenant, delivery mode) of each message, in order.
+    sends = [(a, "{whatsapp_meta,sms}", TENANT, "fallback"), (b, "{sms}", TENANT, "fallback"),
+             (a, "{whatsapp_meta,sms}", other, "all"), (c, "{whatsapp_meta}", TENANT, "fallback"),
+             (b, "{sms}", other, "fallback"), (a, "{whatsapp_meta,sms}", TENANT, "fallback"),
+             (c, "{whatsapp_meta}", other, "fallback")]
+    # The gateway's own statement (queue_insert_many), prepared as it prepares it.
+    run_sql(db, execute_many("queue_insert_many", [
+        [t, "kf_md%d" % i, "+1888100000%d" % i, "Hi", mode, ch, "[]", None, None, "6281234567890", "ACME", None,
+         now_ms + 3600000, now_ms + 7200000, "normal", json.dumps(doc)]
+        for i, (doc, ch, t, mode) in enumerate(sends)]))
     rows = query_url(db, "SELECT e.reference, e.ch, m.status, e.tenant_id = m.tenant_id AND s.tenant_id = m.tenant_id, "
                          "s.channel, s.sender, s.rate, e.segments, cardinality(e.senders), e.all_mode "
                          "FROM queue_entries e JOIN messages m ON m.tenant_id = e.tenant_id AND m.reference = e.reference "
